@@ -1,0 +1,47 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv from scratch when needed.
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip --disable-pip-version-check
+# this machine's pip config lists local mirrors that warn on every package; keep the log readable
+QUIET   := 2>&1 | { grep -v "^WARNING: Location" || true; }
+SHELL   := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+EXTRAS  ?= test,spark
+
+.PHONY: demo test bench wheel install venv clean
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "logtide needs Python >= 3.10"'
+	$(PYTHON) -m venv $(VENV)
+
+# build requirements, installed once per change of pyproject.toml
+$(VENV)/.build-deps: pyproject.toml | $(PY)
+	$(PIP) install -q --upgrade pip "setuptools>=64" wheel build "Cython>=3.0" "numpy>=1.24" $(QUIET)
+	touch $@
+
+venv: $(VENV)/.build-deps
+
+# a compiled wheel, built against the venv's Cython and numpy
+wheel: $(VENV)/.build-deps
+	rm -rf dist
+	$(PY) -m build --wheel --no-isolation --outdir dist . > build.log 2>&1 || (tail -40 build.log; exit 1)
+	@ls dist/*.whl
+
+# install the wheel (always replaces the installed copy), then its runtime deps and extras
+install: wheel
+	$(PIP) install -q --force-reinstall --no-deps dist/logtide-*.whl $(QUIET)
+	$(PIP) install -q "$$(ls dist/logtide-*.whl)[$(EXTRAS)]" $(QUIET)
+
+demo: EXTRAS = spark
+demo: install
+	$(VENV)/bin/logtide demo
+
+test: install
+	$(VENV)/bin/pytest -q
+
+bench: install
+	$(PY) -m bench.report
+
+clean:
+	rm -rf build dist *.egg-info build.log $(VENV)

@@ -1,0 +1,1 @@
+"""Compiled cores of logtide (Cython). Import the public names from `logtide`."""

@@ -1,0 +1,20 @@
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+# One LogIndex bloom block: 32-byte header + 4064 bytes of bits = 4096 bytes on disk.
+cdef enum:
+    BLOOM_BLOCK_SIZE = 4096
+    BLOOM_HEADER_SIZE = 32
+    BLOOM_BITS_BYTES = 4064           # BLOOM_BLOCK_SIZE - BLOOM_HEADER_SIZE
+    BLOOM_NBITS = 32512               # BLOOM_BITS_BYTES * 8
+    BLOOM_DEFAULT_ELEMENTS = 819
+    BLOOM_MAX_K = 10                  # PolarDB/PostgreSQL cap on probes
+
+cdef class Bloom4K:
+    cdef uint8_t _bits[BLOOM_BITS_BYTES]
+    cdef uint64_t _table_id
+    cdef uint64_t _min_lsn
+    cdef uint64_t _max_lsn
+    cdef int _k
+    cdef Py_ssize_t _expected
+    cdef void add_raw(self, const uint8_t* key, Py_ssize_t length) noexcept nogil
+    cdef bint contains_raw(self, const uint8_t* key, Py_ssize_t length) noexcept nogil

@@ -1,0 +1,17 @@
+"""Ratios between a candidate benchmark and its baseline, measured in the same run.
+
+Each bench_*.py module declares RATIOS: a list of Ratio. A ratio is the baseline's time per item
+over the candidate's time per item, both from this run, so a ratio above 1 means logtide is faster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Ratio:
+    name: str          # what the ratio says, e.g. "Bloom4K `in` vs rbloom `in`"
+    candidate: str     # benchmark test name (function name)
+    baseline: str      # benchmark test name of the baseline
+    target: float      # the ratio the issue asks for
+    issue: int         # the issue that names the target

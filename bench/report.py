@@ -1,0 +1,149 @@
+"""Run the benchmark suite and report each ratio beside its target.
+
+    python -m bench.report [-k EXPR] [--scale 0.1] [--from-json FILE]
+
+Writes bench/results/latest.json (every benchmark, every ratio) and bench/results/ratios.png.
+Modules may add plots with a `plot(benchmarks: dict, outdir: Path) -> list[Path]` hook.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench
+from bench.ratios import Ratio
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def bench_modules():
+    return [importlib.import_module(f"bench.{m.name}") for m in pkgutil.iter_modules(bench.__path__)
+            if m.name.startswith("bench_")]
+
+
+def run_pytest(raw: Path, select: str | None, scale: float) -> int:
+    pytest = Path(sys.executable).with_name("pytest")
+    cmd = [str(pytest) if pytest.exists() else sys.executable, *([] if pytest.exists() else ["-m", "pytest"]),
+           str(HERE), "-o", "python_files=bench_*.py", "-o", "testpaths=bench", "-p", "no:cacheprovider",
+           "--import-mode=importlib", "--benchmark-only", "--benchmark-min-rounds=5",
+           "--benchmark-max-time=2", "--benchmark-warmup=on",
+           "--benchmark-sort=name", "--benchmark-columns=min,median,mean,rounds", f"--benchmark-json={raw}"]
+    if select:
+        cmd += ["-k", select]
+    env = dict(os.environ, BENCH_SCALE=str(scale), PYTHONPATH=str(HERE.parent))
+    print("running:", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=HERE.parent, env=env)
+
+
+def per_item(b: dict) -> float | None:
+    items = b.get("extra_info", {}).get("items")
+    if not items:
+        return None
+    return b["stats"]["min"] / items
+
+
+def compute(benchmarks: dict[str, dict], ratios: list[Ratio]) -> list[dict]:
+    rows = []
+    for r in ratios:
+        c, b = benchmarks.get(r.candidate), benchmarks.get(r.baseline)
+        row = {"name": r.name, "issue": r.issue, "target": r.target, "candidate": r.candidate,
+               "baseline": r.baseline, "ratio": None, "met": None}
+        if c and b and per_item(c) and per_item(b):
+            row["ratio"] = per_item(b) / per_item(c)
+            row["met"] = row["ratio"] >= r.target
+            row["candidate_items_per_s"] = 1 / per_item(c)
+            row["baseline_items_per_s"] = 1 / per_item(b)
+        rows.append(row)
+    return rows
+
+
+def print_report(rows: list[dict], benchmarks: dict[str, dict]) -> None:
+    print("\n== ratios (baseline time per item / logtide time per item, min of rounds) ==")
+    for row in rows:
+        if row["ratio"] is None:
+            print(f"  [ -- ] {row['name']}: not measured in this run")
+            continue
+        flag = " ok " if row["met"] else "MISS"
+        print(f"  [{flag}] {row['name']}: {row['ratio']:.2f}x  (target >= {row['target']:g}x, issue #{row['issue']})"
+              f"  [{row['candidate_items_per_s']:,.0f} vs {row['baseline_items_per_s']:,.0f} items/s]")
+    figs = {n: b["extra_info"]["figures"] for n, b in benchmarks.items() if b.get("extra_info", {}).get("figures")}
+    if figs:
+        print("\n== figures ==")
+        for name, f in sorted(figs.items()):
+            print(f"  {name}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items()))
+
+
+def plot_ratios(rows: list[dict], out: Path) -> Path | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots (pip install matplotlib)")
+        return None
+    rows = [r for r in rows if r["ratio"] is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(rows) + 1.5))
+    y = range(len(rows))
+    ax.barh(y, [r["ratio"] for r in rows], color=["tab:green" if r["met"] else "tab:red" for r in rows])
+    ax.scatter([r["target"] for r in rows], y, marker="|", s=400, color="black", label="target", zorder=3)
+    ax.set_yticks(list(y), [r["name"] for r in rows], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("speed-up over baseline (log scale)")
+    ax.legend(loc="lower right")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", dest="select", help="only benchmarks matching this pytest -k expression")
+    ap.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", "1")),
+                    help="shrink every benchmark's work (1 = full size)")
+    ap.add_argument("--from-json", type=Path, help="report on an earlier pytest-benchmark JSON instead of running")
+    args = ap.parse_args(argv)
+    RESULTS.mkdir(exist_ok=True)
+    if args.from_json:
+        raw = args.from_json
+    else:
+        raw = RESULTS / f"raw-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        rc = run_pytest(raw, args.select, args.scale)
+        if rc not in (0, 5) or not raw.exists():
+            print(f"benchmark run failed (pytest exit {rc})", file=sys.stderr)
+            return rc or 1
+    data = json.loads(raw.read_text())
+    benchmarks = {b["name"]: b for b in data["benchmarks"]}
+    modules = bench_modules()
+    ratios = [r for m in modules for r in getattr(m, "RATIOS", [])]
+    rows = compute(benchmarks, ratios)
+    print_report(rows, benchmarks)
+    plots = [p for p in [plot_ratios(rows, RESULTS / "ratios.png")] if p]
+    for m in modules:
+        if hasattr(m, "plot"):
+            plots += m.plot(benchmarks, RESULTS) or []
+    summary = {
+        "when": data.get("datetime"), "machine": data.get("machine_info", {}).get("cpu", {}).get("brand_raw"),
+        "scale": args.scale, "ratios": rows,
+        "benchmarks": {n: {"stats": {k: b["stats"][k] for k in ("min", "median", "mean", "stddev", "rounds")},
+                           "extra_info": b.get("extra_info", {})} for n, b in benchmarks.items()},
+        "plots": [str(p.relative_to(HERE.parent)) for p in plots],
+    }
+    (RESULTS / "latest.json").write_text(json.dumps(summary, indent=2))
+    print(f"\nwrote {RESULTS / 'latest.json'}" + "".join(f"\nwrote {p}" for p in plots))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

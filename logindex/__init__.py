@@ -1,0 +1,1 @@
+"""LogIndex: the PolarDB page -> LSN index (memtable ring, table files, meta file)."""

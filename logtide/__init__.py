@@ -1,0 +1,29 @@
+"""logtide: a log-replay storage engine with its hot paths in Cython.
+
+The public names live here; the parts live in subpackages (logindex, replay, engine, spark).
+"""
+from logtide.errors import CorruptBlockError, CorruptionError, LogtideError
+from logtide.pagetag import PageTag, tag_array, tag_rows
+try:
+    from logtide._ext.crc32c import crc32c
+except ImportError as exc:  # the source folder logtide/ shadows the installed wheel
+    raise ImportError(
+        f"logtide was imported from {__path__[0]}, which has no compiled extensions: "
+        "install it (`make install` or `pip install .`) and run from outside the source tree") from exc
+from logtide._ext.murmur3 import murmur3_128, murmur3_128_many
+from logtide._ext.bloom4k import Bloom4K
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bloom4K",
+    "CorruptBlockError",
+    "CorruptionError",
+    "LogtideError",
+    "PageTag",
+    "crc32c",
+    "murmur3_128",
+    "murmur3_128_many",
+    "tag_array",
+    "tag_rows",
+]

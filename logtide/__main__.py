@@ -1,0 +1,3 @@
+from logtide.cli import main
+
+raise SystemExit(main())

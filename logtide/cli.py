@@ -1,0 +1,43 @@
+"""The `logtide` command. Each module in logtide.commands adds one subcommand group."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import logtide.commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="logtide", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"logtide {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for info in sorted(pkgutil.iter_modules(logtide.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"logtide.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def _version() -> str:
+    import logtide
+    return logtide.__version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a typed logtide error is a user-facing message, not a traceback
+        from logtide.errors import LogtideError
+        if isinstance(exc, (LogtideError, FileNotFoundError, ValueError)):
+            print(f"logtide: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Physical replication: pages, buffer pool, primary, read-only nodes, lazy replay."""
