@@ -149,6 +149,8 @@ cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint
         # WAL meta: the main data follows the headers directly
         if pos + out.main_len != end:
             return REDO_BAD_RECORD
+        if end + datatotal != out.tot_len:
+            return REDO_BAD_RECORD  # a meta cut at a block boundary: the full length no longer adds up
         if has_main:
             out.main_data = rec + pos
         return 0
