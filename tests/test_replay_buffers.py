@@ -119,7 +119,7 @@ def test_pool_threads_never_duplicate_or_lose_pages(tmp_path):
 
     def worker(seed):
         rng = np.random.default_rng(seed)
-        for _ in range(300):
+        for _ in range(120):
             b = int(rng.integers(0, 12))
             tag = REL + (b,)
             with locks.page(tag):
