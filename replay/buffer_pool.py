@@ -42,6 +42,7 @@ class BufferPool:
         self.pins = np.zeros(capacity, dtype=np.int32)
         self.usage = np.zeros(capacity, dtype=np.uint8)
         self.version = np.zeros(capacity, dtype=np.uint64)  # bumped by mark_dirty
+        self.rec_lsn = np.zeros(capacity, dtype=np.uint64)  # LSN that first dirtied the frame (0 = clean)
         self.frame_tag: list[tuple | None] = [None] * capacity
         self.table: dict[tuple, int] = {}
         self.lock = threading.RLock()
@@ -96,6 +97,7 @@ class BufferPool:
                     self.pins[f] -= 1
                     if written and self.version[f] == version:
                         self.state[f] &= ~np.uint8(DIRTY)
+                        self.rec_lsn[f] = 0
                     self._unpinned.notify_all()
             if not written:
                 refused.add(f)  # not writable yet (WAL or RO nodes behind it): try another frame
@@ -195,10 +197,19 @@ class BufferPool:
         with self.lock:
             self.state[frame] &= ~np.uint8(OUTDATED)
 
-    def mark_dirty(self, frame: int) -> None:
+    def mark_dirty(self, frame: int, lsn: int = 0) -> None:
+        """Mark the frame changed by the record at `lsn` (the first such LSN is its rec_lsn)."""
         with self.lock:
+            if not self.state[frame] & DIRTY:
+                self.rec_lsn[frame] = lsn
             self.state[frame] |= DIRTY
             self.version[frame] += 1
+
+    def min_rec_lsn(self) -> int:
+        """The smallest rec_lsn of any dirty frame, or 0 when nothing is dirty."""
+        with self.lock:
+            d = (self.state & DIRTY) != 0
+            return int(self.rec_lsn[d].min()) if d.any() else 0
 
     def clear_dirty(self, frame: int, version: int | None = None) -> bool:
         """Clear DIRTY, but only if the frame is still at `version` (not changed since it was copied)."""
@@ -206,6 +217,7 @@ class BufferPool:
             if version is not None and int(self.version[frame]) != version:
                 return False
             self.state[frame] &= ~np.uint8(DIRTY)
+            self.rec_lsn[frame] = 0
             return True
 
     def dirty(self) -> list[tuple[tuple, int]]:
