@@ -28,3 +28,11 @@ class CorruptWALRecordError(CorruptionError):
 
 class RedoError(LogtideError):
     """A WAL record cannot be applied to its page (wrong slot, no room): page and WAL disagree."""
+
+
+class WalGoneError(LogtideError):
+    """WAL needed for replay is no longer in the log (truncated) or was never written."""
+
+
+class ReplicaError(LogtideError):
+    """A read-only node cannot serve: it stopped on bad WAL, is not caught up, or was promoted."""

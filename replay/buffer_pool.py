@@ -122,6 +122,14 @@ class BufferPool:
             self.misses += 1
             return f, False
 
+    def pin_resident(self, tag: tuple) -> int:
+        """Pin `tag` only if it is resident (no load); its frame, or -1."""
+        with self.lock:
+            f = self.table.get(tuple(tag), -1)
+            if f >= 0:
+                self.pins[f] += 1
+            return f
+
     def unpin(self, frame: int) -> None:
         with self.lock:
             if self.pins[frame] <= 0:

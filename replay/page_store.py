@@ -102,6 +102,15 @@ class PageStore:
         fd = self._fd(spc, db, rel, fork)
         return 0 if fd < 0 else os.fstat(fd).st_size // PAGE_SIZE
 
+    def relations(self) -> list[tuple[int, int, int, int]]:
+        """(spc, db, rel, fork) of every relation fork file in the store."""
+        out = []
+        for name in os.listdir(self.path):
+            parts = name.split("_")
+            if len(parts) == 4 and all(p.isdigit() for p in parts):
+                out.append(tuple(int(p) for p in parts))
+        return sorted(out)
+
     def close(self) -> None:
         with self._lock:
             for fd in self._fds.values():

@@ -11,14 +11,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from logtide.errors import LogtideError
+from logtide.errors import WalGoneError
 
 # fetch(first_lsn, max_bytes) -> [(lsn, record bytes), ...] in ascending LSN order, starting at first_lsn
 Fetch = Callable[[int, int], Sequence[tuple[int, bytes]]]
-
-
-class WALGoneError(LogtideError):
-    """A WAL record needed for replay is no longer in the log (truncated) or was never written."""
 
 
 class XlogBuffer:
@@ -44,7 +40,7 @@ class XlogBuffer:
             self._bytes -= len(r)
 
     def get(self, lsn: int) -> bytes:
-        """The full record at `lsn`; raises WALGoneError if the log no longer has it."""
+        """The full record at `lsn`; raises WalGoneError if the log no longer has it."""
         with self._lock:
             rec = self._lru.get(lsn)
             if rec is not None:
@@ -61,7 +57,7 @@ class XlogBuffer:
                 if l == lsn:
                     found = r
         if found is None:
-            raise WALGoneError(f"WAL record at LSN {lsn} is not in the log")
+            raise WalGoneError(f"WAL record at LSN {lsn} is not in the log")
         return found
 
     def get_many(self, lsns: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,8 @@ from logtide._ext import page as pg
 from logtide.replay.buffer_pool import DIRTY, OUTDATED, BufferPool, BufferPoolFullError
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_store import PageStore
-from logtide.replay.xlog_buffer import WALGoneError, XlogBuffer
+from logtide.errors import WalGoneError
+from logtide.replay.xlog_buffer import XlogBuffer
 
 REL = (1663, 5, 16384, 0)
 
@@ -172,7 +173,7 @@ def test_xlog_buffer_lru_hits_and_readahead():
     xb.drop_below(150)
     assert min(xb._lru) >= 150
     del log[3]
-    with pytest.raises(WALGoneError):
+    with pytest.raises(WalGoneError):
         XlogBuffer(fetch).get(3)
 
 
