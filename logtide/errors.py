@@ -58,3 +58,11 @@ class RpcError(LogtideError):
 
 class InvalidRequest(LogtideError, ValueError):
     """The server could not decode a request (malformed message, unknown method arguments)."""
+
+
+class MessageTooLarge(RpcError, RecordTooLarge):
+    """A request or response is bigger than the transport's configured max message size."""
+
+
+class RemoteError(RpcError):
+    """The server failed with an error that has no logtide type (its type name is in the message)."""

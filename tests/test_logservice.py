@@ -11,17 +11,28 @@ from logtide.errors import InvalidArgument, LogServiceClosed, LogtideError, Reco
 
 pytestmark = pytest.mark.timeout(120)
 
-TRANSPORTS = ["inproc"]
+TRANSPORTS = ["inproc", "grpc"]
 
 
 @pytest.fixture(params=TRANSPORTS)
 def client(request, tmp_path):
     """The embedded service, or a client of it through a real gRPC server on 127.0.0.1:0."""
     svc = LogService.open(tmp_path / "log", max_record_size=1 << 20)
+    if request.param == "inproc":
+        try:
+            yield svc
+        finally:
+            svc.close()
+        return
+    from logtide import connect_logservice
+    from logtide.engine.logservice.grpc_service import LogServiceServer
+    server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
+    c = connect_logservice(f"127.0.0.1:{server.port}")
     try:
-        yield svc
+        yield c
     finally:
-        svc.close()
+        c.close()
+        server.stop()
 
 
 def test_append_assigns_dense_lsns_from_one(client):
