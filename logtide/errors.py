@@ -11,3 +11,19 @@ class CorruptionError(LogtideError, ValueError):
 
 class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
+
+
+class CorruptRecordError(CorruptionError):
+    """A WAL record (PostgreSQL XLogRecord layout) failed its length, header or CRC-32C checks."""
+
+
+class CorruptWalPageError(CorruptionError):
+    """A PostgreSQL WAL page or segment header is damaged (magic, address, continuation)."""
+
+
+class LsnOrderError(LogtideError, ValueError):
+    """An LSN went backwards where LSNs must be non-decreasing."""
+
+
+class ReadOnlyError(LogtideError):
+    """A write was attempted on a read-only (RO mode) LogIndex."""
