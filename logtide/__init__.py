@@ -27,3 +27,9 @@ __all__ = [
     "tag_array",
     "tag_rows",
 ]
+
+# log service (engine/logservice)
+from logtide.engine.logservice import LogRecord, LogService, connect_logservice  # noqa: E402
+from logtide.errors import CorruptLogError, InvalidRange, InvalidTruncateLsn  # noqa: E402
+
+__all__ += ["CorruptLogError", "InvalidRange", "InvalidTruncateLsn", "LogRecord", "LogService", "connect_logservice"]
