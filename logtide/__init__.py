@@ -27,3 +27,7 @@ __all__ = [
     "tag_array",
     "tag_rows",
 ]
+
+from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K above)
+
+__all__ += ["LogIndex"]
