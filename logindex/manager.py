@@ -194,7 +194,11 @@ class LogIndex:
 
     def _table(self, j: int) -> _mt.Memtable:
         m = self._loaded[j]
-        if m is None:
+        if m is not None:
+            tid = self.meta.min_table_id + j
+            self._cached.pop(tid, None)  # most recently used goes last
+            self._cached[tid] = None
+        else:
             tid = self.meta.min_table_id + j
             m = self.store.read_table(tid)
             self._stats["tables_loaded"] += 1
@@ -426,14 +430,19 @@ class LogIndex:
         n = self._visible_tables()
         offsets, idx, counts = _mt.scan_tables(tags, self._bits, self._has_bloom, self._k, self._tmin,
                                                self._tmax, n, min_lsn, max_lsn)
-        for j in np.unique(idx).tolist():
-            self._table(j)
+        uniq = np.unique(idx).tolist() if len(idx) > 1 else idx.tolist()
+        if len(uniq) <= self.table_cache:
+            tables = self._loaded   # LRU: loading these never evicts one of them
+        else:
+            tables = list(self._loaded)  # more candidates than the cache holds: keep them all for this call
+        for j in uniq:
+            tables[j] = self._table(j)
         st = self._stats
         st["lookups"] += len(tags)
         st["tables_read"] += int(counts[0])
         st["tables_skipped_bloom"] += int(counts[1])
         st["tables_skipped_range"] += int(counts[2])
-        return _mt.gather_lsns(tags, offsets, idx, self._loaded, self.ring.live_tables(), min_lsn, max_lsn)
+        return _mt.gather_lsns(tags, offsets, idx, tables, self.ring.live_tables(), min_lsn, max_lsn)
 
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
         """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
