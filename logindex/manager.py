@@ -233,7 +233,8 @@ class LogIndex:
         m = self.ring.take(self._next_table_id)
         if m is None:
             if self.primary:
-                self._flush_tables(self.ring.inactive()[:1])  # the ring is exhausted: flush the oldest
+                # the ring is exhausted: flush the inactive memtables, oldest first, under one commit
+                self._flush_tables(self.ring.inactive())
             else:
                 self.refresh()  # the primary may have saved some: they become reusable
             m = self.ring.take(self._next_table_id)
