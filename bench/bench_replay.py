@@ -236,3 +236,251 @@ def test_redo_python(benchmark, items, redo_work):
         return pages
 
     _check(benchmark(run), want)
+
+
+# ------------------------------------------------------------------ RO apply: lazy (LogIndex) vs eager
+RATIOS.append(Ratio("RO apply throughput: lazy (index + mark OUTDATED) vs eager replay of the same stream",
+                    "test_ro_apply_lazy", "test_ro_apply_eager", 10.0, 5))
+
+NRELS = 8
+
+
+def _fill_primary(primary, n: int, seed: int = 11):
+    """n writes over 8 relations: 70% inserts, 30% updates of earlier tuples."""
+    import random
+    rng = random.Random(seed)
+    tids = []
+    for i in range(n):
+        rel = 16384 + rng.randrange(NRELS)
+        if tids and rng.random() < 0.3:
+            j = rng.randrange(len(tids))
+            r, tid = tids[j]
+            tids[j] = (r, primary.update(r, tid, rng.randbytes(rng.randint(40, 200))))
+        else:
+            tids.append((rel, primary.insert(rel, rng.randbytes(rng.randint(40, 200)))))
+    return tids
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    """A primary's WAL of scaled(20k) records and its WAL-meta stream as batch messages of 512."""
+    from logtide._ext import xlogwriter as xw
+    from logtide.engine.logservice import LogService
+    from logtide.replay.meta_stream import encode_batch
+    from logtide.replay.primary import Primary
+    d = tmp_path_factory.mktemp("replay_stream")
+    log = LogService.open(d / "log", fsync="never")
+    primary = Primary(d, log=log, checkpoint_interval=0, pool_pages=4096)
+    _fill_primary(primary, scaled(20_000))
+    n = primary.write_lsn
+    frames, lsn = [], 1
+    while lsn <= n:
+        recs = [(l, r) for l, r in primary.wal.read(lsn, 1 << 20)][:512]
+        frames.append(encode_batch([l for l, _ in recs], [xw.wal_meta(r) for _, r in recs], n, 0))
+        lsn = recs[-1][0] + 1
+    yield d, log, n, frames
+    primary.crash()
+    log.close()
+
+
+def _apply_all(mode, d, log, frames):
+    from logtide.replay.meta_stream import decode_batch
+    from logtide.replay.ro_node import ReadOnlyNode
+
+    def setup():
+        ro = ReadOnlyNode(d, log, node_id=9, mode=mode, background=False, pool_pages=8192,
+                          feedback_interval=3600)
+        ro.applied_lsn = ro.bg_lsn = 0
+        return (ro,), {}
+
+    def run(ro):
+        for f in frames:
+            ro.apply_batch(decode_batch(f))
+        ro.close()
+    return setup, run
+
+
+@pytest.mark.benchmark(group="ro-apply")
+def test_ro_apply_lazy(benchmark, items, stream):
+    d, log, n, frames = stream
+    items(n)
+    setup, run = _apply_all("lazy", d, log, frames)
+    benchmark.pedantic(run, setup=setup, rounds=5)
+
+
+@pytest.mark.benchmark(group="ro-apply")
+def test_ro_apply_eager(benchmark, items, stream):
+    d, log, n, frames = stream
+    items(n)
+    setup, run = _apply_all("eager", d, log, frames)
+    benchmark.pedantic(run, setup=setup, rounds=3)
+
+
+# ------------------------------------------------------------------ replication lag under steady load
+def _lag_run(tmp_path_factory, mode: str, seconds: float, rate: float):
+    """A primary inserting at `rate`/s for `seconds`; every write's commit -> visible-at-RO delay."""
+    import queue
+    import threading
+    import time
+    from logtide.engine.logservice import LogService
+    from logtide.replay.primary import Primary
+    from logtide.replay.ro_node import ReadOnlyNode
+    from logtide.replay.transport_inproc import connect_inprocess
+    d = tmp_path_factory.mktemp(f"lag_{mode}")
+    log = LogService.open(d / "log")
+    primary = Primary(d, log=log, checkpoint_interval=0.2, pool_pages=4096)
+    ro = ReadOnlyNode(d, log, node_id=1, mode=mode, pool_pages=8192, feedback_interval=0.2)
+    link = connect_inprocess(primary, ro, heartbeat=0.005)
+    pending: queue.Queue = queue.Queue()
+    series = []
+    t_start = time.perf_counter()
+
+    def watch():
+        while True:
+            item = pending.get()
+            if item is None:
+                return
+            lsn, t0 = item
+            ro.wait_applied(lsn, timeout=30)
+            series.append((t0 - t_start, time.perf_counter() - t0))
+
+    w = threading.Thread(target=watch)
+    w.start()
+    import random
+    rng = random.Random(1)
+    n = 0
+    batch = 50
+    while time.perf_counter() - t_start < seconds:
+        due = t_start + n / rate
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        rel = 16384 + rng.randrange(NRELS)
+        primary.insert_many(rel, [rng.randbytes(rng.randint(40, 200)) for _ in range(batch)])
+        t_commit = time.perf_counter()
+        for lsn in range(primary.write_lsn - batch + 1, primary.write_lsn + 1, 10):
+            pending.put((lsn, t_commit))
+        n += batch
+    pending.put(None)
+    w.join()
+    link.close()
+    ro.close()
+    primary.close()
+    log.close()
+    return n, series
+
+
+LAG_RATE = 20_000.0  # records per second, in group commits of 50
+
+
+def _lag_figures(series):
+    lags = np.array([l for _, l in series]) * 1e3
+    return {"lag_p50_ms": float(np.percentile(lags, 50)), "lag_p99_ms": float(np.percentile(lags, 99)),
+            "lag_max_ms": float(lags.max()), "samples": len(lags)}
+
+
+@pytest.mark.benchmark(group="lag")
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_replication_lag(benchmark, items, tmp_path_factory, mode):
+    seconds = max(1.0, 6.0 * float(__import__("bench.conftest", fromlist=["SCALE"]).SCALE))
+    out = {}
+
+    def run():
+        out["n"], out["series"] = _lag_run(tmp_path_factory, mode, seconds, rate=LAG_RATE)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    items(out["n"])
+    benchmark.extra_info["figures"] = _lag_figures(out["series"])
+    benchmark.extra_info["lag_series"] = [(round(t, 4), round(l * 1e3, 4)) for t, l in out["series"]]
+
+
+# ------------------------------------------------------------------ read latency: cold, hot, outdated
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory):
+    from logtide.engine.logservice import LogService
+    from logtide.replay.primary import Primary
+    from logtide.replay.ro_node import ReadOnlyNode
+    from logtide.replay.transport_inproc import connect_inprocess
+    d = tmp_path_factory.mktemp("read_latency")
+    log = LogService.open(d / "log", fsync="never")
+    primary = Primary(d, log=log, checkpoint_interval=0.05, pool_pages=4096)
+    ro = ReadOnlyNode(d, log, node_id=1, pool_pages=4096, background=False, feedback_interval=0.05)
+    link = connect_inprocess(primary, ro)
+    tids = _fill_primary(primary, scaled(5_000))
+    assert ro.wait_applied(primary.write_lsn)
+    from logtide.replay.primary import rel_tag
+    tags = sorted({rel_tag(r, t[0]) for r, t in tids})[:200]
+    yield primary, ro, tags, tids
+    link.close()
+    ro.close()
+    primary.close()
+    log.close()
+
+
+@pytest.mark.benchmark(group="read-latency")
+def test_read_hot(benchmark, items, reader):
+    primary, ro, tags, _ = reader
+    for t in tags:
+        ro.read_page(t)
+    items(len(tags))
+    benchmark(lambda: [ro.read_page(t) for t in tags])
+
+
+@pytest.mark.benchmark(group="read-latency")
+def test_read_cold(benchmark, items, reader):
+    """Not cached: read from the PageStore, then replay the page's LSNs from the LogIndex."""
+    primary, ro, tags, _ = reader
+    items(len(tags))
+
+    def setup():
+        for t in tags:
+            ro.pool.evict(t)
+        return (), {}
+
+    benchmark.pedantic(lambda: [ro.read_page(t) for t in tags], setup=setup, rounds=10)
+
+
+@pytest.mark.benchmark(group="read-latency")
+def test_read_outdated(benchmark, items, reader):
+    """Cached but OUTDATED: one new record per page since the last read, replayed from the log."""
+    primary, ro, tags, tids = reader
+    items(len(tags))
+    by_block = {}
+    for r, tid in tids:
+        by_block.setdefault((r, tid[0]), (r, tid))
+    targets = [by_block[(t[2], t[4])] for t in tags if (t[2], t[4]) in by_block]
+
+    def setup():
+        for t in tags:
+            ro.read_page(t)
+        for k, (r, tid) in enumerate(targets):
+            targets[k] = (r, primary.update(r, tid, b"u" * 40))
+        assert ro.wait_applied(primary.write_lsn)
+        return (), {}
+
+    benchmark.pedantic(lambda: [ro.read_page(t) for t in tags], setup=setup, rounds=5)
+
+
+def plot(benchmarks: dict, outdir) -> list:
+    """Lag over time, lazy against eager replay."""
+    from pathlib import Path
+    runs = {name: b for name, b in benchmarks.items() if name.startswith("test_replication_lag")}
+    if not runs:
+        return []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, b in sorted(runs.items()):
+        s = b.get("extra_info", {}).get("lag_series") or []
+        if s:
+            ax.plot([t for t, _ in s], [l for _, l in s], lw=0.8, label=name.split("[")[-1].rstrip("]"))
+    ax.set_xlabel("time since start of load (s)")
+    ax.set_ylabel("commit -> visible at RO (ms)")
+    ax.set_title("Replication lag under steady primary load: lazy (LogIndex) vs eager replay")
+    ax.legend()
+    out = Path(outdir) / "replay_lag.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]
