@@ -147,5 +147,9 @@ def run(workdir: Path) -> bool:
     primary.close()
     log.close()
     if errors:
-        print(f"errors: {errors[:3]}")
+        print(f"FAIL: errors in workload threads: {errors[:3]!r}")
+    if not caught_up:
+        print(f"FAIL: an RO node did not reach the final write LSN {final}")
+    if bad:
+        print(f"FAIL: {bad} pages differ from the model")
     return caught_up and bad == 0 and not errors and len(samples) > 0
