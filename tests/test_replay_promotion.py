@@ -1,6 +1,7 @@
 """Promotion in one process: the primary stops without flushing anything, an RO node becomes the
 primary, and every acknowledged write is there; the other RO node follows the new primary."""
 import random
+import time
 
 import pytest
 
@@ -34,7 +35,15 @@ def test_promote_loses_no_acknowledged_write(tmp_path):
             else:
                 data = rng.randbytes(rng.randint(5, 300))
                 acked[primary.insert(REL, data)] = data
+        # let a checkpoint put pages in the store, then write more: the crash loses those pages' buffers
+        assert ro1.wait_applied(primary.write_lsn)
+        deadline = time.monotonic() + 30
+        while primary.store.pages_written == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert primary.store.pages_written > 0
+        for i in range(30):
+            data = rng.randbytes(50)
+            acked[primary.insert(REL, data)] = data
         primary.crash()   # dirty pages are lost; the log has every acknowledged write
         links[0].close()
         new = ro1.promote(log_service=log, pool_pages=64, checkpoint_interval=0.05)

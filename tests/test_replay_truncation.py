@@ -39,12 +39,14 @@ def test_log_and_logindex_shrink_and_a_lagging_node_holds_them(tmp_path):
         # ...then it caches a page and stops: its min used LSN stays where its replayer stopped
         held_tag = rel_tag(REL, 0)
         slow.read_page(held_tag)
-        held = slow.min_used_lsn()
+        held = slow.bg_lsn + 1  # its min used LSN cannot pass this while the replayer stands still
+        assert slow.min_used_lsn() <= held
         for i in range(600):
             tids[i % 300] = primary.update(REL, tids[i % 300], bytes([i % 13]) * 180)
         assert _until(lambda: fast.min_used_lsn() > held + 500)
         time.sleep(0.3)  # a few more checkpoints and feedback rounds
         # truncation is held at the slow node's min used LSN, not the fast one's
+        assert slow.min_used_lsn() == held
         assert primary.truncated_lsn < held
         assert log.get_first_lsn() <= held
         # the slow node can still bring its old cached page up to date
