@@ -302,8 +302,6 @@ def apply(uint8_t[::1] page, tag, const uint8_t[::1] record, uint64_t lsn) -> in
     return rc
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def apply_batch(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uint32_t[:, ::1] tags,
                 const uint8_t[::1] records, const int64_t[::1] offsets, const uint64_t[::1] lsns) -> tuple:
     """Apply n (page, record, LSN) entries in order, without the GIL.
@@ -312,6 +310,18 @@ def apply_batch(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uint3
     block tags[i] of that record. Stops at the first error. Returns (results int8[n], applied,
     first_error_index or -1); results past an error are left at SKIPPED.
     """
+    if offsets.shape[0] != page_rows.shape[0] + 1:
+        raise ValueError("page_rows, tags (n, 5), lsns have n entries and offsets n + 1")
+    return apply_ranges(pages, page_rows, tags, records, offsets[:offsets.shape[0] - 1], offsets[1:], lsns)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def apply_ranges(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uint32_t[:, ::1] tags,
+                 const uint8_t[::1] records, const int64_t[:] starts, const int64_t[:] ends,
+                 const uint64_t[::1] lsns) -> tuple:
+    """apply_batch with entry i's record at records[starts[i]:ends[i]]: entries may share a record
+    (a multi-page record applied to each of its pages) without copying it."""
     cdef Py_ssize_t n = page_rows.shape[0], i, npages = pages.shape[0]
     cdef int64_t a, z
     cdef int rc = 0
@@ -319,19 +329,19 @@ def apply_batch(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uint3
     cdef DecodedRecord r
     if pages.shape[1] != PAGE_SIZE:
         raise ValueError("pages is (m, 8192) uint8")
-    if tags.shape[0] != n or tags.shape[1] != 5 or lsns.shape[0] != n or offsets.shape[0] != n + 1:
-        raise ValueError("page_rows, tags (n, 5), lsns have n entries and offsets n + 1")
+    if tags.shape[0] != n or tags.shape[1] != 5 or lsns.shape[0] != n or starts.shape[0] != n or ends.shape[0] != n:
+        raise ValueError("page_rows, tags (n, 5), lsns, starts and ends have n entries")
     for i in range(n):
         if page_rows[i] < 0 or page_rows[i] >= npages:
             raise IndexError(f"page_rows[{i}] = {page_rows[i]} is outside pages")
-        if offsets[i] < 0 or offsets[i] > offsets[i + 1] or offsets[i + 1] > records.shape[0]:
-            raise ValueError(f"offsets[{i}:{i + 2}] is not a range inside records")
+        if starts[i] < 0 or starts[i] > ends[i] or ends[i] > records.shape[0]:
+            raise ValueError(f"entry {i}: [{starts[i]}, {ends[i]}) is not a range inside records")
     out = np.zeros(n, dtype=np.int8)
     cdef cnp.int8_t[::1] res = out
     with nogil:
         for i in range(n):
-            a = offsets[i]
-            z = offsets[i + 1]
+            a = starts[i]
+            z = ends[i]
             if z == a:
                 rc = REDO_BAD_RECORD
             else:

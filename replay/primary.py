@@ -20,9 +20,9 @@ from typing import Iterator
 import numpy as np
 
 from logtide._ext import page as pg
-from logtide._ext import redo
 from logtide._ext import xlogwriter as xw
 from logtide.errors import LogtideError, ReplicaError
+from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, read_control, write_control
 from logtide.replay.meta_queue import MetaQueue
@@ -106,6 +106,7 @@ class Primary:
             if (spc, db, fork) == (SPC, DB, 0):
                 self._rel_blocks[rel] = self.store.nblocks(spc, db, rel, fork)
         latest = self.wal.latest_lsn()
+        self.write_lsn = latest  # all of it is durable: recovered pages may be flushed
         first = self.wal.first_lsn()
         index_from = max(self.index.replay_needed_from(), first)
         redo_from = max(ctl.consistent_lsn + 1, first)
@@ -115,31 +116,24 @@ class Primary:
             recs = self.wal.read(lsn, 4 << 20)
             if not recs:
                 break
-            tags_all, lsns_all = [], []
-            for rlsn, rec in recs:
-                d = redo.decode(rec)
-                tags = [tuple(b["tag"]) for b in d["blocks"]]
-                if rlsn >= index_from:
-                    tags_all += tags
-                    lsns_all += [rlsn] * len(tags)
-                self._xid = max(self._xid, d["xid"] + 1)
-                for tag in tags:
-                    if tag[:2] == (SPC, DB) and tag[3] == 0:
-                        self._rel_blocks[tag[2]] = max(self._rel_blocks.get(tag[2], 0), tag[4] + 1)
-                if rlsn < redo_from:
-                    continue
-                for tag in tags:
-                    f, _ = self.pool.pin(tag, self._load)
-                    try:
-                        if redo.apply(self.pool.frames[f], tag, rec, rlsn) == redo.APPLIED:
-                            self.pool.mark_dirty(f, rlsn)
-                    finally:
-                        self.pool.unpin(f)
-                n += 1
-            if tags_all:
-                self.index.add(np.array(tags_all, dtype=np.uint32).reshape(-1, 5), np.array(lsns_all, np.uint64))
+            lsns = np.fromiter((l for l, _ in recs), dtype=np.uint64, count=len(recs))
+            offs = np.zeros(len(recs) + 1, dtype=np.int64)
+            np.cumsum([len(r) for _, r in recs], out=offs[1:])
+            blob = np.frombuffer(b"".join(r for _, r in recs), dtype=np.uint8)
+            tags, rec = block_refs(blob, offs)
+            rl = lsns[rec]
+            keep = rl >= index_from
+            self.index.add(tags[keep], rl[keep])
+            xids = blob[(offs[:-1, None] + np.arange(4, 8)).reshape(-1)].view("<u4")
+            self._xid = max(self._xid, int(xids.max()) + 1)
+            ours = (tags[:, 0] == SPC) & (tags[:, 1] == DB) & (tags[:, 3] == 0)
+            for r in np.unique(tags[ours, 2]).tolist():
+                top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
+                self._rel_blocks[r] = max(self._rel_blocks.get(r, 0), top)
+            todo = rl >= redo_from
+            replay_into_pool(self.pool, self._load, blob, offs, lsns, tags[todo], rec[todo])
+            n += int((lsns >= redo_from).sum())
             lsn = recs[-1][0] + 1
-        self.write_lsn = latest
         low = self.pool.min_rec_lsn()
         self.consistent_lsn = max(self.consistent_lsn, latest if low == 0 else low - 1)
         return n
