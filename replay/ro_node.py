@@ -35,7 +35,7 @@ from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
-from logtide.replay.primary import INDEX_DIR, PAGES_DIR, rel_tag
+from logtide.replay.primary import DB, INDEX_DIR, PAGES_DIR, SPC, rel_tag
 from logtide.replay.wal_log import WalLog
 from logtide.replay.xlog_buffer import XlogBuffer
 
@@ -72,6 +72,7 @@ class ReadOnlyNode:
         self.counts = {"batches": 0, "records": 0, "refs": 0, "marked_outdated": 0, "reads": 0, "hot": 0,
                        "cold": 0, "outdated": 0, "replayed": 0, "bg_replayed": 0, "bg_evicted": 0,
                        "rejected_messages": 0}
+        self._rel_blocks: dict[int, int] = {}
         self._active: dict[int, int] = {}   # reading thread id -> the lowest LSN it may read
         self._active_lock = threading.Lock()
         self._q: deque[MetaBatch] = deque()
@@ -156,6 +157,7 @@ class ReadOnlyNode:
                                   batch.metas[batch.offsets[lo]:], batch.offsets[lo:] - batch.offsets[lo])
             tags, rec = redo.meta_tags(batch.metas, batch.offsets)
             lsns = batch.lsns[rec]
+            self._note_blocks(tags)
             if self.mode == LAZY:
                 self._index(tags, lsns, int(batch.lsns[-1]))
             else:
@@ -164,6 +166,17 @@ class ReadOnlyNode:
             self.counts["records"] += len(batch)
             self.counts["refs"] += len(tags)
         self._heard(batch)
+
+    def _note_blocks(self, tags: np.ndarray) -> None:
+        ours = (tags[:, 0] == SPC) & (tags[:, 1] == DB) & (tags[:, 3] == 0)
+        for r in np.unique(tags[ours, 2]).tolist():
+            top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
+            if top > self._rel_blocks.get(r, 0):
+                self._rel_blocks[r] = top
+
+    def nblocks(self, rel: int) -> int:
+        """Blocks of `rel` known to this node: in the page store, or referenced by indexed WAL."""
+        return max(self._rel_blocks.get(rel, 0), self.store.nblocks(SPC, DB, rel, 0))
 
     def _heard(self, batch: MetaBatch) -> None:
         self.consistent_lsn = max(self.consistent_lsn, min(batch.consistent_lsn, self.applied_lsn))
@@ -273,9 +286,9 @@ class ReadOnlyNode:
         block, off = (int(v) for v in tid)
         return pg.get(self.read_page(rel_tag(rel, block))[0], off)
 
-    def scan(self, rel: int, nblocks: int) -> Iterator[tuple[tuple[int, int], bytes]]:
-        """Live tuples of the first `nblocks` blocks of `rel`."""
-        for b in range(nblocks):
+    def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:
+        """Every live tuple of `rel` as of the applied LSN, as ((block, slot), bytes)."""
+        for b in range(self.nblocks(rel)):
             for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items():
                 yield (b, off), t
 

@@ -58,6 +58,7 @@ def test_promote_loses_no_acknowledged_write(tmp_path):
         assert ro2.get(REL, tid) == b"after promotion"
         for t, data in list(acked.items())[:50]:
             assert ro2.get(REL, t) == data
+        assert dict(ro2.scan(REL)) == dict(new.scan(REL))  # a whole-relation scan on the RO node
         ro2.close()
         new.close()
     finally:
