@@ -1,7 +1,12 @@
-"""Physical replication benchmarks: Cython redo against a pure-Python redo of the same WAL.
+"""Physical replication benchmarks.
 
-Baseline: `py_redo`, a straightforward Python implementation of the same record layout and heap
-redo (struct parsing, bytearray pages), the way a replica written in Python would apply WAL.
+- Redo: Cython (batch and per call) against `py_redo`, a straightforward Python implementation of
+  the same record layout and heap redo (struct parsing, bytearray pages).
+- RO apply throughput: the lazy startup worker (WAL meta -> LogIndex + OUTDATED marks) against the
+  eager baseline (read every full record from the log and replay it) on the same stream.
+- Replication lag (commit on the primary -> applied at the RO node) under a steady load, lazy and
+  eager, with a plot of lag over time.
+- Read latency at the RO node of a cold (not cached), hot (cached, current) and outdated page.
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ RATIOS = [
     Ratio("redo apply_batch (Cython, GIL released) vs pure-Python redo", "test_redo_batch", "test_redo_python",
           10.0, 5),
     Ratio("redo per-call apply vs pure-Python redo", "test_redo_per_call", "test_redo_python", 3.0, 5),
+    Ratio("RO apply throughput: lazy (index + mark OUTDATED) vs eager replay of the same stream",
+          "test_ro_apply_lazy", "test_ro_apply_eager", 10.0, 5),
 ]
 
 REL = (1663, 5, 16384)
@@ -239,8 +246,6 @@ def test_redo_python(benchmark, items, redo_work):
 
 
 # ------------------------------------------------------------------ RO apply: lazy (LogIndex) vs eager
-RATIOS.append(Ratio("RO apply throughput: lazy (index + mark OUTDATED) vs eager replay of the same stream",
-                    "test_ro_apply_lazy", "test_ro_apply_eager", 10.0, 5))
 
 NRELS = 8
 
@@ -417,6 +422,12 @@ def reader(tmp_path_factory):
     log.close()
 
 
+def _per_read(benchmark, n: int, kind: str) -> None:
+    st = benchmark.stats.stats
+    benchmark.extra_info["figures"] = {f"{kind}_read_us_median": round(st.median / n * 1e6, 2),
+                                       f"{kind}_read_us_min": round(st.min / n * 1e6, 2)}
+
+
 @pytest.mark.benchmark(group="read-latency")
 def test_read_hot(benchmark, items, reader):
     primary, ro, tags, _ = reader
@@ -424,6 +435,7 @@ def test_read_hot(benchmark, items, reader):
         ro.read_page(t)
     items(len(tags))
     benchmark(lambda: [ro.read_page(t) for t in tags])
+    _per_read(benchmark, len(tags), "hot")
 
 
 @pytest.mark.benchmark(group="read-latency")
@@ -438,6 +450,7 @@ def test_read_cold(benchmark, items, reader):
         return (), {}
 
     benchmark.pedantic(lambda: [ro.read_page(t) for t in tags], setup=setup, rounds=10)
+    _per_read(benchmark, len(tags), "cold")
 
 
 @pytest.mark.benchmark(group="read-latency")
@@ -459,6 +472,7 @@ def test_read_outdated(benchmark, items, reader):
         return (), {}
 
     benchmark.pedantic(lambda: [ro.read_page(t) for t in tags], setup=setup, rounds=5)
+    _per_read(benchmark, len(tags), "outdated")
 
 
 def plot(benchmarks: dict, outdir) -> list:
