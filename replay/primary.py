@@ -93,7 +93,10 @@ class Primary:
                                                  name="checkpointer", daemon=True)
             self._ckpt_thread.start()
 
-    open = classmethod(lambda cls, directory, **kw: cls(directory, **kw))
+    @classmethod
+    def open(cls, directory: str | os.PathLike, **options) -> "Primary":
+        """Open (or create) the primary of `directory`, recovering from its log."""
+        return cls(directory, **options)
 
     # ------------------------------------------------------------------ recovery
     def _load(self, tag, frame) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
-from logtide.errors import CorruptionError, LogtideError, ReplicaError
+from logtide.errors import CorruptionError, ReplicaError
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 
 from logtide.engine.rpc import ServiceDef, connect
 from logtide.errors import LogtideError, ReplicaError

@@ -1,5 +1,4 @@
 """PageStore: durable pages, torn in-place writes repaired from the double-write area, corrupt pages refused."""
-import os
 
 import numpy as np
 import pytest
@@ -8,7 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logtide.errors import CorruptPageError, LogtideError
 from logtide._ext import page as pg
-from logtide.replay.page_store import DW_FILE, DW_SLOT, PageStore
+from logtide.replay.page_store import DW_FILE, PageStore
 
 REL = (1663, 5, 16384, 0)
 

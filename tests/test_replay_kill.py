@@ -3,7 +3,6 @@
 - An RO node killed with SIGKILL mid-stream restarts and catches up.
 - The primary killed with SIGKILL: an RO node is promoted and no acknowledged write is lost.
 """
-import os
 import signal
 import subprocess
 import sys

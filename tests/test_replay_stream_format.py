@@ -1,5 +1,4 @@
 """The WAL-meta stream format: every truncation or byte flip of a message is refused, valid ones round-trip."""
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
