@@ -21,7 +21,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
-from logtide.errors import LogtideError, ReplicaError
+from logtide.errors import InvalidArgument, LogtideError, ReplicaError
 from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, read_control, write_control
@@ -44,6 +44,33 @@ class TupleNotFoundError(LogtideError, KeyError):
 
 def rel_tag(rel: int, block: int) -> tuple:
     return (SPC, DB, rel, 0, block)
+
+
+def _check_rel(rel) -> None:
+    if not isinstance(rel, int) or isinstance(rel, bool) or not 0 <= rel <= 0xFFFFFFFF:
+        raise InvalidArgument(f"rel must be a u32 int, got {rel!r}")
+
+
+def _page_tag(tag) -> tuple:
+    """A PageTag as five ints, or InvalidArgument."""
+    try:
+        t = tuple(int(v) for v in tag)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}") from None
+    if len(t) != 5 or not all(0 <= v <= 0xFFFFFFFF for v in t):
+        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}")
+    return t
+
+
+def _tid(tid) -> tuple[int, int]:
+    """A tuple id (block, slot) as two ints, or InvalidArgument."""
+    try:
+        block, off = (int(v) for v in tid)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"a tid is (block, slot), got {tid!r}") from None
+    if not 0 <= block <= 0xFFFFFFFF or not 1 <= off <= 0xFFFF:
+        raise InvalidArgument(f"a tid is (block u32, slot 1..65535), got {tid!r}")
+    return block, off
 
 
 @dataclass
@@ -170,13 +197,12 @@ class Primary:
     def _check(self, rel: int, data) -> bytes:
         if self._closed:
             raise LogtideError("the primary is closed")
-        if not isinstance(rel, int) or not 0 <= rel <= 0xFFFFFFFF:
-            raise TypeError(f"rel must be a u32 int, got {rel!r}")
+        _check_rel(rel)
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"a tuple is bytes, not {type(data).__name__}")
+            raise InvalidArgument(f"a tuple is bytes, not {type(data).__name__}")
         data = bytes(data)
         if not 1 <= len(data) <= pg.MAX_TUPLE:
-            raise ValueError(f"a tuple is 1..{pg.MAX_TUPLE} bytes, got {len(data)}")
+            raise InvalidArgument(f"a tuple is 1..{pg.MAX_TUPLE} bytes, got {len(data)}")
         return data
 
     def insert(self, rel: int, data: bytes) -> tuple[int, int]:
@@ -247,7 +273,8 @@ class Primary:
         return tids
 
     def _live(self, rel: int, tid) -> tuple[tuple, int]:
-        block, off = (int(v) for v in tid)
+        _check_rel(rel)
+        block, off = _tid(tid)
         if block >= self._rel_blocks.get(rel, 0):
             raise TupleNotFoundError(f"no tuple {rel}:{tid}")
         return rel_tag(rel, block), off
@@ -318,7 +345,7 @@ class Primary:
     # ------------------------------------------------------------------ reads
     def read_page(self, tag) -> tuple[bytes, int]:
         """The page's bytes and the write LSN they reflect."""
-        tag = tuple(int(v) for v in tag)
+        tag = _page_tag(tag)
         with self.locks.page(tag):
             lsn = self.write_lsn
             f, _ = self.pool.pin(tag, self._load)
@@ -329,7 +356,8 @@ class Primary:
 
     def get(self, rel: int, tid) -> bytes | None:
         """The live tuple at `tid`, or None."""
-        block, off = (int(v) for v in tid)
+        _check_rel(rel)
+        block, off = _tid(tid)
         if block >= self._rel_blocks.get(rel, 0):
             return None
         return pg.get(self.read_page(rel_tag(rel, block))[0], off)

@@ -35,13 +35,14 @@ from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
-from logtide.replay.primary import DB, INDEX_DIR, PAGES_DIR, SPC, rel_tag
+from logtide.replay.primary import DB, INDEX_DIR, PAGES_DIR, SPC, _check_rel, _page_tag, _tid, rel_tag
 from logtide.replay.wal_log import WalLog
 from logtide.replay.xlog_buffer import XlogBuffer
 
 log = logging.getLogger("logtide.replay.ro")
 
 LAZY, EAGER = "lazy", "eager"
+
 
 
 class ReadOnlyNode:
@@ -237,7 +238,7 @@ class ReadOnlyNode:
     def read_page(self, tag) -> tuple[bytes, int]:
         """The page at the node's applied LSN N, and N."""
         self._check_serving()
-        tag = tuple(int(v) for v in tag)
+        tag = _page_tag(tag)
         with self.locks.page(tag):
             target = self.applied_lsn   # under the page lock: no half-indexed record for this page
             f, hit = self.pool.pin(tag, self._load)
@@ -283,7 +284,8 @@ class ReadOnlyNode:
 
     def get(self, rel: int, tid) -> bytes | None:
         """The live tuple at `tid` as of the applied LSN, or None."""
-        block, off = (int(v) for v in tid)
+        _check_rel(rel)
+        block, off = _tid(tid)
         return pg.get(self.read_page(rel_tag(rel, block))[0], off)
 
     def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:

@@ -103,3 +103,50 @@ def test_malformed_rpc_frames_get_typed_errors(tmp_path):
         server.stop(0.5)
         primary.close()
         log.close()
+
+
+@pytest.mark.timeout(60)
+def test_bad_tuple_requests_get_typed_errors_over_grpc(tmp_path):
+    """Oversized tuples, wrong tids and missing tuples: typed errors across the wire, nothing written."""
+    from logtide.engine.rpc import RpcServer, connect
+    from logtide.errors import InvalidArgument, InvalidRequest
+    from logtide.replay.primary import TupleNotFoundError
+    from logtide.replay.transport_grpc import REPLAY_NODE, NodeServicer
+
+    class Holder:
+        def __init__(self, node):
+            self.node = node
+
+        def status(self):
+            return self.node.stats()
+
+    log = LogService.open(tmp_path / "log")
+    primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+    server = RpcServer("127.0.0.1:0")
+    server.add_service(REPLAY_NODE, NodeServicer(Holder(primary)))
+    server.start()
+    client = connect(REPLAY_NODE, server.address)
+    try:
+        with pytest.raises(InvalidArgument):
+            client.Insert(rel=REL, data=b"x" * 9000)
+        with pytest.raises(InvalidArgument):
+            client.Insert(rel=REL, data=b"")
+        with pytest.raises(InvalidArgument):
+            client.Update(rel=REL, block=0, slot=0, data=b"y")
+        with pytest.raises(TupleNotFoundError):
+            client.Delete(rel=REL, block=5, slot=1)
+        with pytest.raises(InvalidRequest):
+            client.ReadPage(tag=[1, 2, 3])
+        assert primary.write_lsn == 0  # nothing reached the log
+        r = client.Insert(rel=REL, data=b"fine")  # and the server still serves
+        assert client.Get(rel=REL, block=r.block, slot=r.slot).data == b"fine"
+        assert not client.Get(rel=REL, block=r.block, slot=r.slot + 1).found
+        with pytest.raises(InvalidArgument):
+            primary.insert("16384", b"x")
+        with pytest.raises(InvalidArgument):
+            primary.get(REL, ("a", 1))
+    finally:
+        client.close()
+        server.stop(0.5)
+        primary.close()
+        log.close()
