@@ -197,17 +197,28 @@ class ReadOnlyNode:
             self.applied_lsn = last
 
     def _replay_eager(self, tags: np.ndarray, lsns: np.ndarray, batch: MetaBatch) -> None:
-        for t, lsn in zip(map(tuple, tags.tolist()), lsns.tolist()):
+        # record by record; a record's pages are replayed under all their locks, and the applied LSN
+        # moves under them too, so no reader sees one page of a record applied and another not
+        tl, ll = tags.tolist(), lsns.tolist()
+        i, n = 0, len(ll)
+        while i < n:
+            j = i
+            while j < n and ll[j] == ll[i]:
+                j += 1
+            lsn = ll[i]
             rec = self.xlog.get(lsn)
-            with self.locks.page(t):
-                f, _ = self.pool.pin(t, self._load)
-                try:
-                    if redo.apply(self.pool.frames[f], t, rec, lsn) == redo.APPLIED:
-                        self.pool.mark_dirty(f, lsn)
-                        self.counts["replayed"] += 1
-                finally:
-                    self.pool.unpin(f)
-            self.applied_lsn = max(self.applied_lsn, lsn)
+            refs = [tuple(t) for t in tl[i:j]]
+            with self.locks.record(refs):
+                for t in refs:
+                    f, _ = self.pool.pin(t, self._load)
+                    try:
+                        if redo.apply(self.pool.frames[f], t, rec, lsn) == redo.APPLIED:
+                            self.pool.mark_dirty(f, lsn)
+                            self.counts["replayed"] += 1
+                    finally:
+                        self.pool.unpin(f)
+                self.applied_lsn = lsn
+            i = j
         self.applied_lsn = int(batch.lsns[-1])
 
     # ------------------------------------------------------------------ backend reads
