@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on (port 0 picks one)")
     pp.add_argument("--port-file", default=None, help="write the bound port here once serving")
     pp.add_argument("--checkpoint-interval", type=float, default=1.0)
-    pp.set_defaults(func=run_primary)
+    pp.set_defaults(func=_guarded(run_primary))
     rp = roles.add_parser("ro", help="a read-only node: lazy replay of the primary's WAL meta")
     rp.add_argument("--dir", required=True, help="the shared directory")
     rp.add_argument("--primary", required=True, help="host:port of the primary")
@@ -25,7 +25,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--port-file", default=None)
     rp.add_argument("--node-id", type=int, default=1)
     rp.add_argument("--mode", choices=("lazy", "eager"), default="lazy")
-    rp.set_defaults(func=run_ro)
+    rp.set_defaults(func=_guarded(run_ro))
+
+
+def _guarded(fn):
+    """Report a logtide error (log in use, primary unreachable, corrupt state) as one line, exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        from logtide.errors import LogtideError
+        try:
+            return fn(args)
+        except LogtideError as exc:
+            print(f"logtide replay {args.role}: {type(exc).__name__}: {exc}", flush=True)
+            return 2
+    return run
 
 
 def _write_port(path: str | None, port: int) -> None:
