@@ -165,6 +165,9 @@ class BufferPool:
                 self.usage[f] -= 1
                 continue
             return f
+        if refused:
+            raise BufferPoolFullError(f"no frame of {self.capacity} is free: {len(refused)} hold dirty pages that "
+                                      "may not be written yet (an RO node or the WAL is behind), the rest are pinned")
         raise BufferPoolFullError(f"all {self.capacity} frames are pinned")
 
     def _detach(self, f: int) -> None:

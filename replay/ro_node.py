@@ -96,7 +96,14 @@ class ReadOnlyNode:
 
     # ------------------------------------------------------------------ link to the primary
     def attach(self, start_lsn: int, ready_lsn: int, send_feedback: Callable[[bytes], None]) -> None:
-        """Start from `start_lsn` (the primary's consistent LSN + 1); serve reads once `ready_lsn` is applied."""
+        """Start from `start_lsn` (the primary's consistent LSN + 1); serve reads once `ready_lsn` is applied.
+
+        A node attached again (its primary restarted, or it follows a promoted one) keeps what it has
+        applied: the WAL it indexed is the same WAL, and the stream resumes after its applied LSN.
+        """
+        self._send_feedback = send_feedback
+        if self._started:
+            return
         self.applied_lsn = start_lsn - 1
         self.bg_lsn = start_lsn - 1
         self.consistent_lsn = start_lsn - 1
@@ -106,6 +113,12 @@ class ReadOnlyNode:
             self._started = True
             for t in self._threads:
                 t.start()
+
+    def resume_from(self) -> int:
+        """What to subscribe with: the LSN the primary must keep the WAL from for this node (0 = from
+        the start of the log). A fresh node needs the WAL its LogIndex must index again; a running one
+        its min used LSN."""
+        return self.min_used_lsn() if self._started else self.index.replay_needed_from()
 
     def receive(self, message: bytes) -> int:
         """The receiver: verify a WAL-meta batch message and queue it; returns its record count.

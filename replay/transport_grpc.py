@@ -54,7 +54,7 @@ class GrpcLink:
         self._stop = threading.Event()
         self._stream = None
         self.client = connect(REPLICATION, address)
-        r = self.client.Subscribe(node_id=ro.node_id, index_from=ro.index.replay_needed_from())
+        r = self.client.Subscribe(node_id=ro.node_id, index_from=ro.resume_from())
         ro._link = self
         ro.attach(r.start_lsn, r.ready_lsn, self._feedback)
         self.reconnects = 0
@@ -77,7 +77,7 @@ class GrpcLink:
                     return
                 if isinstance(exc, ReplicaError):  # the primary forgot us (it restarted): subscribe again
                     try:
-                        self.client.Subscribe(node_id=self.ro.node_id, index_from=self.ro.applied_lsn + 1)
+                        self.client.Subscribe(node_id=self.ro.node_id, index_from=self.ro.resume_from())
                     except LogtideError:
                         pass
                 log.info("RO node %s: WAL-meta stream broke (%s); reconnecting", self.ro.node_id, exc)

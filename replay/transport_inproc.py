@@ -17,9 +17,10 @@ class InProcessLink:
         self.primary = primary
         self.ro = ro
         self._stop = threading.Event()
-        start, ready = primary.subscribe(ro.node_id, ro.index.replay_needed_from())
+        start, ready = primary.subscribe(ro.node_id, ro.resume_from())
         ro._link = self
         ro.attach(start, ready, primary.feedback)
+        start = ro.applied_lsn + 1  # a node attached again resumes where it is
         self._thread = threading.Thread(target=self._run, args=(start, batch, heartbeat),
                                         name=f"sender-ro{ro.node_id}", daemon=True)
         self._thread.start()
