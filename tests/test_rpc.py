@@ -182,3 +182,8 @@ def test_service_def_of_the_log_service():
     from logtide.engine.logservice import logservice_pb2
     svc = ServiceDef.from_proto(logservice_pb2, "LogService")
     assert svc.methods["Read"].shape == "server_stream" and svc.methods["Append"].shape == "unary"
+
+
+def test_unbindable_address_is_an_rpc_error():
+    with pytest.raises(RpcError, match="could not listen"):
+        RpcServer("256.0.0.1:1").start()

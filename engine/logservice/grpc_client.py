@@ -23,7 +23,7 @@ class GrpcLogServiceClient(LogServiceClient):
 
     def __init__(self, address: str | None = None, *, transport: Transport | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, timeout: float | None = None,
-                 connect_timeout: float = 10.0, chunk_size: int = 1 << 20) -> None:
+                 connect_timeout: float = 10.0, chunk_size: int = 4 << 20) -> None:
         if transport is None:
             if not isinstance(address, str) or ":" not in address:
                 raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")

@@ -41,7 +41,7 @@ class Segment:
         """A view of count + 1 offsets; only grows, so a view taken under the lock stays valid."""
         return self._starts[: self.count + 1]
 
-    def extend(self, starts: np.ndarray, end: int) -> None:
+    def extend(self, starts, end: int) -> None:
         """Index frames just written: their absolute offsets and the new end of the file."""
         n = len(starts)
         need = self.count + n + 1

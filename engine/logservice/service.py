@@ -27,6 +27,7 @@ from logtide.errors import (
 log = logging.getLogger("logtide.logservice")
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_PREFIX0 = data_prefix(0)
 
 
 def _lsn_arg(name: str, v: object) -> int:
@@ -55,6 +56,7 @@ class LogService(LogServiceClient):
         os.makedirs(dirpath, exist_ok=True)
         self._dir = os.path.abspath(dirpath)
         self._config = LogServiceConfig(self._dir, fsync, segment_size, max_record_size, truncation_interval)
+        self._max_payload = max_record_size - 12
         self._closed = True
         self._lock_fd = os.open(os.path.join(self._dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -132,7 +134,14 @@ class LogService(LogServiceClient):
         return t
 
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
-        self._check_open()
+        if self._closed:
+            raise LogServiceClosed("the log service is closed")
+        if (payload.__class__ is bytes and replica_id.__class__ is int and type.__class__ is int
+                and replica_id == 0 and type == USER_RECORD):  # the common case, fast
+            if len(payload) > self._max_payload:
+                raise RecordTooLarge(f"record data of {len(payload) + 12} bytes exceeds max_record_size "
+                                     f"{self._config.max_record_size}")
+            return self._writer.append(USER_RECORD, _PREFIX0, [payload])
         if isinstance(payload, LogRecord):
             prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
         else:
