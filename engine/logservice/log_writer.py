@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -92,6 +93,9 @@ class LogWriter:
         self._failed: BaseException | None = None
         self._closed = False
         self.groups = 0  # flushes done: appended records / groups = the group-commit factor
+        self.max_commit_delay = 0.001  # seconds; see _gather
+        self._fsync_time = 0.0  # moving average of fdatasync's duration
+        self._last_groups = (0, 0)  # appends in the last two groups
         self._syncer = None
         if fsync == "batch":
             self._batch_interval = batch_sync_interval
@@ -129,11 +133,26 @@ class LogWriter:
         self._lead(me)
         return first
 
+    def _gather(self) -> None:
+        """Commit delay (PostgreSQL's commit_delay): when the last groups show concurrent appenders,
+        those of the group just synced are waking up to append again; without a short wait they
+        would miss this group, and groups would alternate between part-cohorts. Wait until as many
+        appends are queued as in the larger of the last two groups, for at most half an fsync.
+        A lone appender (groups of one) never waits."""
+        expected = max(self._last_groups)
+        if self.fsync != "always" or expected <= 1 or len(self._pending) >= expected:
+            return
+        deadline = time.monotonic() + min(self.max_commit_delay, 0.5 * self._fsync_time)
+        while len(self._pending) < expected and time.monotonic() < deadline:
+            time.sleep(0.00002)
+
     def _lead(self, me: _Waiter) -> None:
         """Flush groups until `me` is durable, then pass leadership on (or drop it)."""
         while me.state != DONE:
+            self._gather()
             with self._mu:
                 batch, self._pending = self._pending, []
+            self._last_groups = (self._last_groups[1], len(batch))
             self._flush(batch)  # raises after failing the batch and everyone queued
         with self._mu:
             self._pass_lead_locked()
@@ -164,7 +183,9 @@ class LogWriter:
         try:
             _write_all(seg.wfd, [w.frames for w in batch])
             if self.fsync == "always":
+                t0 = time.monotonic()
                 os.fdatasync(seg.wfd)
+                self._fsync_time = 0.8 * self._fsync_time + 0.2 * (time.monotonic() - t0)
             abs_starts: list[int] = []
             for w in batch:
                 if len(w.starts) == 1:

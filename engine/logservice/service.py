@@ -195,6 +195,7 @@ class LogService(LogServiceClient):
             visible = min(seg.count, latest - seg.first_lsn + 1) - i
             starts = seg.starts
             k = wal.fit(starts, i, visible, max_size)
+            seg.open_reader()
             return seg, int(starts[i]), int(starts[i + k]), k
 
     def _fetch(self, first_lsn: int, max_size: int):
