@@ -11,12 +11,13 @@ from logtide.errors import InvalidArgument, LogServiceClosed, LogtideError, Reco
 
 pytestmark = pytest.mark.timeout(120)
 
-TRANSPORTS = ["inproc", "grpc"]
+TRANSPORTS = ["inproc", "grpc", "rpc-inproc"]
 
 
 @pytest.fixture(params=TRANSPORTS)
 def client(request, tmp_path):
-    """The embedded service, or a client of it through a real gRPC server on 127.0.0.1:0."""
+    """The embedded service; a client of it through a real gRPC server on 127.0.0.1:0; or that
+    client over the RPC layer's in-process transport."""
     svc = LogService.open(tmp_path / "log", max_record_size=1 << 20)
     if request.param == "inproc":
         try:
@@ -26,6 +27,18 @@ def client(request, tmp_path):
         return
     from logtide import connect_logservice
     from logtide.engine.logservice.grpc_service import LogServiceServer
+    if request.param == "rpc-inproc":
+        # the remote client over the RPC layer's in-process transport: every message is serialized
+        from logtide.engine.logservice.grpc_client import GrpcLogServiceClient
+        from logtide.engine.logservice.grpc_service import LogServiceServicer
+        from logtide.engine.rpc import InProcessTransport
+        c = GrpcLogServiceClient(transport=InProcessTransport(LogServiceServicer(svc, 64 << 20), copy=True))
+        try:
+            yield c
+        finally:
+            c.close()
+            svc.close()
+        return
     server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
     c = connect_logservice(f"127.0.0.1:{server.port}")
     try:
