@@ -232,3 +232,21 @@ def test_closed_client_refuses_calls(tmp_path):
         svc.append(b"y")
     with pytest.raises(LogServiceClosed):
         svc.read(1, 10)
+
+
+def test_append_many_of_numpy_rows(client):
+    import numpy as np
+    rows = np.arange(40 * 24, dtype=np.uint8).reshape(40, 24)
+    first = client.append_many(rows, replica_id=11)
+    recs, nxt = client.read(first, 1 << 20)
+    assert nxt == first + 40 and [r.payload for r in recs] == [r.tobytes() for r in rows]
+    assert {r.replica_id for r in recs} == {11}
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros((3, 4), dtype=np.int32))
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros(5, dtype=np.uint8))
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros((0, 5), dtype=np.uint8))
+    with pytest.raises(RecordTooLarge):
+        client.append_many(np.zeros((2, 1 << 20), dtype=np.uint8))
+    assert client.get_latest_lsn() == first + 39

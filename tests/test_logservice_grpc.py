@@ -78,7 +78,8 @@ def test_reads_stream_in_chunks(tmp_path):
     svc.append_many([bytes([i]) * 1000 for i in range(100)])
     with LogServiceServer(svc, own_service=True) as s, connect_logservice(s.address, chunk_size=4096) as c:
         chunks = c._chunks(1, 1 << 20)
-        assert len(chunks) > 20 and all(len(ch.data) <= 4096 for ch in chunks)
+        assert len(chunks) > 20 and all(len(ch.frames) <= 4096 for ch in chunks)
+        assert sum(ch.count for ch in chunks) == 100 and chunks[-1].last and chunks[-1].next_lsn == 101
         recs, nxt = c.read(1, 1 << 20)
         assert nxt == 101 and [r.payload for r in recs] == [bytes([i]) * 1000 for i in range(100)]
         assert recs == svc.read(1, 1 << 20)[0]
@@ -116,3 +117,18 @@ def test_connect_errors(tmp_path):
         connect_logservice("127.0.0.1:1", connect_timeout=0.5)
     with pytest.raises(InvalidArgument, match="host:port"):
         connect_logservice("no-port-here")
+
+
+def test_bit_rot_reaches_the_client_as_corrupt_log_error(tmp_path):
+    import os
+    from logtide import CorruptLogError
+    svc = LogService.open(tmp_path / "log")
+    svc.append_many([b"q" * 100] * 20)
+    seg = sorted(p for p in os.listdir(tmp_path / "log") if p.endswith(".log"))[0]
+    with open(tmp_path / "log" / seg, "r+b") as f:
+        f.seek(5 * 132 + 60)
+        f.write(b"!")
+    with LogServiceServer(svc, own_service=True) as s, connect_logservice(s.address) as c:
+        with pytest.raises(CorruptLogError, match=seg):
+            c.read(1, 1 << 20)
+        assert [r.lsn for r in c.read(7, 1 << 20)[0]][:1] == [7]  # the server keeps serving

@@ -102,13 +102,17 @@ class LogWriter:
             self._syncer = threading.Thread(target=self._sync_loop, name="logservice-batch-sync", daemon=True)
             self._syncer.start()
 
-    def append(self, rtype: int, prefix: bytes, payloads: list) -> int:
-        """Frame, queue and make durable; returns the first LSN (the others follow in order)."""
+    def append(self, rtype: int, prefix: bytes, payloads) -> int:
+        """Frame, queue and make durable; returns the first LSN (the others follow in order).
+        `payloads` is a list of bytes-like objects, or a 2-D uint8 array (one record per row)."""
         with self._mu:
             if self._closed or self._failed is not None:
                 self._check()
             first = self.next_lsn
-            frames, starts = wal.encode(first, rtype, prefix, payloads)
+            if isinstance(payloads, list):
+                frames, starts = wal.encode(first, rtype, prefix, payloads)
+            else:
+                frames, starts = wal.encode_rows(first, rtype, prefix, payloads)
             self.next_lsn += len(payloads)
             me = _Waiter(first, frames, starts)
             self._pending.append(me)

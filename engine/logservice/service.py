@@ -9,6 +9,8 @@ import os
 import threading
 from typing import Iterable
 
+import numpy as np
+
 from logtide._ext import wal
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
@@ -158,6 +160,8 @@ class LogService(LogServiceClient):
         self._check_open()
         if isinstance(payloads, _BYTES_LIKE):
             raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
+        if isinstance(payloads, np.ndarray):
+            return self._append_rows(payloads, replica_id, type)
         payloads = list(payloads)
         if not payloads:
             raise InvalidArgument("append_many needs at least one payload")
@@ -170,6 +174,18 @@ class LogService(LogServiceClient):
                 raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size} (with the 12-byte header)")
         return self._writer.append(rtype, prefix, payloads)
+
+    def _append_rows(self, rows: np.ndarray, replica_id: int, type: int) -> int:
+        """append_many of a 2-D uint8 array: one record per row, framed without a Python object per row."""
+        if rows.ndim != 2 or rows.dtype != np.uint8:
+            raise InvalidArgument(f"append_many takes a 2-D uint8 array (one payload per row), "
+                                  f"got {rows.ndim}-D {rows.dtype}")
+        if rows.shape[0] == 0:
+            raise InvalidArgument("append_many needs at least one payload")
+        if rows.shape[1] + 12 > self._config.max_record_size:
+            raise RecordTooLarge(f"rows of {rows.shape[1]} bytes exceed max_record_size "
+                                 f"{self._config.max_record_size} (with the 12-byte header)")
+        return self._writer.append(self._type_arg(type), data_prefix(replica_id), np.ascontiguousarray(rows))
 
     # --- read ------------------------------------------------------------------------------------
 
