@@ -149,6 +149,10 @@ def test_bad_arguments_are_typed_errors(client):
     with pytest.raises(InvalidArgument):
         client.append(b"x", replica_id=-1)
     with pytest.raises(InvalidArgument):
+        client.append(b"x", replica_id=True)
+    with pytest.raises(InvalidArgument):
+        client.append(b"x", replica_id=1.0)
+    with pytest.raises(InvalidArgument):
         client.append(b"x", type=-5)
     with pytest.raises(InvalidArgument):
         client.append_many([])

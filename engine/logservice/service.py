@@ -29,7 +29,7 @@ from logtide.errors import (
 log = logging.getLogger("logtide.logservice")
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-_PREFIX0 = data_prefix(0)
+_PREFIXES: dict[int, bytes] = {0: data_prefix(0)}  # replica id -> the 12-byte data header
 
 
 def _lsn_arg(name: str, v: object) -> int:
@@ -138,12 +138,16 @@ class LogService(LogServiceClient):
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
         if self._closed:
             raise LogServiceClosed("the log service is closed")
-        if (payload.__class__ is bytes and replica_id.__class__ is int and type.__class__ is int
-                and replica_id == 0 and type == USER_RECORD):  # the common case, fast
+        if payload.__class__ is bytes and type.__class__ is int and type == USER_RECORD:  # the common case
+            prefix = _PREFIXES.get(replica_id) if replica_id.__class__ is int else None
+            if prefix is None:
+                prefix = data_prefix(replica_id)  # validates
+                if len(_PREFIXES) < 4096 and replica_id.__class__ is int:
+                    _PREFIXES[replica_id] = prefix
             if len(payload) > self._max_payload:
                 raise RecordTooLarge(f"record data of {len(payload) + 12} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size}")
-            return self._writer.append(USER_RECORD, _PREFIX0, [payload])
+            return self._writer.append(USER_RECORD, prefix, [payload])
         if isinstance(payload, LogRecord):
             prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
         else:
