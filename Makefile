@@ -17,7 +17,7 @@ $(PY):
 
 # build requirements, installed once per change of pyproject.toml
 $(VENV)/.build-deps: pyproject.toml | $(PY)
-	$(PIP) install -q --upgrade pip "setuptools>=64" wheel build "Cython>=3.0" "numpy>=1.24" $(QUIET)
+	$(PIP) install -q --upgrade pip "setuptools>=77" wheel build "Cython>=3.0" "numpy>=1.24" $(QUIET)
 	touch $@
 
 venv: $(VENV)/.build-deps

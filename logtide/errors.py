@@ -66,3 +66,18 @@ class MessageTooLarge(RpcError, RecordTooLarge):
 
 class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
+
+class CorruptRecordError(CorruptionError):
+    """A WAL record (PostgreSQL XLogRecord layout) failed its length, header or CRC-32C checks."""
+
+
+class CorruptWalPageError(CorruptionError):
+    """A PostgreSQL WAL page or segment header is damaged (magic, address, continuation)."""
+
+
+class LsnOrderError(LogtideError, ValueError):
+    """An LSN went backwards where LSNs must be non-decreasing."""
+
+
+class ReadOnlyError(LogtideError):
+    """A write was attempted on a read-only (RO mode) LogIndex."""
