@@ -24,35 +24,59 @@ THREADS = 32
 PAYLOAD = b"\xa5" * 256
 
 
-def _in_threads(n: int, fn) -> None:
-    """Run fn(thread index) in n threads started together; re-raise the first failure."""
-    errors = []
-    start = threading.Barrier(n)
+class _Threads:
+    """n persistent threads: run(fn) calls fn(i) in each and waits for all (no thread start-up per round)."""
 
-    def body(t):
-        try:
-            start.wait()
-            fn(t)
-        except BaseException as exc:  # noqa: B902 - reported below
-            errors.append(exc)
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._go = threading.Barrier(n + 1)
+        self._done = threading.Barrier(n + 1)
+        self._fn = None
+        self._errors: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._body, args=(i,), daemon=True) for i in range(n)]
+        for th in self._threads:
+            th.start()
 
-    threads = [threading.Thread(target=body, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
+    def _body(self, i: int) -> None:
+        while True:
+            self._go.wait()
+            if self._fn is None:
+                return
+            try:
+                self._fn(i)
+            except BaseException as exc:  # noqa: B902 - re-raised by run()
+                self._errors.append(exc)
+            self._done.wait()
+
+    def run(self, fn) -> None:
+        self._fn = fn
+        self._go.wait()
+        self._done.wait()
+        if self._errors:
+            raise self._errors[0]
+
+    def close(self) -> None:
+        self._fn = None
+        self._go.wait()
+        for th in self._threads:
+            th.join()
+
+
+@pytest.fixture
+def threads():
+    pool = _Threads(THREADS)
+    yield pool
+    pool.close()
 
 
 @pytest.mark.benchmark(group="logservice-append")
-def test_append_32_threads_fsync_always(benchmark, items, tmp_path):
+def test_append_32_threads_fsync_always(benchmark, items, tmp_path, threads):
     from logtide import LogService
-    per = max(4, scaled(1600, minimum=128) // THREADS)
+    per = max(4, scaled(3200, minimum=128) // THREADS)
     n = items(per * THREADS)
     with LogService.open(tmp_path / "log", fsync="always") as svc:
         def run():
-            _in_threads(THREADS, lambda t: [svc.append(PAYLOAD, replica_id=t) for _ in range(per)])
+            threads.run(lambda t: [svc.append(PAYLOAD, replica_id=t) for _ in range(per)])
         g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
         benchmark(run)
         st = svc.stats()
@@ -63,7 +87,7 @@ def test_append_32_threads_fsync_always(benchmark, items, tmp_path):
 @pytest.mark.benchmark(group="logservice-append")
 def test_append_1_thread_fsync_always(benchmark, items, tmp_path):
     from logtide import LogService
-    n = items(scaled(200, minimum=20))
+    n = items(scaled(400, minimum=20))
     with LogService.open(tmp_path / "log", fsync="always") as svc:
         def run():
             for _ in range(n):
@@ -72,7 +96,7 @@ def test_append_1_thread_fsync_always(benchmark, items, tmp_path):
 
 
 @pytest.mark.benchmark(group="logservice-append")
-def test_sqlite_wal_full_32_threads(benchmark, items, tmp_path):
+def test_sqlite_wal_full_32_threads(benchmark, items, tmp_path, threads):
     per = max(2, scaled(400, minimum=64) // THREADS)
     items(per * THREADS)
     path = str(tmp_path / "log.sqlite")
@@ -90,7 +114,7 @@ def test_sqlite_wal_full_32_threads(benchmark, items, tmp_path):
             c = conns[t]
             for _ in range(per):
                 c.execute("INSERT INTO log (replica, payload) VALUES (?, ?)", (t, PAYLOAD))  # one txn each
-        _in_threads(THREADS, body)
+        threads.run(body)
 
     try:
         benchmark(run)
@@ -220,7 +244,7 @@ def test_read_batch_4k_grpc(benchmark, items, grpc_4k):
 
 
 @pytest.mark.benchmark(group="logservice-append")
-def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path):
+def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path, threads):
     from logtide import LogService, connect_logservice
     from logtide.engine.logservice.grpc_service import LogServiceServer
     per = max(4, scaled(1600, minimum=128) // THREADS)
@@ -230,7 +254,7 @@ def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path):
     client = connect_logservice(server.address)
     try:
         def run():
-            _in_threads(THREADS, lambda t: [client.append(PAYLOAD, replica_id=t) for _ in range(per)])
+            threads.run(lambda t: [client.append(PAYLOAD, replica_id=t) for _ in range(per)])
         benchmark(run)
     finally:
         client.close()
