@@ -223,12 +223,40 @@ def test_file_read_4k_ceiling(benchmark, items, log_4k):
 
 
 # --- gRPC beside in-process -----------------------------------------------------------------------
+# The server runs as `logtide logservice serve` in its own process, as deployed: client and server
+# do not share a GIL.
+
+class _Served:
+    def __init__(self, path, **flags):
+        import shutil
+        import subprocess
+        import sys
+        from pathlib import Path
+        exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
+        cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
+            "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
+            "--max-message-size", str(64 << 20)] + [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+        # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=str(Path(path).parent))
+        line = self.proc.stdout.readline()
+        if " on " not in line:
+            self.proc.kill()
+            raise RuntimeError(f"logservice serve did not start: {line!r}")
+        self.address = line.split(" on ")[1].split()[0]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
 
 @pytest.fixture(scope="module")
-def grpc_4k(log_4k):
+def grpc_4k(tmp_path_factory):
     from logtide import connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
-    server = LogServiceServer(log_4k, "127.0.0.1:0", max_message_size=64 << 20)
+    path = tmp_path_factory.mktemp("grpc4k") / "log"
+    _filled(path, 4096, scaled(128 << 20, minimum=4 << 20)).close()
+    server = _Served(path)
     client = connect_logservice(server.address, max_message_size=64 << 20)
     yield client
     client.close()
@@ -245,12 +273,10 @@ def test_read_batch_4k_grpc(benchmark, items, grpc_4k):
 
 @pytest.mark.benchmark(group="logservice-append")
 def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path, threads):
-    from logtide import LogService, connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide import connect_logservice
     per = max(4, scaled(1600, minimum=128) // THREADS)
     items(per * THREADS)
-    svc = LogService.open(tmp_path / "log", fsync="always")
-    server = LogServiceServer(svc, "127.0.0.1:0", max_workers=THREADS + 4, own_service=True)
+    server = _Served(tmp_path / "log", fsync="always")
     client = connect_logservice(server.address)
     try:
         def run():
@@ -276,10 +302,9 @@ def test_append_1_thread_fsync_never_inproc(benchmark, items, tmp_path):
 @pytest.mark.benchmark(group="logservice-append")
 def test_append_1_thread_fsync_never_grpc(benchmark, items, tmp_path):
     """The same over gRPC on 127.0.0.1: the per-call cost of the transport."""
-    from logtide import LogService, connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide import connect_logservice
     n = items(scaled(2000, minimum=200))
-    server = LogServiceServer(LogService.open(tmp_path / "log", fsync="never"), own_service=True)
+    server = _Served(tmp_path / "log", fsync="never")
     client = connect_logservice(server.address)
     try:
         def run():
