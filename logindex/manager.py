@@ -25,6 +25,7 @@ from logtide.logindex.table_format import BLOOM_BLOCK, BLOOM_EXPECTED, META_NAME
 
 MAX_LSN = (1 << 64) - 1
 _BITS = 4064
+_NBITS = _BITS * 8
 
 
 class LogIndex:
@@ -32,6 +33,7 @@ class LogIndex:
 
     def __init__(self, directory: Path, mode: str, ring_size: int, max_segments: int, table_cache: int):
         self.dir = Path(directory)
+        self._meta_path = str(self.dir / META_NAME)
         self.mode = mode
         self.primary = mode == "primary"
         self.ring = MemtableRing(ring_size, max_segments)
@@ -44,6 +46,7 @@ class LogIndex:
         self._tmin = np.zeros(16, np.uint64)
         self._tmax = np.zeros(16, np.uint64)
         self._bits = np.zeros((16, _BITS), np.uint8)
+        self._slices = np.zeros((_NBITS, 1), np.uint64)   # the blooms bit-sliced: bit p of table j
         self._has_bloom = np.zeros(16, np.uint8)
         self._loaded: list = []
         self._cached: dict[int, None] = {}
@@ -121,7 +124,7 @@ class LogIndex:
 
     def _stat_meta(self):
         try:
-            st = os.stat(self.dir / META_NAME)
+            st = os.stat(self._meta_path)
             return st.st_ino, st.st_mtime_ns, st.st_size
         except FileNotFoundError:
             return None
@@ -137,6 +140,9 @@ class LogIndex:
         bits = np.zeros((cap, _BITS), np.uint8)
         bits[:self._n] = self._bits[:self._n]
         self._bits = bits
+        slices = np.zeros((_NBITS, (cap + 63) // 64), np.uint64)
+        slices[:, :self._slices.shape[1]] = self._slices
+        self._slices = slices
 
     def _append_table(self, tid: int, bloom: Bloom4K | None) -> None:
         """Register saved table tid, with its bloom block (read from disk when not given)."""
@@ -151,6 +157,7 @@ class LogIndex:
         if bloom is not None:
             raw = bloom.to_bytes()
             self._bits[j] = np.frombuffer(raw, np.uint8, _BITS, 32)
+            _mt.slices_add(self._slices, self._bits[j], j)
             self._has_bloom[j] = 1
             self._tmin[j], self._tmax[j] = bloom.min_lsn, bloom.max_lsn
         else:
@@ -166,6 +173,11 @@ class LogIndex:
         self._tmax[:n] = self._tmax[drop:self._n].copy()
         self._has_bloom[:n] = self._has_bloom[drop:self._n].copy()
         self._bits[:n] = self._bits[drop:self._n].copy()
+        self._bits[n:self._n] = 0
+        self._slices[:] = 0
+        for j in range(n):
+            if self._has_bloom[j]:
+                _mt.slices_add(self._slices, self._bits[j], j)
         base = self.meta.min_table_id
         for j in range(drop):
             self._cached.pop(base + j, None)
@@ -410,16 +422,37 @@ class LogIndex:
 
     # -- lookup --
 
-    def _visible_tables(self) -> int:
+    def _visible_tables(self, live=None) -> int:
         """Saved tables served from disk: those older than every in-memory memtable."""
-        live = self.ring.live_tables()
+        if live is None:
+            live = self.ring.live_tables()
         if live:
             return max(0, min(self._n, live[0].table_id - self.meta.min_table_id))
         return self._n
 
     def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
         """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
-        offsets, out = self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)
+        if self._closed:
+            self._check_open()
+        if not self.primary:
+            self.refresh()
+        live = self.ring.live_tables()
+        n = self._visible_tables(live)
+        for _ in range(16):
+            res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax, n,
+                                 self._loaded, live, self._k)
+            if type(res) is not int:
+                break
+            self._table(res)  # load the candidate table, then walk again
+        if type(res) is int or isinstance(res[0], str):
+            # many candidates, or more than the table cache holds: the batch path keeps them all
+            return self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)[1]
+        out, read, bloom, rng = res
+        st = self._stats
+        st["lookups"] += 1
+        st["tables_read"] += read
+        st["tables_skipped_bloom"] += bloom
+        st["tables_skipped_range"] += rng
         return out
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
@@ -429,21 +462,24 @@ class LogIndex:
             self.refresh()
         tags = tag_array(tags)
         n = self._visible_tables()
-        offsets, idx, counts = _mt.scan_tables(tags, self._bits, self._has_bloom, self._k, self._tmin,
-                                               self._tmax, n, min_lsn, max_lsn)
-        uniq = np.unique(idx).tolist() if len(idx) > 1 else idx.tolist()
-        if len(uniq) <= self.table_cache:
-            tables = self._loaded   # LRU: loading these never evicts one of them
-        else:
-            tables = list(self._loaded)  # more candidates than the cache holds: keep them all for this call
-        for j in uniq:
-            tables[j] = self._table(j)
+        live = self.ring.live_tables()
+        tables = self._loaded
+        while True:
+            res = _mt.lookup_tables(tags, self._slices, self._has_bloom, self._k, self._tmin, self._tmax, n,
+                                    tables, live, min_lsn, max_lsn)
+            if res[0] == "ok":
+                break
+            # load the candidate tables; a private copy of the list keeps all of them for this call
+            tables = list(tables)
+            for j in res[1].tolist():
+                tables[j] = self._table(j)
+        _, offsets, out, counts = res
         st = self._stats
         st["lookups"] += len(tags)
         st["tables_read"] += int(counts[0])
         st["tables_skipped_bloom"] += int(counts[1])
         st["tables_skipped_range"] += int(counts[2])
-        return _mt.gather_lsns(tags, offsets, idx, tables, self.ring.live_tables(), min_lsn, max_lsn)
+        return offsets, out
 
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
         """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
