@@ -263,6 +263,8 @@ class LogIndex:
     def insert(self, tag, lsn: int) -> bool:
         """Index that the record at lsn touched page tag. False when it was already saved."""
         self._check_open()
+        if not 0 <= lsn <= MAX_LSN:
+            raise ValueError(f"an LSN is a u64, got {lsn}")
         if self.meta.has_tables and lsn <= self.meta.max_lsn:
             if lsn < self.meta.max_lsn or tuple(tag) in self._boundary_tags():
                 self._stats["skipped_saved"] += 1

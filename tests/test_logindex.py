@@ -265,3 +265,26 @@ def test_lookup_with_tiny_table_cache(tmp_path):
     assert ro.lsns(tag).tolist() == list(range(3, 400, 3))
     offsets, found = ro.lsns_many(np.array([tag, (1, 2, 3, 0, 1001)], np.uint32))
     assert found[:offsets[1]].tolist() == list(range(3, 400, 3)) and found[offsets[1]:].tolist() == [1]
+
+
+def test_bad_input_is_refused_without_damage(tmp_path):
+    li = LogIndex.open(tmp_path)
+    li.insert((1, 2, 3, 0, 4), 10)
+    for bad_tag in ("1/2/3/0/4", (1, 2, 3), (1, 2, 3, 0, -1), (1, 2, 3, 0, 2**32)):
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            li.insert(bad_tag, 11)
+    for bad_lsn in (-1, 2**64):
+        with pytest.raises(ValueError):
+            li.insert((1, 2, 3, 0, 4), bad_lsn)
+    with pytest.raises(ValueError):
+        li.insert_many(np.zeros((2, 5), np.uint32), np.array([-5, 3]))
+    with pytest.raises(ValueError):
+        li.insert_many(np.zeros((2, 4), np.uint32), np.array([11, 12], np.uint64))
+    with pytest.raises(LsnOrderError, match="row 1"):
+        li.insert_many(np.zeros((2, 5), np.uint32), np.array([20, 19], np.uint64))
+    assert li.lsns((1, 2, 3, 0, 4)).tolist() == [10]
+    li.insert((1, 2, 3, 0, 4), 11)
+    assert li.lsns((1, 2, 3, 0, 4)).tolist() == [10, 11]
+    li.close()
+    with pytest.raises(Exception, match="closed"):
+        li.lsns((1, 2, 3, 0, 4))
