@@ -489,6 +489,8 @@ class LogIndex:
             for lsn, t in zip(lsns.tolist(), tags.tolist()):
                 yield lsn, tuple.__new__(PageTag, t)
 
+    iter_from = iter_lsn   # the DESIGN's name for the LSN iterator
+
     def iter_lsn_arrays(self, from_lsn: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """iter_lsn() as (lsns, tags) arrays, one pair per table or memtable."""
         self._check_open()
