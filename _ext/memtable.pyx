@@ -18,12 +18,15 @@ LSNs must be non-decreasing: a smaller LSN raises LsnOrderError; the same (tag, 
 DUPLICATE and stores nothing. FULL and PREFIX_CHANGE leave the memtable untouched.
 """
 import struct
+from operator import index as _index
 
 import numpy as np
 cimport numpy as cnp
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.long cimport PyLong_AsUnsignedLong
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset, memcmp, memmove
 
@@ -519,9 +522,16 @@ cdef class Memtable:
 
 cdef int _tag_fields(object tag, uint32_t* out) except -1:
     cdef int i
-    if isinstance(tag, tuple) and len(<tuple>tag) == 5:
+    cdef unsigned long v
+    if isinstance(tag, tuple) and PyTuple_GET_SIZE(tag) == 5:
         for i in range(5):
-            out[i] = (<tuple>tag)[i]
+            x = <object>PyTuple_GET_ITEM(tag, i)
+            if not isinstance(x, int):
+                x = _index(x)  # numpy integers and other __index__ types
+            v = PyLong_AsUnsignedLong(x)  # OverflowError on negatives
+            if v > 0xFFFFFFFFUL:
+                raise OverflowError(f"PageTag fields are u32, got {v}")
+            out[i] = <uint32_t>v
         return 0
     if isinstance(tag, (list, np.ndarray)) and len(tag) == 5:
         for i in range(5):

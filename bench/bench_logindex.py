@@ -61,11 +61,11 @@ def test_memtable_insert_per_call(benchmark, items, inserts):
     _, _, tag_list, lsn_list = inserts
     items(len(tag_list))
 
-    def run():
+    def run(full=FULL):
         m = Memtable()
         ins = m.insert
         for t, l in zip(tag_list, lsn_list):
-            if ins(t, l) == FULL:  # a full memtable is reset, as the ring would hand over a free one
+            if ins(t, l) == full:  # a full memtable is reset, as the ring would hand over a free one
                 m.reset(0)
                 ins(t, l)
         return m
