@@ -18,10 +18,10 @@ from logtide import Bloom4K
 from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
 from logtide.pagetag import PageTag, tag_array
 from logtide._ext import memtable as _mt
-from logtide.logindex.memtable_ring import MemtableRing, State
+from logtide.logindex.memtable_ring import MemtableRing
 from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
 from logtide.logindex.table_file import TableStore
-from logtide.logindex.table_format import BLOOM_BLOCK, BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
+from logtide.logindex.table_format import BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
 
 MAX_LSN = (1 << 64) - 1
 _BITS = 4064

@@ -122,7 +122,6 @@ class LogIndexMachine(RuleBasedStateMachine):
             return
         hi_cut = self.history[len(self.history) // 2][0] if self.history else 0
         for tag in TAGS:
-            full = self.lists.get(tag, [])
             for lo, hi in ((0, MAX), (hi_cut, MAX), (0, hi_cut)):
                 got = self.li.lsns(tag, lo, hi)
                 assert got.dtype == np.uint64
