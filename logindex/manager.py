@@ -55,8 +55,9 @@ class LogIndex:
         self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
         self._next_table_id = 0
         self._last_lsn = 0
-        self._stats = dict(lookups=0, tables_read=0, tables_skipped_bloom=0, tables_skipped_range=0,
-                           tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
+        self._counts = [0, 0, 0, 0]   # lookups, tables read, skipped by bloom, skipped by LSN range
+        self._view = ((None,), [], 0)
+        self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
                            inserted=0, skipped_saved=0)
         self._closed = False
 
@@ -434,27 +435,48 @@ class LogIndex:
 
     def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
         """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
-        if self._closed:
+        if self._closed or not self.primary:
             self._check_open()
-        if not self.primary:
             self.refresh()
+        view = self._view
+        if view[0] != (self.ring.version, self._n, self.meta.min_table_id):
+            view = self._make_view()
+        res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax, view[2],
+                             self._loaded, view[1], self._k)
+        if type(res) is tuple and type(res[1]) is int:
+            out, read, bloom, rng = res
+            c = self._counts
+            c[0] += 1
+            c[1] += read
+            c[2] += bloom
+            c[3] += rng
+            return out
+        return self._lsns_slow(tag, min_lsn, max_lsn, res)
+
+    def _make_view(self):
+        """What lookups need from the ring, cached until the ring or the saved tables change."""
         live = self.ring.live_tables()
-        n = self._visible_tables(live)
+        self._view = ((self.ring.version, self._n, self.meta.min_table_id), live, self._visible_tables(live))
+        return self._view
+
+    def _lsns_slow(self, tag, min_lsn: int, max_lsn: int, res) -> np.ndarray:
+        """lsns() when candidate tables must be loaded first, or there are very many of them."""
+        view = self._view
         for _ in range(16):
-            res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax, n,
-                                 self._loaded, live, self._k)
             if type(res) is not int:
                 break
             self._table(res)  # load the candidate table, then walk again
+            res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax,
+                                 view[2], self._loaded, view[1], self._k)
         if type(res) is int or isinstance(res[0], str):
-            # many candidates, or more than the table cache holds: the batch path keeps them all
+            # more candidates than the table cache holds: the batch path keeps them all for the call
             return self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)[1]
         out, read, bloom, rng = res
-        st = self._stats
-        st["lookups"] += 1
-        st["tables_read"] += read
-        st["tables_skipped_bloom"] += bloom
-        st["tables_skipped_range"] += rng
+        c = self._counts
+        c[0] += 1
+        c[1] += read
+        c[2] += bloom
+        c[3] += rng
         return out
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
@@ -476,11 +498,11 @@ class LogIndex:
             for j in res[1].tolist():
                 tables[j] = self._table(j)
         _, offsets, out, counts = res
-        st = self._stats
-        st["lookups"] += len(tags)
-        st["tables_read"] += int(counts[0])
-        st["tables_skipped_bloom"] += int(counts[1])
-        st["tables_skipped_range"] += int(counts[2])
+        c = self._counts
+        c[0] += len(tags)
+        c[1] += int(counts[0])
+        c[2] += int(counts[1])
+        c[3] += int(counts[2])
         return offsets, out
 
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
@@ -526,6 +548,7 @@ class LogIndex:
     def stats(self) -> dict:
         """Counters: lookups, tables read / skipped by bloom / skipped by LSN range, flushes, ..."""
         st = dict(self._stats)
+        st["lookups"], st["tables_read"], st["tables_skipped_bloom"], st["tables_skipped_range"] = self._counts
         walked = st["tables_read"] + st["tables_skipped_bloom"]
         st["bloom_skip_rate"] = st["tables_skipped_bloom"] / walked if walked else 0.0
         st["saved_tables"] = self._n
