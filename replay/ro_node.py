@@ -44,6 +44,19 @@ log = logging.getLogger("logtide.replay.ro")
 LAZY, EAGER = "lazy", "eager"
 
 
+def _unique_tags(tags: np.ndarray) -> np.ndarray:
+    """The distinct rows of an (n, 5) tag array (order not kept)."""
+    if len(tags) and (tags[:, (0, 1, 3)] == tags[0, (0, 1, 3)]).all():
+        # one tablespace, database and fork (the usual batch): dedupe (rel, block) as one u64
+        keys = np.unique((tags[:, 2].astype(np.uint64) << np.uint64(32)) | tags[:, 4].astype(np.uint64))
+        out = np.empty((len(keys), 5), dtype=np.uint32)
+        out[:, (0, 1, 3)] = tags[0, (0, 1, 3)]
+        out[:, 2] = (keys >> np.uint64(32)).astype(np.uint32)
+        out[:, 4] = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        return out
+    return np.array(list({t: None for t in map(tuple, tags.tolist())}), dtype=np.uint32).reshape(-1, 5)
+
+
 
 class ReadOnlyNode:
     """An RO node over the shared directory, fed by a link to the primary (see transport modules)."""
@@ -183,10 +196,12 @@ class ReadOnlyNode:
 
     def _note_blocks(self, tags: np.ndarray) -> None:
         ours = (tags[:, 0] == SPC) & (tags[:, 1] == DB) & (tags[:, 3] == 0)
-        for r in np.unique(tags[ours, 2]).tolist():
-            top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
-            if top > self._rel_blocks.get(r, 0):
-                self._rel_blocks[r] = top
+        rels, inv = np.unique(tags[ours, 2], return_inverse=True)
+        top = np.zeros(len(rels), dtype=np.int64)
+        np.maximum.at(top, inv.reshape(-1), tags[ours, 4].astype(np.int64) + 1)
+        for r, t in zip(rels.tolist(), top.tolist()):
+            if t > self._rel_blocks.get(r, 0):
+                self._rel_blocks[r] = t
 
     def nblocks(self, rel: int) -> int:
         """Blocks of `rel` known to this node: in the page store, or referenced by indexed WAL."""
@@ -198,7 +213,7 @@ class ReadOnlyNode:
             self._applied_cv.notify_all()
 
     def _index(self, tags: np.ndarray, lsns: np.ndarray, last: int) -> None:
-        uniq = list({t: None for t in map(tuple, tags.tolist())})
+        uniq = _unique_tags(tags)
         with self.locks.record(uniq):   # the batch is one mini-transaction for its pages
             if self._index_hook is None:
                 self.index.add(tags, lsns)

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logtide._ext import page as pg
@@ -198,3 +198,20 @@ def test_mini_transaction_blocks_page_readers_until_all_pages_indexed():
     [t.join() for t in ts]
     assert sorted(seen) == [(a, 11), (b, 11)]
     assert locks.waits >= 2
+
+
+@given(st.lists(st.tuples(st.sampled_from([1663, 1664]), st.sampled_from([5, 6]), st.integers(0, 2**32 - 1),
+                          st.sampled_from([0, 1]), st.integers(0, 2**32 - 1)), max_size=60), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_batch_dedupe_and_stripes_match_per_tag(tags, same):
+    """The startup worker's array forms (distinct pages, lock stripes) agree with the per-tag forms."""
+    from logtide.replay.ro_node import _unique_tags
+    if same:
+        tags = [(1663, 5, t[2] % 4, 0, t[4] % 50) for t in tags]
+    arr = np.array(tags, dtype=np.uint32).reshape(-1, 5)
+    uniq = _unique_tags(arr)
+    assert sorted(map(tuple, uniq.tolist())) == sorted(set(map(tuple, arr.tolist())))
+    locks = MiniTransLocks()
+    assert locks.stripes_of(arr) == locks.stripes_of([tuple(t) for t in tags])
+    for t in tags[:5]:
+        assert locks._stripe(t) in locks.stripes_of(arr)
