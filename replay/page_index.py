@@ -1,12 +1,11 @@
 """PageIndex: replay's use of the LogIndex, serialized for the threads that share it.
 
-The primary keeps the LogIndex of the shared directory in primary mode (it flushes full memtables
-to table files and the meta file, and truncates whole table files). An RO node opens the same
-directory in RO mode: it indexes the WAL meta it receives into its own memtables, reads the
-primary's table files for older entries, and reuses a memtable once the primary's meta file says
-it is saved. Both index exactly the same rows in the same order from the last saved LSN on, so
-their memtables line up table for table. Only full memtables are flushed, never the active one,
-for the same reason.
+The primary keeps the LogIndex of the shared directory (primary mode: it flushes full memtables to
+table files under the meta file, and truncates whole table files). Each RO node keeps its own
+LogIndex in a private local directory: it indexes the WAL meta it receives from its start LSN,
+flushes and truncates it at its own min used LSN, and never touches the shared one. (Issue 3's RO
+mode, which follows the primary's meta file and reuses saved tables, skipped rows the primary had
+already saved while the node's matching memtable was still live: lookups then missed LSNs.)
 """
 from __future__ import annotations
 

@@ -379,13 +379,15 @@ class Primary:
         """Register an RO node; returns (start LSN, ready LSN).
 
         The node is streamed WAL meta from the start LSN: the consistent LSN + 1 (every change before
-        it is on storage), or earlier when the node's LogIndex must index from `index_from` (the last
-        LSN the LogIndex saved). It may serve reads once it has applied the ready LSN (every page on
+        it is on storage), or `index_from` when that is lower and not 0 (a running node re-attaching
+        with its min used LSN). It may serve reads once it has applied the ready LSN (every page on
         storage is at or below it). Until it reports, the flush limit stays at the consistent LSN.
         """
         with self._wal_lock, self._replica_lock:
             start = self.consistent_lsn + 1
-            start = max(min(start, index_from or self.wal.first_lsn()), self.wal.first_lsn())
+            if index_from:
+                start = min(start, index_from)
+            start = max(start, self.wal.first_lsn())
             self.replicas[node_id] = ReplicaState(min(self.consistent_lsn, start - 1), start, time.monotonic())
             ready = self.write_lsn  # no stored page is newer
             try:
