@@ -46,6 +46,22 @@ log = logging.getLogger("logtide.replay.ro")
 LAZY, EAGER = "lazy", "eager"
 
 
+def _remove_stale_index_dirs() -> None:
+    """Remove the private LogIndex directories of RO nodes whose process is gone (killed with SIGKILL)."""
+    import glob
+    import re
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), "logtide-ro*-pid*-logindex-*")):
+        m = re.search(r"-pid(\d+)-logindex-", os.path.basename(d))
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
+
+
 def _unique_tags(tags: np.ndarray) -> np.ndarray:
     """The distinct rows of an (n, 5) tag array (order not kept)."""
     if len(tags) and (tags[:, (0, 1, 3)] == tags[0, (0, 1, 3)]).all():
@@ -77,7 +93,8 @@ class ReadOnlyNode:
         # The node's own LogIndex, in a private local directory: it indexes from its start LSN and
         # truncates itself at its min used LSN. (Following the primary's tables in RO mode lost rows:
         # rows the primary had saved while this node's matching memtable was still live were skipped.)
-        self._index_dir = tempfile.mkdtemp(prefix=f"logtide-ro{node_id}-logindex-")
+        _remove_stale_index_dirs()
+        self._index_dir = tempfile.mkdtemp(prefix=f"logtide-ro{node_id}-pid{os.getpid()}-logindex-")
         self.index = PageIndex.open(self._index_dir, "primary", logindex_segments)
         # eager pages are newer than storage and cannot be written back: they must stay resident
         self.pool = BufferPool(pool_pages, evict_dirty=(lambda tag, page: False) if mode == EAGER else None)
