@@ -27,3 +27,9 @@ __all__ = [
     "tag_array",
     "tag_rows",
 ]
+
+# meta-service (engine/meta): the embedded service and its gRPC client
+from logtide.engine.meta import MetaService  # noqa: E402
+from logtide.engine.meta.client import connect_meta  # noqa: E402
+
+__all__ += ["MetaService", "connect_meta"]
