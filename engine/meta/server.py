@@ -1,6 +1,7 @@
 """The meta-service gRPC server: Write / Read / Watch over canonical JSON, watch as a server stream."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from concurrent import futures
@@ -29,12 +30,35 @@ def _parse(request: bytes) -> dict:
 
 
 class MetaServer:
-    """Serves one MetaService on a gRPC address; `port` is the bound port (listen on :0 for a free one)."""
+    """Serves one MetaService on a gRPC address; `port` is the bound port (listen on :0 for a free one).
+
+    The server is grpc.aio on its own event-loop thread: reads run inline on the loop (they are
+    in-memory), writes run on a thread pool so concurrent writers share the log's group commit.
+    """
 
     def __init__(self, service: MetaService, listen: str = "127.0.0.1:0", max_workers: int = 32):
         self.service = service
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="meta-rpc"),
+        self._listen = listen
+        self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="meta-rpc")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="meta-rpc-loop")
+        self._thread.start()
+        self._stopped = threading.Event()
+        try:
+            self.port = self._on_loop(self._setup())
+        except BaseException:
+            self._shutdown_loop()
+            raise
+        host = listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+        if service.leader is None:
+            service.leader = self.address   # single node: this server is the leader
+
+    def _on_loop(self, coro, timeout: Optional[float] = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _setup(self) -> int:
+        self._server = grpc.aio.server(
             options=[("grpc.max_receive_message_length", G.MAX_MESSAGE_BYTES),
                      ("grpc.max_send_message_length", G.MAX_MESSAGE_BYTES)])
         handlers = {
@@ -43,88 +67,108 @@ class MetaServer:
             G.METHOD_WATCH: grpc.unary_stream_rpc_method_handler(self._watch),
         }
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(G.SERVICE, handlers),))
-        self.port = self._server.add_insecure_port(listen)
-        if self.port == 0:
-            raise MetaUnavailableError(f"cannot listen on {listen}")
-        host = listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{self.port}"
-        if service.leader is None:
-            service.leader = self.address   # single node: this server is the leader
-        self._stopped = threading.Event()
+        port = self._server.add_insecure_port(self._listen)
+        if port == 0:
+            raise MetaUnavailableError(f"cannot listen on {self._listen}")
+        return port
 
     def start(self) -> "MetaServer":
-        self._server.start()
+        self._on_loop(self._server.start())
         return self
 
     def stop(self, grace: Optional[float] = 1.0) -> None:
+        if self._stopped.is_set():
+            return
         self._stopped.set()
-        self._server.stop(grace).wait()
+        try:
+            self._on_loop(self._server.stop(grace), timeout=None)
+        finally:
+            self._shutdown_loop()
+
+    def _shutdown_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._pool.shutdown(wait=False)
 
     def wait(self) -> None:
-        self._server.wait_for_termination()
+        self._stopped.wait()
 
     # ------------------------------------------------------------------ handlers
-    def _call(self, context, fn, *args):
-        """Map our typed errors onto gRPC status codes; the server never dies of a bad request."""
+    @staticmethod
+    def _status(exc: BaseException):
+        """Our typed errors as gRPC status codes; a bad request never takes the server down."""
+        if isinstance(exc, MetaInvalidArgument):
+            return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        if isinstance(exc, MetaClosedError):
+            return grpc.StatusCode.UNAVAILABLE, str(exc)
+        if isinstance(exc, (CorruptionError, MetaError)):
+            return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (KeyError, TypeError, ValueError, AttributeError)):
+            return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}"
+        return None
+
+    async def _guard(self, context, fn, *args, blocking: bool = False):
         try:
+            if blocking:
+                return await self._loop.run_in_executor(self._pool, fn, *args)
             return fn(*args)
-        except MetaInvalidArgument as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except MetaClosedError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except (CorruptionError, MetaError) as exc:
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            st = self._status(exc)
+            if st is None:
+                raise
+            await context.abort(*st)
 
-    def _write(self, request: bytes, context) -> bytes:
-        def run():
-            obj = _parse(request)
-            if set(obj) != {"cmd"}:
-                raise MetaInvalidArgument("a write request is {\"cmd\": command}")
-            reply = self.service.apply_command(command_from_obj(obj["cmd"]))
-            if isinstance(reply, TxnReply):
-                return dumps({"leader": self.service.leader, "txn": txn_reply_to_obj(reply)})
-            return dumps({"leader": self.service.leader, "upsert": upsert_reply_to_obj(reply)})
-        return self._call(context, run)
+    def _do_write(self, request: bytes) -> bytes:
+        obj = _parse(request)
+        if set(obj) != {"cmd"}:
+            raise MetaInvalidArgument("a write request is {\"cmd\": command}")
+        reply = self.service.apply_command(command_from_obj(obj["cmd"]))
+        if isinstance(reply, TxnReply):
+            return dumps({"leader": self.service.leader, "txn": txn_reply_to_obj(reply)})
+        return dumps({"leader": self.service.leader, "upsert": upsert_reply_to_obj(reply)})
 
-    def _read(self, request: bytes, context) -> bytes:
-        def run():
-            obj = _parse(request)
-            if len(obj) != 1:
-                raise MetaInvalidArgument("a read request has exactly one of get, mget, list, seq")
-            (kind, arg), = obj.items()
-            ms = self.service
-            if kind == "get":
-                result = seqv_to_obj(ms.get(arg))
-            elif kind == "mget":
-                result = [seqv_to_obj(v) for v in ms.mget(arg)]
-            elif kind == "list":
-                if not isinstance(arg, dict):
-                    raise MetaInvalidArgument("list takes {\"prefix\", \"limit\"}")
-                result = [[k, seqv_to_obj(v)] for k, v in ms.list(arg.get("prefix"), arg.get("limit"))]
-            elif kind == "seq":
-                result = ms.seq
-            else:
-                raise MetaInvalidArgument(f"unknown read {kind!r}")
-            return dumps({"leader": ms.leader, "result": result})
-        return self._call(context, run)
+    async def _write(self, request: bytes, context) -> bytes:
+        return await self._guard(context, self._do_write, request, blocking=True)
 
-    def _watch(self, request: bytes, context):
-        def open_watch():
-            obj = _parse(request)
-            return self.service.watch(check_key(obj.get("key")), obj.get("key_end"), obj.get("filter", "all"),
-                                      obj.get("initial_flush", False))
-        w = self._call(context, open_watch)
-        context.add_callback(w.close)   # the client went away: stop watching
+    def _do_read(self, request: bytes) -> bytes:
+        obj = _parse(request)
+        if len(obj) != 1:
+            raise MetaInvalidArgument("a read request has exactly one of get, mget, list, seq")
+        (kind, arg), = obj.items()
+        ms = self.service
+        if kind == "get":
+            result = seqv_to_obj(ms.get(arg))
+        elif kind == "mget":
+            result = [seqv_to_obj(v) for v in ms.mget(arg)]
+        elif kind == "list":
+            if not isinstance(arg, dict):
+                raise MetaInvalidArgument("list takes {\"prefix\", \"limit\"}")
+            result = [[k, seqv_to_obj(v)] for k, v in ms.list(arg.get("prefix"), arg.get("limit"))]
+        elif kind == "seq":
+            result = ms.seq
+        else:
+            raise MetaInvalidArgument(f"unknown read {kind!r}")
+        return dumps({"leader": ms.leader, "result": result})
+
+    async def _read(self, request: bytes, context) -> bytes:
+        return await self._guard(context, self._do_read, request)
+
+    def _open_watch(self, request: bytes):
+        obj = _parse(request)
+        return self.service.watch(check_key(obj.get("key")), obj.get("key_end"), obj.get("filter", "all"),
+                                  obj.get("initial_flush", False))
+
+    async def _watch(self, request: bytes, context):
+        w = await self._guard(context, self._open_watch, request)
         leader = self.service.leader
         try:
-            while context.is_active() and not self._stopped.is_set():
+            while not self._stopped.is_set():
                 try:
-                    ev = w.get(timeout=G.WATCH_POLL_S)
+                    # wait for the next event off the loop, so other calls keep flowing
+                    ev = await self._loop.run_in_executor(self._pool, w.get, G.WATCH_POLL_S)
                 except MetaClosedError:
                     return
                 if ev is not None:
-                    yield dumps({"leader": leader, "event": event_to_obj(ev)})
+                    await context.write(dumps({"leader": leader, "event": event_to_obj(ev)}))
         finally:
             w.close()

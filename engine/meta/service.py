@@ -3,8 +3,11 @@ made durable in the log (when the service has one), then applied to the state ma
 """
 from __future__ import annotations
 
+import io
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from logtide.engine.meta.command import (
@@ -15,7 +18,22 @@ from logtide.engine.meta.seqv import SeqV
 from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import FLUSH_MARKER, WatchEvent, Watcher, WatchHub, check_filter
-from logtide.errors import MetaClosedError, MetaInvalidArgument
+from logtide.engine.statemachine import Entry
+from logtide.errors import CorruptionError, MetaClosedError, MetaError, MetaInvalidArgument
+
+SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (docs/meta_format.md)
+LOG_DIR = "log"                     # the log-service directory holding every entry after it
+DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot lets the log be truncated)
+REPLAY_READ_BYTES = 4 << 20
+APPLY_WAIT_S = 60.0                 # an entry whose predecessor never applies means a broken log
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def wall_clock_ms() -> int:
@@ -26,10 +44,19 @@ class MetaService:
     """Databend's KV semantics: seq, MatchSeq, TTL on log time, conditional transactions, watch."""
 
     def __init__(self, sm: Optional[MetaStateMachine] = None, clock: Optional[Callable[[], int]] = None,
-                 leader: Optional[str] = None):
+                 leader: Optional[str] = None, log=None, dir: Optional[Path] = None,
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY):
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
+        self._applied_cv = threading.Condition(self._lock)
+        self._time_lock = threading.Lock()
+        self._log = log
+        self._dir = dir
+        self._snapshot_every = snapshot_every
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_index = self._sm.applied_index
+        self.snapshots_taken = 0
         self._hub = WatchHub()
         self._sm.subscribe(self._hub)
         self._last_time_ms = self._sm.last_time_ms
@@ -41,29 +68,120 @@ class MetaService:
         """A service with no log and no snapshot: its state lives and dies with the process."""
         return cls(clock=clock)
 
+    @classmethod
+    def open(cls, path, clock: Optional[Callable[[], int]] = None, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+             fsync: str = "always") -> "MetaService":
+        """The durable service in directory `path`: load the snapshot, replay the log after it.
+
+        Every write is appended to the log (durable on return) before it is applied; every
+        `snapshot_every` entries the state is snapshotted and the log truncated below it.
+        """
+        from logtide.engine.logservice import LogService
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
+            raise MetaInvalidArgument(f"snapshot_every must be an int >= 1, got {snapshot_every!r}")
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        sm = MetaStateMachine()
+        snap = d / SNAPSHOT_FILE
+        if snap.exists():
+            with open(snap, "rb") as f:
+                sm.recover_from_snapshot(f)
+        log = LogService.open(d / LOG_DIR, fsync=fsync)
+        try:
+            cls._replay(sm, log)
+        except BaseException:
+            log.close()
+            raise
+        return cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
+
+    @staticmethod
+    def _replay(sm: MetaStateMachine, log) -> None:
+        """Apply every log entry after the snapshot's index, in LSN order."""
+        latest, truncated = log.get_latest_lsn(), log.get_truncated_lsn()
+        lsn = sm.applied_index + 1
+        if lsn <= truncated:
+            raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index} but the log is truncated "
+                                  f"up to {truncated}: entries are missing")
+        if sm.applied_index > latest:
+            raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index}, after the log's end {latest}")
+        while lsn <= latest:
+            records, nxt = log.read(lsn, REPLAY_READ_BYTES)
+            for r in records:
+                sm.update(Entry(r.lsn, r.payload))
+            if nxt <= lsn:
+                raise CorruptionError(f"meta log read at {lsn} made no progress")
+            lsn = nxt
+
     # ------------------------------------------------------------------ proposing
     def _now_ms(self) -> int:
         return int(self._clock())
 
-    def _append(self, payload: bytes) -> int:
-        """Make the entry durable; returns its index. The in-memory service just numbers it."""
-        return self._sm.applied_index + 1
-
-    def _after_apply(self) -> None:
-        """Hook for durable services (periodic snapshots)."""
-
-    def _propose(self, cmd):
-        with self._lock:
-            if self._closed:
-                raise MetaClosedError("the meta-service is closed")
-            # the proposer's clock, kept monotonic: log time never goes back
+    def _stamp(self) -> int:
+        # the proposer's clock, kept monotonic: log time never goes back
+        with self._time_lock:
             t = max(self._now_ms(), self._last_time_ms)
             self._last_time_ms = t
-            payload = encode_entry(t, cmd)
-            index = self._append(payload)
-            reply = self._sm.apply(index, t, cmd)
-            self._after_apply()
-            return reply
+            return t
+
+    def _propose(self, cmd):
+        if self._log is None:
+            with self._lock:
+                if self._closed:
+                    raise MetaClosedError("the meta-service is closed")
+                t = self._stamp()
+                return self._sm.apply(self._sm.applied_index + 1, t, cmd)
+        if self._closed:
+            raise MetaClosedError("the meta-service is closed")
+        t = self._stamp()
+        payload = encode_entry(t, cmd)
+        # durable first; concurrent proposers share the log's group commit, then apply in LSN order
+        lsn = self._log.append(payload)
+        deadline = time.monotonic() + APPLY_WAIT_S
+        with self._applied_cv:
+            while self._sm.applied_index < lsn - 1:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    raise MetaError(f"entry {lsn} is durable but entry {self._sm.applied_index + 1} never applied")
+                self._applied_cv.wait(min(left, 1.0))
+            reply = self._sm.apply(lsn, t, cmd)
+            self._applied_cv.notify_all()
+            due = self._sm.applied_index - self._snapshot_index >= self._snapshot_every
+        if due:
+            self.snapshot(wait=False)
+        return reply
+
+    def snapshot(self, wait: bool = True) -> Optional[int]:
+        """Save the state to the snapshot file, then truncate the log up to it; returns its index.
+
+        The snapshot is durable (temp file, fsync, rename, fsync dir) before the log is truncated.
+        With wait=False, returns None when another snapshot is already in progress.
+        """
+        if self._log is None:
+            raise MetaError("an in-memory meta-service has no snapshot file")
+        if not self._snapshot_lock.acquire(blocking=wait):
+            return None
+        try:
+            buf = io.BytesIO()
+            with self._lock:
+                index = self._sm.save_snapshot(buf)
+            if index <= self._snapshot_index and (self._dir / SNAPSHOT_FILE).exists():
+                return self._snapshot_index
+            tmp = self._dir / (SNAPSHOT_FILE + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, buf.getvalue())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._dir / SNAPSHOT_FILE)
+            _fsync_dir(self._dir)
+            if index > self._log.get_truncated_lsn():
+                self._log.truncate(index)
+            self._snapshot_index = index
+            self.snapshots_taken += 1
+            return index
+        finally:
+            self._snapshot_lock.release()
 
     # ------------------------------------------------------------------ writes
     def upsert(self, key: str, value, match_seq: MatchSeq = ANY, ttl_ms: Optional[int] = None,
@@ -141,12 +259,21 @@ class MetaService:
         return w
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def durable(self) -> bool:
+        """True when writes go through a log (MetaService.open), False for in_memory()."""
+        return self._log is not None
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._applied_cv.notify_all()
         self._hub.close_all()
+        if self._log is not None:
+            with self._snapshot_lock:
+                self._log.close()
 
     def __enter__(self) -> "MetaService":
         return self
