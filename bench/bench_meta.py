@@ -49,6 +49,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _durable() -> bool:
+    """The durable service needs the log service; without it the benchmarks say they ran in memory."""
+    try:
+        import logtide.engine.logservice  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
 def _ops_per_client() -> int:
     return scaled(300, minimum=10)
 
@@ -79,7 +88,7 @@ def _run_clients(make_client, work, ops: int) -> None:
 @pytest.fixture
 def embedded(tmp_path):
     from logtide.engine.meta import MetaService
-    ms = MetaService.open(tmp_path / "meta") if hasattr(MetaService, "open") else MetaService.in_memory()
+    ms = MetaService.open(tmp_path / "meta") if _durable() else MetaService.in_memory()
     yield ms
     ms.close()
 
@@ -88,7 +97,7 @@ def embedded(tmp_path):
 def test_meta_embedded_upsert(benchmark, items, embedded):
     n = scaled(20_000)
     keys = [_key(i % N_KEYS) for i in range(n)]
-    items(n, durable=hasattr(embedded, "_log"))
+    items(n, durable=embedded.durable)
 
     def run():
         for k in keys:
@@ -115,9 +124,8 @@ def test_meta_embedded_get(benchmark, items, embedded):
 
 @pytest.fixture(scope="module")
 def meta_server():
-    from logtide.engine.meta import MetaService
     d = tempfile.mkdtemp(prefix="bench-meta-")
-    where = ["--dir", os.path.join(d, "meta")] if hasattr(MetaService, "open") else ["--memory"]
+    where = ["--dir", os.path.join(d, "meta")] if _durable() else ["--memory"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     p = subprocess.Popen([sys.executable, "-m", "logtide", "meta", "serve", *where, "--listen", "127.0.0.1:0"],
                          stdout=subprocess.PIPE, text=True, cwd="/", env=env)

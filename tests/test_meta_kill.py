@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+# the durable service writes through the log service (issue 4); until it is merged there is no log to test
+pytest.importorskip("logtide.engine.logservice", reason="the log service (engine/logservice) is not installed")
+
 from logtide import connect_meta
 from logtide.engine.meta import op
 from logtide.errors import LogtideError
@@ -93,6 +96,7 @@ def test_sigkill_while_clients_write(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    print(f"{ROUNDS} kills: {len(acked)} acknowledged upserts, {acked_incr} acknowledged fetch-adds, seq {max_seq}")
     assert len(acked) > ROUNDS * 10      # the writers really wrote between the kills
     p, addr = _start(d)
     try:
