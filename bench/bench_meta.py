@@ -2,8 +2,8 @@
 
 Both servers run as separate processes on loopback, each clients' thread has its own channel, keys
 are 16 bytes and values 64 bytes. etcd is Debian's `etcd-server` as a single member (fsync on, the
-default); it is driven through etcd v3 KV stubs generated at run time from bench/etcd_kv.proto (etcd's
-own field numbers), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
+default); it is driven through etcd v3 KV stubs generated from bench/etcd_kv.proto (etcd's own
+field numbers; `make proto`), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
 etcd gets are serializable Ranges, its fastest read. If `etcd` is not installed the etcd benchmarks
 skip with that reason, and no ratio is computed.
 """
@@ -189,14 +189,7 @@ def etcd():
     if exe is None:
         pytest.skip("etcd is not installed (Debian package etcd-server): the etcd peer is not measured")
     import grpc
-    from grpc_tools import protoc
-    gen = tempfile.mkdtemp(prefix="bench-etcd-gen-")
-    if protoc.main(["protoc", f"-I{HERE}", f"--python_out={gen}", f"--grpc_python_out={gen}",
-                    str(HERE / "etcd_kv.proto")]) != 0:
-        raise RuntimeError("protoc failed on bench/etcd_kv.proto")
-    sys.path.insert(0, gen)
-    import etcd_kv_pb2 as pb
-    import etcd_kv_pb2_grpc as pbg
+    from bench import etcd_kv_pb2 as pb, etcd_kv_pb2_grpc as pbg
     d = tempfile.mkdtemp(prefix="bench-etcd-")
     cport, pport = _free_port(), _free_port()
     p = subprocess.Popen([exe, "--name", "bench", "--data-dir", os.path.join(d, "data"),
@@ -226,9 +219,7 @@ def etcd():
     yield addr, pb, pbg
     p.terminate()
     p.wait(10)
-    sys.path.remove(gen)
     shutil.rmtree(d, ignore_errors=True)
-    shutil.rmtree(gen, ignore_errors=True)
 
 
 class _EtcdClient:
