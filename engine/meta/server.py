@@ -1,7 +1,6 @@
 """The meta-service gRPC server: Write / Read / Watch over canonical JSON, watch as a server stream."""
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from concurrent import futures
@@ -32,63 +31,41 @@ def _parse(request: bytes) -> dict:
 class MetaServer:
     """Serves one MetaService on a gRPC address; `port` is the bound port (listen on :0 for a free one).
 
-    The server is grpc.aio on its own event-loop thread: reads run inline on the loop (they are
-    in-memory), writes run on a thread pool so concurrent writers share the log's group commit.
+    A thread-pool gRPC server: reads run in the calling worker (they are in-memory), writes block
+    their worker until durable, so concurrent writers share the log's group commit.
     """
 
-    def __init__(self, service: MetaService, listen: str = "127.0.0.1:0", max_workers: int = 32):
+    def __init__(self, service: MetaService, listen: str = "127.0.0.1:0", max_workers: int = 64):
         self.service = service
-        self._listen = listen
-        self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="meta-rpc")
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="meta-rpc-loop")
-        self._thread.start()
         self._stopped = threading.Event()
-        try:
-            self.port = self._on_loop(self._setup())
-        except BaseException:
-            self._shutdown_loop()
-            raise
-        host = listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{self.port}"
-        if service.leader is None:
-            service.leader = self.address   # single node: this server is the leader
-
-    def _on_loop(self, coro, timeout: Optional[float] = 30):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    async def _setup(self) -> int:
-        self._server = grpc.aio.server(
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="meta-rpc"),
             options=[("grpc.max_receive_message_length", G.MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", G.MAX_MESSAGE_BYTES)])
+                     ("grpc.max_send_message_length", G.MAX_MESSAGE_BYTES),
+                     ("grpc.so_reuseport", 0)])
         handlers = {
             G.METHOD_WRITE: grpc.unary_unary_rpc_method_handler(self._write),
             G.METHOD_READ: grpc.unary_unary_rpc_method_handler(self._read),
             G.METHOD_WATCH: grpc.unary_stream_rpc_method_handler(self._watch),
         }
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(G.SERVICE, handlers),))
-        port = self._server.add_insecure_port(self._listen)
-        if port == 0:
-            raise MetaUnavailableError(f"cannot listen on {self._listen}")
-        return port
+        self.port = self._server.add_insecure_port(listen)
+        if self.port == 0:
+            raise MetaUnavailableError(f"cannot listen on {listen}")
+        host = listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+        if service.leader is None:
+            service.leader = self.address   # single node: this server is the leader
 
     def start(self) -> "MetaServer":
-        self._on_loop(self._server.start())
+        self._server.start()
         return self
 
     def stop(self, grace: Optional[float] = 1.0) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        try:
-            self._on_loop(self._server.stop(grace), timeout=None)
-        finally:
-            self._shutdown_loop()
-
-    def _shutdown_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._pool.shutdown(wait=False)
+        self._server.stop(grace).wait()
 
     def wait(self) -> None:
         self._stopped.wait()
@@ -107,16 +84,14 @@ class MetaServer:
             return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}"
         return None
 
-    async def _guard(self, context, fn, *args, blocking: bool = False):
+    def _guard(self, context, fn, *args):
         try:
-            if blocking:
-                return await self._loop.run_in_executor(self._pool, fn, *args)
             return fn(*args)
         except Exception as exc:
             st = self._status(exc)
             if st is None:
                 raise
-            await context.abort(*st)
+            context.abort(*st)
 
     def _do_write(self, request: bytes) -> bytes:
         obj = _parse(request)
@@ -127,8 +102,8 @@ class MetaServer:
             return dumps({"leader": self.service.leader, "txn": txn_reply_to_obj(reply)})
         return dumps({"leader": self.service.leader, "upsert": upsert_reply_to_obj(reply)})
 
-    async def _write(self, request: bytes, context) -> bytes:
-        return await self._guard(context, self._do_write, request, blocking=True)
+    def _write(self, request: bytes, context) -> bytes:
+        return self._guard(context, self._do_write, request)
 
     def _do_read(self, request: bytes) -> bytes:
         obj = _parse(request)
@@ -150,25 +125,25 @@ class MetaServer:
             raise MetaInvalidArgument(f"unknown read {kind!r}")
         return dumps({"leader": ms.leader, "result": result})
 
-    async def _read(self, request: bytes, context) -> bytes:
-        return await self._guard(context, self._do_read, request)
+    def _read(self, request: bytes, context) -> bytes:
+        return self._guard(context, self._do_read, request)
 
     def _open_watch(self, request: bytes):
         obj = _parse(request)
         return self.service.watch(check_key(obj.get("key")), obj.get("key_end"), obj.get("filter", "all"),
                                   obj.get("initial_flush", False))
 
-    async def _watch(self, request: bytes, context):
-        w = await self._guard(context, self._open_watch, request)
+    def _watch(self, request: bytes, context):
+        w = self._guard(context, self._open_watch, request)
+        context.add_callback(w.close)   # the client went away: stop watching
         leader = self.service.leader
         try:
-            while not self._stopped.is_set():
+            while context.is_active() and not self._stopped.is_set():
                 try:
-                    # wait for the next event off the loop, so other calls keep flowing
-                    ev = await self._loop.run_in_executor(self._pool, w.get, G.WATCH_POLL_S)
+                    ev = w.get(timeout=G.WATCH_POLL_S)
                 except MetaClosedError:
                     return
                 if ev is not None:
-                    await context.write(dumps({"leader": leader, "event": event_to_obj(ev)}))
+                    yield dumps({"leader": leader, "event": event_to_obj(ev)})
         finally:
             w.close()
