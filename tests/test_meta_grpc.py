@@ -1,6 +1,5 @@
 """The meta-service over gRPC: watch as a server stream, leader in replies, malformed frames,
 wrong types and oversize values answered with typed errors while the server keeps serving."""
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 from logtide import connect_meta
 from logtide.engine.meta import DELETE, FLUSH_MARKER, MetaService, cond, op
 from logtide.engine.meta import grpc_format as G
+from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.server import MetaServer
 from logtide.errors import MetaClosedError, MetaInvalidArgument, MetaUnavailableError
 
@@ -78,36 +78,38 @@ def test_replies_name_the_leader(served):
     assert client.leader == server.address == ms.leader
 
 
-def _raw(server, method, payload: bytes):
+def _raw(server, method, payload: bytes, stream=False):
     ch = grpc.insecure_channel(server.address)
     try:
-        fn = ch.unary_unary(G.path(method))
-        return fn(payload, timeout=10)
+        if stream:
+            return list(ch.unary_stream(f"/logtide.meta.MetaService/{method}")(payload, timeout=10))
+        return ch.unary_unary(f"/logtide.meta.MetaService/{method}")(payload, timeout=10)
     finally:
         ch.close()
 
 
+def _pb(msg) -> bytes:
+    return msg.SerializeToString()
+
+
 @pytest.mark.parametrize("method, payload", [
-    (G.METHOD_WRITE, b"\xff\xfe\x00garbage"),
-    (G.METHOD_WRITE, b"[1,2,3]"),
-    (G.METHOD_WRITE, b"{}"),
-    (G.METHOD_WRITE, b'{"cmd": {"upsert": {"key": 5, "value": "delete"}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"upsert": {"key": "k", "value": {"update": "not base64!"}}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"upsert": {"key": "k", "value": {"update": "AA=="}, "match_seq": ["exact", -1]}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"upsert": {"key": "k", "value": {"update": "AA=="}, "spec": {"ttl_ms": "soon"}}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"txn": {"conditions": [{"key": "k", "target": "seq", "op": "===", "arg": 1}]}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"txn": {"if_then": [{"explode": {}}]}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"txn": {"if_then": "get"}}}'),
-    (G.METHOD_WRITE, b'{"cmd": {"drop_table": {}}}'),
-    (G.METHOD_WRITE, b"[" * 50000),
-    (G.METHOD_READ, b'{"get": 7}'),
-    (G.METHOD_READ, b'{"mget": "abc"}'),
-    (G.METHOD_READ, b'{"list": {"prefix": "a", "limit": -3}}'),
-    (G.METHOD_READ, b'{"list": "a"}'),
-    (G.METHOD_READ, b'{"scan": "a"}'),
-    (G.METHOD_READ, b'{"get": "a", "mget": ["b"]}'),
-    (G.METHOD_WRITE, json.dumps({"cmd": {"upsert": {"key": "k", "value": {"update": "A" * (1400 * 1024)}}}}).encode()),
-    (G.METHOD_WRITE, json.dumps({"cmd": {"upsert": {"key": "k" * 5000, "value": "delete"}}}).encode()),
+    ("Upsert", b"\xff\xfe\x00garbage"),                                       # not a protobuf message
+    ("Upsert", b"\x0a\xff\xff\xff\xff\x0f"),                                # a length past the end
+    ("Upsert", b"\x0a\x02\xc3\x28"),                                          # key is not UTF-8
+    ("Upsert", _pb(pb.UpsertRequest(key="k"))),                                # no value
+    ("Upsert", _pb(pb.UpsertRequest(key="k", delete=False))),                  # delete must be true
+    ("Upsert", _pb(pb.UpsertRequest(key="k" * 5000, update=b"v"))),            # oversize key
+    ("Upsert", _pb(pb.UpsertRequest(key="k", update=b"v" * ((1 << 20) + 1)))), # oversize value
+    ("Upsert", _pb(pb.UpsertRequest(key="k", update=b"v", ttl_ms=1, expire_at=2))),
+    ("Txn", _pb(pb.TxnRequest(conditions=[pb.Condition(key="k", target="seq", op="===", number=1)]))),
+    ("Txn", _pb(pb.TxnRequest(conditions=[pb.Condition(key="k", target="color", op="==", number=1)]))),
+    ("Txn", _pb(pb.TxnRequest(conditions=[pb.Condition(key="k", target="value", op="==", number=1)]))),
+    ("Txn", _pb(pb.TxnRequest(if_then=[pb.TxnOp()]))),                          # an op with nothing set
+    ("Txn", _pb(pb.TxnRequest(branches=[pb.Branch(predicate=pb.Expr())]))),     # an empty expression
+    ("Txn", _pb(pb.TxnRequest(if_then=[pb.TxnOp(get=pb.GetOp(key="k"))] * 1100))),
+    ("List", b"\x10\x01\x10"),                                                # truncated varint
+    ("Status", b"\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01"),            # varint too long
+    ("Drop", b""),                                                              # unknown method
 ])
 def test_malformed_requests_get_invalid_argument_and_the_server_keeps_serving(served, method, payload):
     ms, server, client = served
@@ -120,34 +122,48 @@ def test_malformed_requests_get_invalid_argument_and_the_server_keeps_serving(se
     assert client.upsert("after", b"ok")[1].seq == 2
 
 
-def test_oversize_values_are_refused_on_both_sides(served):
+def test_typed_errors_cross_the_wire(served):
+    ms, server, client = served
+    from logtide.engine.meta import Branch, cond
+    # built by hand so the client-side checks do not catch it first
+    with pytest.raises(MetaInvalidArgument):
+        client._invoke("Upsert", pb.UpsertRequest(key="k", update=b"v" * ((1 << 20) + 1)))
+    with pytest.raises(MetaInvalidArgument):
+        client._invoke("Txn", pb.TxnRequest(conditions=[pb.Condition(key="k", target="seq", op="<>", number=1)]))
+    assert client.txn(branches=[Branch(cond.seq("k", "==", 0), [])]).execution_path == "operation:0"
+
+
+def test_oversize_messages_are_refused_on_both_sides(served):
     ms, server, client = served
     with pytest.raises(MetaInvalidArgument):
         client.upsert("big", b"x" * ((1 << 20) + 1))             # refused before sending
-    with pytest.raises(grpc.RpcError) as ei:                     # above gRPC's message limit
-        _raw(server, G.METHOD_WRITE, b'{"cmd":' + b" " * (G.MAX_MESSAGE_BYTES + 10) + b"}")
+    with pytest.raises(grpc.RpcError) as ei:                     # above the transport's message limit
+        _raw(server, "Upsert", _pb(pb.UpsertRequest(key="k", update=b"x" * (G.MAX_MESSAGE_BYTES + 10))))
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert client.upsert("ok", b"x" * (1 << 20))[1].data == b"x" * (1 << 20)   # the limit itself is fine
 
 
 def test_bad_watch_requests(served):
     ms, server, client = served
-    ch = grpc.insecure_channel(server.address)
-    try:
-        fn = ch.unary_stream(G.path(G.METHOD_WATCH))
-        for payload in [b"nope", b'{"key": 3}', b'{"key": "a", "filter": "maybe"}', b'{"key": "a", "key_end": 9}']:
-            with pytest.raises(grpc.RpcError) as ei:
-                list(fn(payload, timeout=10))
-            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    finally:
-        ch.close()
+    for req in [b"nope\xff", _pb(pb.WatchRequest(key="a", filter="maybe")), _pb(pb.WatchRequest(key="k" * 5000))]:
+        with pytest.raises(grpc.RpcError) as ei:
+            _raw(server, "Watch", req, stream=True)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert client.upsert("still", b"up")[1].seq == 1
 
 
 def test_unreachable_server_raises_unavailable():
-    with connect_meta("127.0.0.1:1", timeout=2) as c:
-        with pytest.raises(MetaUnavailableError):
-            c.get("x")
+    with pytest.raises(MetaUnavailableError):
+        connect_meta("127.0.0.1:1", timeout=2)
+    ms = MetaService.in_memory()
+    server = MetaServer(ms, "127.0.0.1:0").start()
+    c = connect_meta(server.address, timeout=2)
+    c.upsert("a", b"1")
+    server.stop(0)
+    with pytest.raises(MetaUnavailableError):
+        c.get("a")
+    c.close()
+    ms.close()
 
 
 def test_concurrent_clients_get_distinct_seqs(served):

@@ -24,14 +24,19 @@ def clock():
     return Clock()
 
 
-@pytest.fixture(params=["embedded", "grpc"])
+@pytest.fixture(params=["embedded", "inprocess", "grpc"])
 def ms(request, clock):
-    """The same scenarios on the embedded service and through a real gRPC server on 127.0.0.1."""
+    """The same scenarios on the embedded service, through the RPC layer's in-process transport,
+    and through a real gRPC server on 127.0.0.1."""
     with MetaService.in_memory(clock=clock) as s:
         if request.param == "embedded":
             yield s
             return
         from logtide import connect_meta
+        if request.param == "inprocess":
+            with connect_meta(s) as client:
+                yield client
+            return
         from logtide.engine.meta.server import MetaServer
         server = MetaServer(s, "127.0.0.1:0").start()
         try:

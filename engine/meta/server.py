@@ -1,149 +1,111 @@
-"""The meta-service gRPC server: Write / Read / Watch over canonical JSON, watch as a server stream."""
+"""The meta-service over the shared RPC layer: MetaServicer (meta.proto) and MetaServer.
+
+Errors are typed LogtideErrors raised by the service; the RPC layer carries them across the wire
+(MetaInvalidArgument -> INVALID_ARGUMENT and back to MetaInvalidArgument on the client).
+"""
 from __future__ import annotations
 
-import json
-import threading
-from concurrent import futures
 from typing import Optional
 
-import grpc
-
 from logtide.engine.meta import grpc_format as G
+from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import check_key
-from logtide.engine.meta.log_entry import command_from_obj, dumps
 from logtide.engine.meta.service import MetaService
-from logtide.engine.meta.txn_reply import TxnReply
-from logtide.engine.meta.wire import event_to_obj, seqv_to_obj, txn_reply_to_obj, upsert_reply_to_obj
-from logtide.errors import CorruptionError, MetaClosedError, MetaError, MetaInvalidArgument
-from logtide.errors import MetaUnavailableError
+from logtide.engine.meta.watch import check_filter
+from logtide.engine.meta.wire import (
+    event_to_pb, seqv_to_pb, txn_from_pb, txn_reply_to_pb, upsert_from_pb, upsert_reply_to_pb)
+from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.errors import MetaClosedError, MetaInvalidArgument
+
+META = ServiceDef.from_proto(pb, "MetaService")
 
 
-def _parse(request: bytes) -> dict:
-    try:
-        obj = json.loads(request.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise MetaInvalidArgument(f"request is not canonical JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise MetaInvalidArgument("request must be a JSON object")
-    return obj
+class MetaServicer:
+    """The MetaService RPCs on one MetaService (embedded): same calls in-process and over gRPC."""
 
-
-class MetaServer:
-    """Serves one MetaService on a gRPC address; `port` is the bound port (listen on :0 for a free one).
-
-    A thread-pool gRPC server: reads run in the calling worker (they are in-memory), writes block
-    their worker until durable, so concurrent writers share the log's group commit.
-    """
-
-    def __init__(self, service: MetaService, listen: str = "127.0.0.1:0", max_workers: int = 64):
+    def __init__(self, service: MetaService):
         self.service = service
-        self._stopped = threading.Event()
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="meta-rpc"),
-            options=[("grpc.max_receive_message_length", G.MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", G.MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)])
-        handlers = {
-            G.METHOD_WRITE: grpc.unary_unary_rpc_method_handler(self._write),
-            G.METHOD_READ: grpc.unary_unary_rpc_method_handler(self._read),
-            G.METHOD_WATCH: grpc.unary_stream_rpc_method_handler(self._watch),
-        }
-        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(G.SERVICE, handlers),))
-        self.port = self._server.add_insecure_port(listen)
-        if self.port == 0:
-            raise MetaUnavailableError(f"cannot listen on {listen}")
-        host = listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{self.port}"
-        if service.leader is None:
-            service.leader = self.address   # single node: this server is the leader
+        self.stopped = False
 
-    def start(self) -> "MetaServer":
-        self._server.start()
-        return self
+    @property
+    def leader(self) -> str:
+        return self.service.leader or ""
 
-    def stop(self, grace: Optional[float] = 1.0) -> None:
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
-        self._server.stop(grace).wait()
+    def Upsert(self, request: pb.UpsertRequest, context) -> pb.UpsertReply:
+        prev, result = self.service.apply_command(upsert_from_pb(request))
+        return upsert_reply_to_pb(self.leader, prev, result)
 
-    def wait(self) -> None:
-        self._stopped.wait()
+    def Txn(self, request: pb.TxnRequest, context) -> pb.TxnReply:
+        return txn_reply_to_pb(self.leader, self.service.apply_command(txn_from_pb(request)))
 
-    # ------------------------------------------------------------------ handlers
-    @staticmethod
-    def _status(exc: BaseException):
-        """Our typed errors as gRPC status codes; a bad request never takes the server down."""
-        if isinstance(exc, MetaInvalidArgument):
-            return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-        if isinstance(exc, MetaClosedError):
-            return grpc.StatusCode.UNAVAILABLE, str(exc)
-        if isinstance(exc, (CorruptionError, MetaError)):
-            return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, (KeyError, TypeError, ValueError, AttributeError)):
-            return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}"
-        return None
+    def Get(self, request: pb.GetRequest, context) -> pb.GetReply:
+        out = pb.GetReply(leader=self.leader)
+        seqv_to_pb(self.service.get(request.key), out.value)
+        return out
 
-    def _guard(self, context, fn, *args):
-        try:
-            return fn(*args)
-        except Exception as exc:
-            st = self._status(exc)
-            if st is None:
-                raise
-            context.abort(*st)
+    def MGet(self, request: pb.MGetRequest, context) -> pb.MGetReply:
+        out = pb.MGetReply(leader=self.leader)
+        for v in self.service.mget(list(request.keys)):
+            seqv_to_pb(v, out.values.add().value)
+        return out
 
-    def _do_write(self, request: bytes) -> bytes:
-        obj = _parse(request)
-        if set(obj) != {"cmd"}:
-            raise MetaInvalidArgument("a write request is {\"cmd\": command}")
-        reply = self.service.apply_command(command_from_obj(obj["cmd"]))
-        if isinstance(reply, TxnReply):
-            return dumps({"leader": self.service.leader, "txn": txn_reply_to_obj(reply)})
-        return dumps({"leader": self.service.leader, "upsert": upsert_reply_to_obj(reply)})
+    def List(self, request: pb.ListRequest, context) -> pb.ListReply:
+        limit = request.limit if request.HasField("limit") else None
+        out = pb.ListReply(leader=self.leader)
+        for k, v in self.service.list(request.prefix, limit):
+            item = out.items.add(key=k)
+            seqv_to_pb(v, item.value)
+        return out
 
-    def _write(self, request: bytes, context) -> bytes:
-        return self._guard(context, self._do_write, request)
-
-    def _do_read(self, request: bytes) -> bytes:
-        obj = _parse(request)
-        if len(obj) != 1:
-            raise MetaInvalidArgument("a read request has exactly one of get, mget, list, seq")
-        (kind, arg), = obj.items()
+    def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         ms = self.service
-        if kind == "get":
-            result = seqv_to_obj(ms.get(arg))
-        elif kind == "mget":
-            result = [seqv_to_obj(v) for v in ms.mget(arg)]
-        elif kind == "list":
-            if not isinstance(arg, dict):
-                raise MetaInvalidArgument("list takes {\"prefix\", \"limit\"}")
-            result = [[k, seqv_to_obj(v)] for k, v in ms.list(arg.get("prefix"), arg.get("limit"))]
-        elif kind == "seq":
-            result = ms.seq
-        else:
-            raise MetaInvalidArgument(f"unknown read {kind!r}")
-        return dumps({"leader": ms.leader, "result": result})
+        return pb.StatusReply(leader=self.leader, seq=ms.seq, applied_index=ms.applied_index, durable=ms.durable)
 
-    def _read(self, request: bytes, context) -> bytes:
-        return self._guard(context, self._do_read, request)
-
-    def _open_watch(self, request: bytes):
-        obj = _parse(request)
-        return self.service.watch(check_key(obj.get("key")), obj.get("key_end"), obj.get("filter", "all"),
-                                  obj.get("initial_flush", False))
-
-    def _watch(self, request: bytes, context):
-        w = self._guard(context, self._open_watch, request)
-        context.add_callback(w.close)   # the client went away: stop watching
-        leader = self.service.leader
+    def Watch(self, request: pb.WatchRequest, context):
+        key_end = request.key_end if request.HasField("key_end") else None
+        w = self.service.watch(check_key(request.key), key_end, check_filter(request.filter or "all"),
+                               request.initial_flush)
+        leader = self.leader
         try:
-            while context.is_active() and not self._stopped.is_set():
+            yield pb.WatchEvent(leader=leader, ready=True)
+            while context.is_active() and not self.stopped:
                 try:
                     ev = w.get(timeout=G.WATCH_POLL_S)
                 except MetaClosedError:
                     return
                 if ev is not None:
-                    yield dumps({"leader": leader, "event": event_to_obj(ev)})
+                    yield event_to_pb(leader, ev)
         finally:
             w.close()
+
+
+class MetaServer:
+    """Serves one MetaService on a gRPC address ("host:0" picks a free port; `address` is the bound one).
+
+    Writes block their worker until durable, so concurrent writers share the log's group commit.
+    """
+
+    def __init__(self, service: MetaService, listen: str = "127.0.0.1:0", max_workers: int = 64):
+        if not isinstance(listen, str) or ":" not in listen:
+            raise MetaInvalidArgument(f"listen must be host:port, got {listen!r}")
+        self.service = service
+        self.servicer = MetaServicer(service)
+        self._rpc = RpcServer(listen, max_message_size=G.MAX_MESSAGE_BYTES, max_workers=max_workers)
+        self._rpc.add_service(META, self.servicer)
+        self._listen = listen
+        self.port: Optional[int] = None
+        self.address: Optional[str] = None
+
+    def start(self) -> "MetaServer":
+        self.port = self._rpc.start()
+        self.address = self._rpc.address
+        if self.service.leader is None:
+            self.service.leader = self.address   # single node: this server is the leader
+        return self
+
+    def stop(self, grace: Optional[float] = 1.0) -> None:
+        self.servicer.stopped = True
+        self._rpc.stop(grace)
+
+    def wait(self) -> None:
+        self._rpc.wait()
