@@ -93,3 +93,24 @@ def test_heartbeater_keeps_a_real_lease_alive():
         ms.upsert("tick", b"1")                 # an entry past n2's expiry removes it
         assert set(cm.nodes()) == {"n1"} and hb.beats >= 2 and not hb.lost
         hb.stop()
+
+
+def test_log_service_node_and_truncation_lsn_round_trip(cm, tmp_path):
+    logservice = pytest.importorskip("logtide.engine.logservice",
+                                     reason="the log service (engine/logservice) is not installed")
+    from logtide.engine.meta.cluster import publish_logservice, truncate_log_to_cluster
+    log = logservice.LogService.open(tmp_path / "log", truncation_interval=0)
+    try:
+        for i in range(20):
+            log.append(b"rec%d" % i)
+        log.truncate(5)
+        assert publish_logservice(cm, log, "logservice-1", "127.0.0.1:7001", ttl_ms=1000) == 5
+        assert cm.nodes("logservice")["logservice-1"] == {
+            "role": "logservice", "addr": "127.0.0.1:7001", "latest_lsn": 20, "truncated_lsn": 5}
+        cm.advance_truncation_lsn(12)               # e.g. a TN checkpoint covers up to 12
+        assert truncate_log_to_cluster(cm, log) == 12 and log.get_truncated_lsn() == 12
+        cm.advance_truncation_lsn(99)               # past the log's end: only up to the end
+        assert truncate_log_to_cluster(cm, log) == 20
+        assert truncate_log_to_cluster(cm, log) == 20   # idempotent
+    finally:
+        log.close()

@@ -154,6 +154,27 @@ class ClusterMeta:
         return dropped
 
 
+# ---------------------------------------------------------------- the log service's side
+
+def publish_logservice(cm: ClusterMeta, log, node_id: str, addr: str, ttl_ms: int) -> int:
+    """Register a log-service node (HAKeeper-style lease) with the LSNs it holds, and carry its
+    truncated LSN into the cluster's truncation LSN. Returns the truncation LSN now stored."""
+    info = {"role": "logservice", "addr": addr, "latest_lsn": log.get_latest_lsn(),
+            "truncated_lsn": log.get_truncated_lsn()}
+    cm.register(node_id, info, ttl_ms)
+    return cm.advance_truncation_lsn(info["truncated_lsn"])
+
+
+def truncate_log_to_cluster(cm: ClusterMeta, log) -> int:
+    """Truncate a log-service log up to the cluster's truncation LSN (never past its end, never
+    back). The log service still keeps what its registered readers have not replayed.
+    Returns the log's truncated LSN afterwards."""
+    target = min(cm.truncation_lsn(), log.get_latest_lsn())
+    if target > log.get_truncated_lsn():
+        log.truncate(target)
+    return log.get_truncated_lsn()
+
+
 class Heartbeater:
     """Keeps one node's lease alive from a background thread: renews every ttl_ms/3."""
 

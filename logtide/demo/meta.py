@@ -63,7 +63,19 @@ def run(workdir: Path) -> bool:
         cm = ClusterMeta(client)
         watch = client.watch("cluster/nodes/", "cluster/nodes0")
         beats = {}
+        log = None
+        if durable:
+            # the log-service node is a real LogService: it publishes its LSNs with its lease
+            from logtide.engine.logservice import LogService
+            from logtide.engine.meta.cluster import publish_logservice
+            log = LogService.open(workdir / "logservice", truncation_interval=0)
+            for i in range(1500):
+                log.append(b"wal record %d" % i)
+            publish_logservice(cm, log, "logservice-1", NODES["logservice-1"]["addr"], TTL_MS)
         for node_id, info in NODES.items():
+            if node_id == "logservice-1" and log is not None:
+                beats[node_id] = Heartbeater(ClusterMeta(connect_meta(addr)), node_id, TTL_MS).start()
+                continue
             cm.register(node_id, info, TTL_MS)
             # each node heartbeats through its own connection, as separate processes would
             beats[node_id] = Heartbeater(ClusterMeta(connect_meta(addr)), node_id, TTL_MS).start()
@@ -76,6 +88,12 @@ def run(workdir: Path) -> bool:
         checks["min used LSN is the smallest report"] = min_used == 850
         cm.advance_truncation_lsn(min_used)
         checks["truncation LSN never moves back"] = cm.advance_truncation_lsn(100) == 850
+        if log is not None:
+            from logtide.engine.meta.cluster import truncate_log_to_cluster
+            t = truncate_log_to_cluster(cm, log)
+            print(f"log service: latest LSN {log.get_latest_lsn()}, truncated to the cluster's LSN {t}")
+            checks["the log service truncated to the cluster's truncation LSN"] = t == 850
+            log.close()
         cm.add_checkpoint("logtail", 800, "file:///objects/ckp/800")
         cm.add_checkpoint("logtail", 1100, "file:///objects/ckp/1100")
         cm.add_checkpoint("logindex", 900, "file:///logindex/meta@900")
