@@ -86,10 +86,10 @@ def test_checkpoint_locations_in_lsn_order(cm):
 def test_heartbeater_keeps_a_real_lease_alive():
     with MetaService.in_memory() as ms:
         cm = ClusterMeta(ms)
-        cm.register("n1", {"role": "cn"}, ttl_ms=300)
+        cm.register("n1", {"role": "cn"}, ttl_ms=1500)
         cm.register("n2", {"role": "cn"}, ttl_ms=300)
-        hb = Heartbeater(cm, "n1", 300).start()
-        time.sleep(1.0)
+        hb = Heartbeater(cm, "n1", 1500).start()     # renews every 500 ms, long before 1500 ms
+        time.sleep(1.8)
         ms.upsert("tick", b"1")                 # an entry past n2's expiry removes it
         assert set(cm.nodes()) == {"n1"} and hb.beats >= 2 and not hb.lost
         hb.stop()

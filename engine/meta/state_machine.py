@@ -12,7 +12,7 @@ from sortedcontainers import SortedDict, SortedList
 
 from logtide.engine.meta import meta_format as F
 from logtide.engine.meta.command import (
-    BoolExpr, Command, Condition, DeleteByPrefixOp, DeleteOp, FetchAddU64Op, GetOp, MetaSpec, PutOp,
+    Command, Condition, DeleteByPrefixOp, DeleteOp, FetchAddU64Op, GetOp, MetaSpec, PutOp,
     PutSequentialOp, TxnCmd, UpsertCmd)
 from logtide.engine.meta.log_entry import decode_entry
 from logtide.engine.meta.match_seq import AS_IS, DELETE, ANY, Exact, MatchSeq

@@ -27,7 +27,7 @@ NODES = {
     "cn-1": {"role": "cn", "addr": "127.0.0.1:7005"},
     "spark-driver": {"role": "spark", "addr": "127.0.0.1:7006"},
 }
-TTL_MS = 1200
+TTL_MS = 2000
 
 
 def _durable() -> bool:
