@@ -20,10 +20,11 @@ DUPLICATE and stores nothing. FULL and PREFIX_CHANGE leave the memtable untouche
 import struct
 
 import numpy as np
+cimport numpy as cnp
 cimport cython
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.stdlib cimport calloc, free
-from libc.string cimport memcpy, memset, memcmp
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy, memset, memcmp, memmove
 
 from logtide._ext.murmur3 cimport murmur3_x64_128
 from logtide._ext.crc32c cimport crc32c_update
@@ -533,3 +534,161 @@ def _lsn_array(lsns):
             raise TypeError(f"LSNs must be integers, not {arr.dtype}")
         arr = arr.astype(np.uint64)
     return np.ascontiguousarray(arr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups across many tables: bloom blocks first (one murmur3 hash per tag, probes as in
+# docs/bloom4k.md), then the tables that may hold the tag.
+
+cdef enum:
+    BLOOM_BITS_BYTES_ = 4064
+    BLOOM_NBITS_ = 32512
+
+
+cdef inline bint _bloom_test(const uint8_t* bits, int k, uint64_t h1, uint64_t h2) noexcept nogil:
+    cdef uint64_t g = h1, step = h2 | 1, x
+    cdef int i
+    for i in range(k):
+        x = ((<uint64_t>(<uint32_t>(g ^ (g >> 32)))) * BLOOM_NBITS_) >> 32
+        if not (bits[x >> 3] & (1 << (x & 7))):
+            return False
+        g += step
+    return True
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def bloom_test_many(tags, const uint8_t[::1] bits, int k):
+    """Membership of each tag in one bloom bit array (4064 bytes), with the Bloom4K probe sequence."""
+    cdef const uint32_t[:, ::1] t = tag_array(tags)
+    cdef Py_ssize_t n = t.shape[0], i
+    cdef uint64_t h[2]
+    if bits.shape[0] != BLOOM_BITS_BYTES_:
+        raise ValueError(f"bloom bits are {BLOOM_BITS_BYTES_} bytes, got {bits.shape[0]}")
+    out = np.zeros(n, dtype=np.bool_)
+    cdef uint8_t[::1] o = out.view(np.uint8)
+    with nogil:
+        for i in range(n):
+            murmur3_x64_128(<const uint8_t*>&t[i, 0], 20, 0, h)
+            o[i] = _bloom_test(&bits[0], k, h[0], h[1])
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def scan_tables(tags, const uint8_t[:, ::1] bits, const uint8_t[::1] has_bloom, int k,
+                const uint64_t[::1] tmin, const uint64_t[::1] tmax, Py_ssize_t ntables,
+                uint64_t lo, uint64_t hi):
+    """Candidate tables per tag, walking tables ntables-1 .. 0 (newest first).
+
+    A table is skipped when its LSN range misses [lo, hi] or its bloom lacks the tag; the walk stops
+    at a table whose max LSN is below lo. Returns (offsets int64[n+1], idx int32[...], counts) where
+    tag i's candidates are idx[offsets[i]:offsets[i+1]] (newest first) and counts is
+    [tables read, skipped by bloom, skipped by LSN range].
+    """
+    cdef const uint32_t[:, ::1] t = tag_array(tags)
+    cdef Py_ssize_t n = t.shape[0], i, j, total = 0, cap
+    cdef uint64_t h[2]
+    cdef int64_t nread = 0, nbloom = 0, nrange = 0
+    if ntables < 0 or ntables > bits.shape[0] or ntables > tmin.shape[0] or ntables > tmax.shape[0] \
+            or ntables > has_bloom.shape[0]:
+        raise ValueError("ntables exceeds the table arrays")
+    cap = max(16, n * 2)
+    idx = np.empty(cap, dtype=np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    cdef int32_t[::1] ix = idx
+    cdef int64_t[::1] off = offsets
+    for i in range(n):
+        with nogil:
+            murmur3_x64_128(<const uint8_t*>&t[i, 0], 20, 0, h)
+            j = ntables - 1
+            while j >= 0:
+                if tmax[j] < lo:
+                    break
+                if tmin[j] > hi:
+                    nrange += 1
+                elif has_bloom[j] and not _bloom_test(&bits[j, 0], k, h[0], h[1]):
+                    nbloom += 1
+                else:
+                    if total == cap:
+                        with gil:
+                            cap *= 2
+                            idx = np.resize(idx, cap)
+                            ix = idx
+                    ix[total] = <int32_t>j
+                    total += 1
+                    nread += 1
+                j -= 1
+        off[i + 1] = total
+    return offsets, idx[:total], np.array([nread, nbloom, nrange], dtype=np.int64)
+
+
+cdef struct _Buf:
+    uint64_t* p
+    Py_ssize_t n, cap
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def gather_lsns(tags, const int64_t[::1] offsets, const int32_t[::1] idx, list tables, list memtables,
+                uint64_t lo, uint64_t hi):
+    """LSNs of each tag from its candidate tables (idx, newest first) and then the memtables.
+
+    tables[j] is the loaded Memtable of table index j; memtables are in-memory memtables, oldest
+    first, all newer than every table. Returns (offsets int64[n+1], lsns uint64): ascending per
+    tag, with an LSN seen in two adjacent sources (a record split across memtables) kept once.
+    """
+    cdef const uint32_t[:, ::1] t = tag_array(tags)
+    cdef Py_ssize_t n = t.shape[0], i, c, nm = len(memtables), mi
+    cdef uint32_t slot
+    cdef Memtable m
+    cdef _Buf b
+    if offsets.shape[0] != n + 1:
+        raise ValueError("offsets must have one entry per tag plus one")
+    out_off = np.zeros(n + 1, dtype=np.int64)
+    cdef int64_t[::1] oo = out_off
+    b.cap = 64
+    b.n = 0
+    b.p = <uint64_t*>malloc(b.cap * 8)
+    if b.p == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            slot = tag_slot(&t[i, 0])
+            # oldest candidate table first, then memtables oldest first: ascending LSNs
+            for c in range(offsets[i + 1] - 1, offsets[i] - 1, -1):
+                _gather_one(<Memtable?>tables[idx[c]], &t[i, 0], slot, lo, hi, &b, oo[i])
+            for mi in range(nm):
+                _gather_one(<Memtable?>memtables[mi], &t[i, 0], slot, lo, hi, &b, oo[i])
+            oo[i + 1] = b.n
+        out = np.empty(b.n, dtype=np.uint64)
+        if b.n:
+            memcpy(<void*>cnp.PyArray_DATA(out), b.p, b.n * 8)
+        return out_off, out
+    finally:
+        free(b.p)
+
+
+cdef int _gather_one(Memtable m, const uint32_t* tag, uint32_t slot, uint64_t lo, uint64_t hi,
+                     _Buf* b, Py_ssize_t start) except -1:
+    cdef uint16_t head = m.find_head(tag, slot)
+    cdef Py_ssize_t got
+    cdef uint64_t* q
+    if head == 0:
+        return 0
+    got = m.lookup_raw(head, lo, hi, NULL)
+    if got == 0:
+        return 0
+    if b.n + got > b.cap:
+        q = <uint64_t*>realloc(b.p, max(2 * b.cap, b.n + got) * 8)
+        if q == NULL:
+            raise MemoryError()
+        b.p = q
+        b.cap = max(2 * b.cap, b.n + got)
+    m.lookup_raw(head, lo, hi, b.p + b.n)
+    # a record split across two memtables has its LSN in both: keep it once per tag
+    if b.n > start and b.p[b.n] == b.p[b.n - 1]:
+        memmove(b.p + b.n, b.p + b.n + 1, (got - 1) * 8)
+        got -= 1
+    b.n += got
+    return 0

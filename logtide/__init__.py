@@ -39,3 +39,6 @@ from logtide.engine.logservice import LogRecord, LogService, connect_logservice 
 from logtide.errors import CorruptLogError, InvalidRange, InvalidTruncateLsn  # noqa: E402
 
 __all__ += ["CorruptLogError", "InvalidRange", "InvalidTruncateLsn", "LogRecord", "LogService", "connect_logservice"]
+from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K above)
+
+__all__ += ["LogIndex"]
