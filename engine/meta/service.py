@@ -36,6 +36,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _Slot:
+    """Where the applier leaves one proposal's reply."""
+    __slots__ = ("done", "reply", "error")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.reply = None
+        self.error = None
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -49,7 +59,7 @@ class MetaService:
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
-        self._applied_cv = threading.Condition(self._lock)
+        self._pending: dict = {}      # lsn -> (time_ms, cmd, slot): durable, waiting for its turn
         self._time_lock = threading.Lock()
         self._log = log
         self._dir = dir
@@ -134,21 +144,36 @@ class MetaService:
             raise MetaClosedError("the meta-service is closed")
         t = self._stamp()
         payload = encode_entry(t, cmd)
-        # durable first; concurrent proposers share the log's group commit, then apply in LSN order
+        # durable first; concurrent proposers share the log's group commit
         lsn = self._log.append(payload)
-        deadline = time.monotonic() + APPLY_WAIT_S
-        with self._applied_cv:
-            while self._sm.applied_index < lsn - 1:
-                left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
-                    raise MetaError(f"entry {lsn} is durable but entry {self._sm.applied_index + 1} never applied")
-                self._applied_cv.wait(min(left, 1.0))
-            reply = self._sm.apply(lsn, t, cmd)
-            self._applied_cv.notify_all()
-            due = self._sm.applied_index - self._snapshot_index >= self._snapshot_every
-        if due:
+        slot = _Slot()
+        with self._lock:
+            self._pending[lsn] = (t, cmd, slot)
+        self._apply_pending()
+        if not slot.done.wait(APPLY_WAIT_S):
+            raise MetaError(f"entry {lsn} is durable but entry {self.applied_index + 1} never applied")
+        if slot.error is not None:
+            raise slot.error
+        if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
             self.snapshot(wait=False)
-        return reply
+        return slot.reply
+
+    def _apply_pending(self) -> None:
+        """Apply every durable entry that is next in LSN order, whoever proposed it; each proposer
+        is woken once, when its own entry is applied."""
+        with self._lock:
+            while True:
+                item = self._pending.pop(self._sm.applied_index + 1, None)
+                if item is None:
+                    return
+                t, cmd, slot = item
+                try:
+                    slot.reply = self._sm.apply(self._sm.applied_index + 1, t, cmd)
+                except Exception as exc:  # handed to the proposer; the machine refuses to go on
+                    slot.error = exc
+                    slot.done.set()
+                    return
+                slot.done.set()
 
     def snapshot(self, wait: bool = True) -> Optional[int]:
         """Save the state to the snapshot file, then truncate the log up to it; returns its index.
@@ -269,7 +294,6 @@ class MetaService:
             if self._closed:
                 return
             self._closed = True
-            self._applied_cv.notify_all()
         self._hub.close_all()
         if self._log is not None:
             with self._snapshot_lock:
