@@ -194,7 +194,9 @@ class MetaService:
             tmp = self._dir / (SNAPSHOT_FILE + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, buf.getvalue())
+                view = memoryview(buf.getvalue())
+                while view:                       # a short write is legal: finish it
+                    view = view[os.write(fd, view):]
                 os.fsync(fd)
             finally:
                 os.close(fd)
