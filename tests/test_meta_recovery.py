@@ -150,3 +150,36 @@ def test_watch_on_a_durable_service(tmp_path):
         ms.upsert("a1", b"1")
         ms.txn(if_then=[op.put("a2", b"2"), op.delete("a1")])
         assert [(e.key, e.current is None) for e in w.drain()] == [("a1", False), ("a2", False), ("a1", True)]
+
+
+def _segments(d):
+    return sorted((d / "log").glob("*.log"))
+
+
+def test_torn_log_tail_loses_only_the_torn_entry(tmp_path):
+    clock = Clock()
+    with MetaService.open(tmp_path / "m", clock=clock) as ms:
+        for i in range(10):
+            ms.upsert(f"k{i}", b"v%d" % i)
+        before = ms._sm.items()
+    seg = _segments(tmp_path / "m")[-1]
+    raw = seg.read_bytes()
+    seg.write_bytes(raw[:-7])                  # the last record is torn, as by a crash mid-write
+    with MetaService.open(tmp_path / "m", clock=clock) as ms:
+        assert ms._sm.items() == before[:-1]          # keys sort k0..k9: only k9 is gone
+        assert ms.get("k9") is None and ms.get("k8").data == b"v8" and ms.seq == 9
+        assert ms.upsert("k9", b"again")[1].seq == 10     # the seq goes on from what survived
+
+
+def test_corrupt_log_record_is_refused_not_skipped(tmp_path):
+    clock = Clock()
+    with MetaService.open(tmp_path / "m", clock=clock) as ms:
+        for i in range(10):
+            ms.upsert(f"k{i}", b"value-%d" % i)
+    seg = _segments(tmp_path / "m")[-1]
+    raw = bytearray(seg.read_bytes())
+    at = raw.find(b"k3")                        # inside a record in the middle of the log
+    raw[at] ^= 0x20
+    seg.write_bytes(bytes(raw))
+    with pytest.raises(CorruptionError):
+        MetaService.open(tmp_path / "m")
