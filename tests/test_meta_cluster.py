@@ -104,9 +104,11 @@ def test_log_service_node_and_truncation_lsn_round_trip(cm, tmp_path):
         for i in range(20):
             log.append(b"rec%d" % i)
         log.truncate(5)
+        log.register_reader("ro-1", replayed_lsn=3)
         assert publish_logservice(cm, log, "logservice-1", "127.0.0.1:7001", ttl_ms=1000) == 5
         assert cm.nodes("logservice")["logservice-1"] == {
-            "role": "logservice", "addr": "127.0.0.1:7001", "latest_lsn": 20, "truncated_lsn": 5}
+            "role": "logservice", "addr": "127.0.0.1:7001", "latest_lsn": 20, "truncated_lsn": 5,
+            "readers": {"ro-1": 3}}
         cm.advance_truncation_lsn(12)               # e.g. a TN checkpoint covers up to 12
         assert truncate_log_to_cluster(cm, log) == 12 and log.get_truncated_lsn() == 12
         cm.advance_truncation_lsn(99)               # past the log's end: only up to the end

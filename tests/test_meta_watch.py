@@ -150,3 +150,43 @@ def test_closed_watcher_gets_no_more_events_and_service_close_ends_watches(ms):
     ms.close()
     assert [e.key for e in w2.drain()] == ["k"]
     assert w2.closed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("durable", [False, True])
+def test_watch_order_is_apply_order_under_concurrent_writers(tmp_path, durable):
+    if durable:
+        pytest.importorskip("logtide.engine.logservice", reason="the log service is not installed")
+        svc = MetaService.open(tmp_path / "m")
+    else:
+        svc = MetaService.in_memory()
+    with svc:
+        w = svc.watch("", "\U0010ffff")
+        errors = []
+
+        def writer(i):
+            try:
+                for j in range(50):
+                    svc.upsert(f"w{i}/{j % 5}", b"%d" % j)
+                    if j % 10 == 0:
+                        svc.txn(if_then=[op.delete_by_prefix(f"w{i}/")])
+            except Exception as exc:  # surfaced below
+                errors.append(exc)
+        ts = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors
+        evs = w.drain()
+        seqs = [e.current.seq for e in evs if e.current is not None]
+        assert seqs == sorted(seqs) and len(seqs) == 400 == svc.seq     # every write, in seq order
+        # replaying the events over an empty dict gives the service's state
+        state = {}
+        for e in evs:
+            assert state.get(e.key) == e.prev
+            if e.current is None:
+                del state[e.key]
+            else:
+                state[e.key] = e.current
+        assert sorted(state.items()) == svc.list("")

@@ -160,7 +160,7 @@ def publish_logservice(cm: ClusterMeta, log, node_id: str, addr: str, ttl_ms: in
     """Register a log-service node (HAKeeper-style lease) with the LSNs it holds, and carry its
     truncated LSN into the cluster's truncation LSN. Returns the truncation LSN now stored."""
     info = {"role": "logservice", "addr": addr, "latest_lsn": log.get_latest_lsn(),
-            "truncated_lsn": log.get_truncated_lsn()}
+            "truncated_lsn": log.get_truncated_lsn(), "readers": log.readers()}
     cm.register(node_id, info, ttl_ms)
     return cm.advance_truncation_lsn(info["truncated_lsn"])
 
