@@ -52,15 +52,25 @@ def test_single_key_watch(ms):
 
 
 def test_filters(ms):
-    wu = ms.watch("a", "z", filter="update")
-    wd = ms.watch("a", "z", filter="DELETE")
-    wa = ms.watch("a", "z", filter="all")
+    from logtide.engine.meta import ALL, UPDATE
+    wu = ms.watch("a", "z", filter=UPDATE)
+    wd = ms.watch("a", "z", filter=DELETE)         # the DELETE sentinel names the delete filter
+    wa = ms.watch("a", "z", filter=ALL)
+    ws = ms.watch("a", "z", filter="Delete")       # and the strings work, any case
     ms.upsert("k", b"1")
     ms.upsert("k", b"2")
     ms.upsert("k", DELETE)
     assert _evs(wu) == [("k", None, b"1"), ("k", b"1", b"2")]
     assert _evs(wd) == [("k", b"2", None)]
+    assert _evs(ws) == [("k", b"2", None)]
     assert len(_evs(wa)) == 3
+
+
+def test_events_unpack_as_key_prev_current(ms):
+    w = ms.watch("k")
+    ms.upsert("k", b"1")
+    key, prev, cur = w.get(timeout=1)
+    assert (key, prev, cur.data) == ("k", None, b"1")
 
 
 def test_no_event_when_nothing_changed(ms):

@@ -6,11 +6,11 @@ from logtide.engine.meta.service import MetaService
 from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.txn_reply import (
     TxnDeleteByPrefixResponse, TxnDeleteResponse, TxnFetchAddU64Response, TxnGetResponse, TxnPutResponse, TxnReply)
-from logtide.engine.meta.watch import FLUSH_MARKER, WatchEvent, Watcher
+from logtide.engine.meta.watch import ALL, FLUSH_MARKER, UPDATE, WatchEvent, Watcher
 
 __all__ = [
-    "ANY", "AS_IS", "BoolExpr", "Branch", "Condition", "DELETE", "Exact", "FLUSH_MARKER", "GE", "KVMeta",
+    "ALL", "ANY", "AS_IS", "BoolExpr", "Branch", "Condition", "DELETE", "Exact", "FLUSH_MARKER", "GE", "KVMeta",
     "MetaService", "MetaSpec", "MetaStateMachine", "SeqV", "TxnCmd", "TxnDeleteByPrefixResponse",
-    "TxnDeleteResponse", "TxnFetchAddU64Response", "TxnGetResponse", "TxnPutResponse", "TxnReply", "UpsertCmd",
+    "TxnDeleteResponse", "TxnFetchAddU64Response", "TxnGetResponse", "TxnPutResponse", "TxnReply", "UPDATE", "UpsertCmd",
     "WatchEvent", "Watcher", "cond", "op",
 ]

@@ -13,6 +13,7 @@ FILTER_ALL = "all"          # every change
 FILTER_UPDATE = "update"    # changes that leave a value (insert, update)
 FILTER_DELETE = "delete"    # removals (delete, expiry, delete_by_prefix)
 FILTERS = (FILTER_ALL, FILTER_UPDATE, FILTER_DELETE)
+ALL, UPDATE = FILTER_ALL, FILTER_UPDATE   # filter=ALL | UPDATE | DELETE (DELETE is the value sentinel)
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,19 @@ class WatchEvent:
     def is_flush_marker(self) -> bool:
         return self.key is None
 
+    def __iter__(self):
+        """Unpacks as (key, prev, current)."""
+        return iter((self.key, self.prev, self.current))
+
 
 FLUSH_MARKER = WatchEvent(None, None, None, True)
 _CLOSED = object()
 
 
 def check_filter(f) -> str:
+    from logtide.engine.meta.match_seq import DELETE
+    if f is DELETE:
+        return FILTER_DELETE
     if isinstance(f, str) and f.lower() in FILTERS:
         return f.lower()
     raise MetaInvalidArgument(f"watch filter must be one of {FILTERS}, got {f!r}")
