@@ -3,6 +3,7 @@ made durable in the log (when the service has one), then applied to the state ma
 """
 from __future__ import annotations
 
+import collections
 import io
 import os
 import threading
@@ -25,7 +26,8 @@ SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (doc
 LOG_DIR = "log"                     # the log-service directory holding every entry after it
 DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot lets the log be truncated)
 REPLAY_READ_BYTES = 4 << 20
-APPLY_WAIT_S = 60.0                 # an entry whose predecessor never applies means a broken log
+APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
+MAX_GROUP = 1024                    # proposals appended as one group at most
 
 
 def _fsync_dir(path: Path) -> None:
@@ -37,10 +39,11 @@ def _fsync_dir(path: Path) -> None:
 
 
 class _Slot:
-    """Where the applier leaves one proposal's reply."""
-    __slots__ = ("done", "reply", "error")
+    """One proposal: its command, and where the proposer thread leaves the reply."""
+    __slots__ = ("cmd", "done", "reply", "error")
 
-    def __init__(self):
+    def __init__(self, cmd):
+        self.cmd = cmd
         self.done = threading.Event()
         self.reply = None
         self.error = None
@@ -59,7 +62,9 @@ class MetaService:
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
-        self._pending: dict = {}      # lsn -> (time_ms, cmd, slot): durable, waiting for its turn
+        self._queue: collections.deque = collections.deque()   # proposals waiting for the log
+        self._queue_cv = threading.Condition(threading.Lock())
+        self._stopping = False
         self._time_lock = threading.Lock()
         self._log = log
         self._dir = dir
@@ -72,6 +77,10 @@ class MetaService:
         self._last_time_ms = self._sm.last_time_ms
         self._closed = False
         self.leader = leader     # the address of the leader, named in every RPC reply
+        self._proposer_thread = None
+        if log is not None:
+            self._proposer_thread = threading.Thread(target=self._proposer, daemon=True, name="meta-proposer")
+            self._proposer_thread.start()
 
     @classmethod
     def in_memory(cls, clock: Optional[Callable[[], int]] = None) -> "MetaService":
@@ -140,40 +149,48 @@ class MetaService:
                     raise MetaClosedError("the meta-service is closed")
                 t = self._stamp()
                 return self._sm.apply(self._sm.applied_index + 1, t, cmd)
-        if self._closed:
-            raise MetaClosedError("the meta-service is closed")
-        t = self._stamp()
-        payload = encode_entry(t, cmd)
-        # durable first; concurrent proposers share the log's group commit
-        lsn = self._log.append(payload)
-        slot = _Slot()
-        with self._lock:
-            self._pending[lsn] = (t, cmd, slot)
-        self._apply_pending()
+        slot = _Slot(cmd)
+        with self._queue_cv:
+            if self._stopping:
+                raise MetaClosedError("the meta-service is closed")
+            self._queue.append(slot)
+            self._queue_cv.notify()
         if not slot.done.wait(APPLY_WAIT_S):
-            raise MetaError(f"entry {lsn} is durable but entry {self.applied_index + 1} never applied")
+            raise MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s")
         if slot.error is not None:
             raise slot.error
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
             self.snapshot(wait=False)
         return slot.reply
 
-    def _apply_pending(self) -> None:
-        """Apply every durable entry that is next in LSN order, whoever proposed it; each proposer
-        is woken once, when its own entry is applied."""
-        with self._lock:
-            while True:
-                item = self._pending.pop(self._sm.applied_index + 1, None)
-                if item is None:
+    def _proposer(self) -> None:
+        """The one thread that writes the log: takes every queued proposal, appends them as one
+        group (consecutive LSNs, one fsync), applies them in LSN order, then wakes each proposer.
+        Proposals queue up while a group is being synced, so batches grow with the load."""
+        while True:
+            with self._queue_cv:
+                while not self._queue and not self._stopping:
+                    self._queue_cv.wait()
+                if not self._queue:
                     return
-                t, cmd, slot = item
-                try:
-                    slot.reply = self._sm.apply(self._sm.applied_index + 1, t, cmd)
-                except Exception as exc:  # handed to the proposer; the machine refuses to go on
-                    slot.error = exc
-                    slot.done.set()
-                    return
-                slot.done.set()
+                n = min(len(self._queue), MAX_GROUP)
+                batch = [self._queue.popleft() for _ in range(n)]
+            try:
+                times = [self._stamp() for _ in batch]
+                first = self._log.append_many([encode_entry(t, s.cmd) for t, s in zip(times, batch)])
+            except Exception as exc:  # nothing of this group is acknowledged
+                for s in batch:
+                    s.error = exc
+                    s.done.set()
+                continue
+            with self._lock:
+                for i, (t, s) in enumerate(zip(times, batch)):
+                    try:
+                        s.reply = self._sm.apply(first + i, t, s.cmd)
+                    except Exception as exc:  # handed to its proposer
+                        s.error = exc
+            for s in batch:
+                s.done.set()
 
     def snapshot(self, wait: bool = True) -> Optional[int]:
         """Save the state to the snapshot file, then truncate the log up to it; returns its index.
@@ -298,6 +315,10 @@ class MetaService:
             self._closed = True
         self._hub.close_all()
         if self._log is not None:
+            with self._queue_cv:
+                self._stopping = True          # queued proposals still go through, new ones are refused
+                self._queue_cv.notify_all()
+            self._proposer_thread.join()
             with self._snapshot_lock:
                 self._log.close()
 
