@@ -60,7 +60,7 @@ class LogIndex:
         self._counts = [0, 0, 0, 0]   # lsns_many: lookups, tables read, skipped by bloom, skipped by LSN range
         self._gen = 0                 # bumped whenever the saved tables or their arrays change
         self._lookup = TableLookup(self._table)   # the per-call lsns() path
-        self._lookup_key = None
+        self._lookup_ring = self._lookup_gen = -1
         self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
                            inserted=0, skipped_saved=0)
         self._closed = False
@@ -460,7 +460,7 @@ class LogIndex:
         if self._closed or not self.primary:
             self._check_open()
             self.refresh()
-        if self._lookup_key != (self.ring.version, self._gen):
+        if self._lookup_ring != self.ring.version or self._lookup_gen != self._gen:
             self._sync_lookup()
         return self._lookup.lsns(tag, min_lsn, max_lsn)
 
@@ -469,7 +469,7 @@ class LogIndex:
         live = self.ring.live_tables()
         self._lookup.set_tables(self._slices, self._has_bloom, self._tmin, self._tmax, self._visible_tables(live),
                                 self._loaded, live, self._k, self._ref)
-        self._lookup_key = (self.ring.version, self._gen)
+        self._lookup_ring, self._lookup_gen = self.ring.version, self._gen
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
         """lsns() for many tags: (offsets int64[n+1], lsns uint64); tag i owns lsns[offsets[i]:offsets[i+1]]."""
