@@ -27,3 +27,7 @@ __all__ = [
     "tag_array",
     "tag_rows",
 ]
+
+from logtide._ext.btree import BTree
+from logtide.errors import ReadOnlyError
+__all__ += ["BTree", "ReadOnlyError"]

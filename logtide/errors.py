@@ -11,3 +11,7 @@ class CorruptionError(LogtideError, ValueError):
 
 class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
+
+
+class ReadOnlyError(LogtideError, TypeError):
+    """A write reached a read-only view (a BTree snapshot)."""
