@@ -1118,7 +1118,8 @@ cdef class BTree:
         values = np.ascontiguousarray(values, dtype=np.int64)
         vp = <int64_t*>cnp.PyArray_DATA(values)
         r = 0
-        PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        with nogil:   # never wait for the lock while holding the GIL: a waiter holds it and needs the GIL
+            PyThread_acquire_lock(self.lock, WAIT_LOCK)
         self.busy = 1
         try:
             with nogil:
@@ -1190,7 +1191,8 @@ cdef class BTree:
                     Py_DECREF(<object><PyObject*><Py_ssize_t>old)
                     removed += 1
             return removed
-        PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        with nogil:   # never wait for the lock while holding the GIL: a waiter holds it and needs the GIL
+            PyThread_acquire_lock(self.lock, WAIT_LOCK)
         self.busy = 1
         try:
             with nogil:
