@@ -24,10 +24,34 @@ cdef extern from *:
     static inline int bt_inc(int *p) { return __atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL); }
     static inline int bt_dec(int *p) { return __atomic_sub_fetch(p, 1, __ATOMIC_ACQ_REL); }
     static inline int bt_load(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    /* branch-free binary searches over one int64 field: the select compiles to cmov, so a
+       search costs no mispredicted jumps, only its loads */
+    static inline int bt_lb1(const int64_t *keys, int n, int64_t k) {
+        const int64_t *base = keys;
+        if (n == 0) return 0;
+        while (n > 1) {
+            int half = n >> 1;
+            base += (base[half - 1] < k) * half;
+            n -= half;
+        }
+        return (int)(base - keys) + (base[0] < k);
+    }
+    static inline int bt_ub1(const int64_t *keys, int n, int64_t k) {
+        const int64_t *base = keys;
+        if (n == 0) return 0;
+        while (n > 1) {
+            int half = n >> 1;
+            base += (base[half - 1] <= k) * half;
+            n -= half;
+        }
+        return (int)(base - keys) + (base[0] <= k);
+    }
     """
     int bt_inc(int *p) nogil
     int bt_dec(int *p) nogil
     int bt_load(int *p) nogil
+    int lb1 "bt_lb1"(const int64_t* keys, int n, int64_t k) nogil
+    int ub1 "bt_ub1"(const int64_t* keys, int n, int64_t k) nogil
     void __builtin_prefetch(const void *p) nogil
 
 
@@ -39,32 +63,6 @@ cdef inline int kcmp(const int64_t* a, const int64_t* b, int kw) noexcept nogil:
         if a[i] != b[i]:
             return -1 if a[i] < b[i] else 1
     return 0
-
-
-cdef inline int lb1(const int64_t* keys, int n, int64_t k) noexcept nogil:
-    """First index i with keys[i] >= k, single field (branch-free halving: no mispredicted jumps)."""
-    cdef const int64_t* base = keys
-    cdef int half
-    if n == 0:
-        return 0
-    while n > 1:
-        half = n >> 1
-        base = base + half if base[half - 1] < k else base
-        n -= half
-    return <int>(base - keys) + (base[0] < k)
-
-
-cdef inline int ub1(const int64_t* keys, int n, int64_t k) noexcept nogil:
-    """First index i with keys[i] > k, single field."""
-    cdef const int64_t* base = keys
-    cdef int half
-    if n == 0:
-        return 0
-    while n > 1:
-        half = n >> 1
-        base = base + half if base[half - 1] <= k else base
-        n -= half
-    return <int>(base - keys) + (base[0] <= k)
 
 
 @cython.cdivision(True)
@@ -248,11 +246,11 @@ cdef Py_ssize_t node_memory(BTNode* nd, int kw) noexcept nogil:
 # ---------------------------------------------------------------- insert / delete / find
 
 cdef inline void pf_node(const BTNode* nd, int kw) noexcept nogil:
-    """Ask for a node's header and keys at once: the lines arrive in parallel, not one per probe."""
+    """Ask for a whole node at once (keys, then values or children): the lines arrive in parallel."""
     cdef const char* p = <const char*>nd
-    cdef int i, lines = <int>((sizeof(BTNode) + BT_LMAX * kw * 8 + 63) // 64)
-    if lines > 24:
-        lines = 24
+    cdef int i, lines = <int>((sizeof(BTNode) + BT_LMAX * (kw + 1) * 8 + 63) // 64)
+    if lines > 32:
+        lines = 32
     for i in range(lines):
         __builtin_prefetch(p + i * 64)
 
