@@ -17,7 +17,7 @@ $(PY):
 
 # build requirements, installed once per change of pyproject.toml
 $(VENV)/.build-deps: pyproject.toml | $(PY)
-	$(PIP) install -q --upgrade pip "setuptools>=64" wheel build "Cython>=3.0" "numpy>=1.24" $(QUIET)
+	$(PIP) install -q --upgrade pip "setuptools>=77" wheel build "Cython>=3.0" "numpy>=1.24" $(QUIET)
 	touch $@
 
 venv: $(VENV)/.build-deps
@@ -45,3 +45,10 @@ bench: install
 
 clean:
 	rm -rf build dist *.egg-info build.log $(VENV)
+
+# regenerate *_pb2.py / *_pb2_grpc.py beside every .proto (the generated modules are committed)
+.PHONY: proto
+# (run as a script: it needs only grpc_tools, not an installed logtide)
+proto: venv
+	$(PIP) install -q "grpcio-tools>=1.60" $(QUIET)
+	$(PY) engine/rpc/protogen.py $(CURDIR)

@@ -2,7 +2,7 @@
 """Bloom4K: the 4096-byte LogIndex bloom block (PolarDB), hashed with murmur3 x64-128."""
 import os
 import struct
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from libc.math cimport log, lround
@@ -23,10 +23,27 @@ _HEADER = struct.Struct("<QQQII")  # table_id, min_lsn, max_lsn, bits_size, crc3
 assert _HEADER.size == BLOOM_HEADER_SIZE
 
 
+_POOL = None
+_POOL_PID = 0
+
+
+def _pool():
+    """The worker threads of batch calls; a forked child makes its own (the parent's threads are gone)."""
+    global _POOL, _POOL_PID
+    if _POOL is None or _POOL_PID != os.getpid():
+        _POOL = ThreadPoolExecutor(max_workers=max(1, _cpus() - 1), thread_name_prefix="logtide-batch")
+        _POOL_PID = os.getpid()
+    return _POOL
+
+
+def _cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def _spans(Py_ssize_t n, threads):
     """Split [0, n) into one span per worker thread."""
     if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = _cpus()
     threads = max(1, min(int(threads), n // PARALLEL_MIN or 1))
     step = -(-n // threads)
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
@@ -181,7 +198,7 @@ cdef class Bloom4K:
         """
         cdef const uint8_t[:, ::1] rows = as_key_rows(keys)
         cdef Py_ssize_t n = rows.shape[0]
-        out = np.zeros(n, dtype=np.bool_)
+        out = np.empty(n, dtype=np.bool_)
         if n == 0:
             return out
         cdef uint8_t[::1] o = out.view(np.uint8)
@@ -189,12 +206,10 @@ cdef class Bloom4K:
         if len(spans) == 1:
             self._contains_span(rows, o, 0, n)
         else:
-            workers = [threading.Thread(target=self._contains_span, args=(rows, o, lo, hi)) for lo, hi in spans[1:]]
-            for t in workers:
-                t.start()
+            futures = [_pool().submit(self._contains_span, rows, o, lo, hi) for lo, hi in spans[1:]]
             self._contains_span(rows, o, spans[0][0], spans[0][1])
-            for t in workers:
-                t.join()
+            for f in futures:
+                f.result()
         return out
 
     @cython.boundscheck(False)

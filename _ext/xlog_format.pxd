@@ -60,3 +60,11 @@ cdef enum:
 
     # data pages
     BLCKSZ = 8192
+
+    # added for the WAL segment reader (logindex/pgwal, _ext/xlogreader)
+    DEFAULT_XLOG_SEG_SIZE = 16777216  # 16 MiB, initdb's default --wal-segsize
+    XLP_ALL_FLAGS = 0x000F
+    XLOG_SWITCH = 0x40                # RM_XLOG info: the rest of the segment is unused
+    RM_MAX_BUILTIN_ID = 21            # PostgreSQL 15: RM_LOGICALMSG_ID
+    RM_MIN_CUSTOM_ID = 128            # custom resource managers take 128..255
+    MAX_FORKNUM = 3                   # main, fsm, vm, init

@@ -28,6 +28,15 @@ __all__ = [
     "tag_rows",
 ]
 
+# log service (engine/logservice)
+from logtide.engine.logservice import LogRecord, LogService, connect_logservice  # noqa: E402
+from logtide.errors import CorruptLogError, InvalidRange, InvalidTruncateLsn  # noqa: E402
+
+__all__ += ["CorruptLogError", "InvalidRange", "InvalidTruncateLsn", "LogRecord", "LogService", "connect_logservice"]
+from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K above)
+
+__all__ += ["LogIndex"]
+
 from logtide._ext.btree import BTree
 from logtide.errors import ReadOnlyError
 __all__ += ["BTree", "ReadOnlyError"]

@@ -13,5 +13,74 @@ class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
 
 
+# --- log service (engine/logservice) and RPC layer (engine/rpc) ---
+
+class InvalidArgument(LogtideError, ValueError):
+    """A request argument has the wrong type or an impossible value."""
+
+
+class LogServiceError(LogtideError):
+    """Base of the log service's errors."""
+
+
+class InvalidRange(LogServiceError, ValueError):
+    """A read asked for LSNs that are truncated or beyond the end of the log."""
+
+
+class InvalidTruncateLsn(LogServiceError, ValueError):
+    """truncate() was given an LSN not above the current truncated LSN (or beyond the end of the log)."""
+
+
+class RecordTooLarge(LogServiceError, ValueError):
+    """A record or request is bigger than the configured limit."""
+
+
+class LogServiceClosed(LogServiceError):
+    """The log service (or the client) is closed."""
+
+
+class LogServiceFailed(LogServiceError):
+    """A write or fsync failed; the service refuses further appends until it is reopened."""
+
+
+class CorruptLogError(CorruptionError, LogServiceError):
+    """A record in the middle of the log failed verification. Never skipped silently."""
+
+    def __init__(self, message: str, segment: str = "", offset: int = -1) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.offset = offset
+
+
+class RpcError(LogtideError):
+    """A remote call failed in transport (server unreachable, deadline, cancelled)."""
+
+
+class InvalidRequest(LogtideError, ValueError):
+    """The server could not decode a request (malformed message, unknown method arguments)."""
+
+
+class MessageTooLarge(RpcError, RecordTooLarge):
+    """A request or response is bigger than the transport's configured max message size."""
+
+
+class RemoteError(RpcError):
+    """The server failed with an error that has no logtide type (its type name is in the message)."""
+
+class CorruptRecordError(CorruptionError):
+    """A WAL record (PostgreSQL XLogRecord layout) failed its length, header or CRC-32C checks."""
+
+
+class CorruptWalPageError(CorruptionError):
+    """A PostgreSQL WAL page or segment header is damaged (magic, address, continuation)."""
+
+
+class LsnOrderError(LogtideError, ValueError):
+    """An LSN went backwards where LSNs must be non-decreasing."""
+
+
+class ReadOnlyError(LogtideError):
+    """A write was attempted on a read-only (RO mode) LogIndex."""
+
 class ReadOnlyError(LogtideError, TypeError):
     """A write reached a read-only view (a BTree snapshot)."""

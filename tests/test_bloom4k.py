@@ -137,3 +137,32 @@ def test_views_are_interchangeable():
     c.add_many(tag_rows(tags))
     assert a == c
     assert a.contains_many(tag_rows(tags)).all()
+
+
+def test_threaded_batches_equal_one_thread():
+    b = Bloom4K()
+    b.add_many(random_tags(819, seed=21))
+    probes = random_tags(600_000, seed=22)
+    probes[::7] = random_tags(819, seed=21)[np.arange(0, len(probes), 7) % 819]
+    one = b.contains_many(probes, threads=1)
+    assert np.array_equal(one, b.contains_many(probes, threads=2))
+    assert np.array_equal(one, b.contains_many(probes, threads=4))
+    assert np.array_equal(one, b.contains_many(probes))
+    assert one[::7].all()
+
+
+@pytest.mark.timeout(120)
+def test_forked_child_can_use_batches():
+    """The worker pool belongs to the process that made it: a forked child must not wait on it."""
+    import os
+    b = Bloom4K()
+    tags = random_tags(819, seed=23)
+    b.add_many(tags)
+    big = np.concatenate([tags] * 400)
+    assert b.contains_many(big, threads=2).all()  # the parent's pool now exists
+    pid = os.fork()
+    if pid == 0:
+        ok = b.contains_many(big, threads=2).all()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

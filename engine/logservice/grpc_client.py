@@ -1,0 +1,144 @@
+"""The remote log service client: the LogServiceClient interface over the RPC layer."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from logtide.engine.logservice import logservice_pb2 as pb
+from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
+from logtide.engine.logservice.grpc_service import LOGSERVICE
+from logtide.engine.logservice.log_format import USER_RECORD
+from logtide.engine.logservice.record import LogRecord, data_prefix
+from logtide.engine.logservice.service import _BYTES_LIKE, _lsn_arg
+from logtide.engine.rpc import RpcClient
+from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
+from logtide.errors import InvalidArgument, LogServiceClosed
+
+_EMPTY = pb.Empty()
+
+
+class GrpcLogServiceClient(LogServiceClient):
+    """connect_logservice("host:port"): same calls and errors as the embedded LogService."""
+
+    def __init__(self, address: str | None = None, *, transport: Transport | None = None,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, timeout: float | None = None,
+                 connect_timeout: float = 10.0, chunk_size: int = 1 << 20) -> None:
+        if transport is None:
+            if not isinstance(address, str) or ":" not in address:
+                raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")
+            transport = GrpcTransport(address, max_message_size=max_message_size, timeout=timeout,
+                                      connect_timeout=connect_timeout)
+        self._rpc = RpcClient(LOGSERVICE, transport)
+        self._chunk = chunk_size
+        self._closed = False
+        self._config: LogServiceConfig | None = None
+
+    def _call(self, name: str, request):
+        if self._closed:
+            raise LogServiceClosed("the log service client is closed")
+        return self._rpc.invoke(name, request)
+
+    @staticmethod
+    def _type_arg(t: object) -> int:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < 1 << 32:
+            raise InvalidArgument(f"record type must be an int in [0, 2**32), got {t!r}")
+        return t
+
+    def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
+        if isinstance(payload, LogRecord):
+            req = pb.AppendRequest(payloads=[bytes(payload.data)], type=self._type_arg(payload.type), raw=True)
+        else:
+            if not isinstance(payload, _BYTES_LIKE):
+                raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
+            data_prefix(replica_id)  # validates replica_id like the embedded service
+            req = pb.AppendRequest(payloads=[bytes(payload)], replica_id=replica_id, type=self._type_arg(type))
+        return self._call("Append", req).first_lsn
+
+    def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
+        if isinstance(payloads, _BYTES_LIKE):
+            raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
+        payloads = list(payloads)
+        if not payloads:
+            raise InvalidArgument("append_many needs at least one payload")
+        for i, p in enumerate(payloads):
+            if not isinstance(p, _BYTES_LIKE):
+                raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
+        data_prefix(replica_id)
+        if len(payloads) == 1:  # the server tells one payload from many by count
+            return self.append(payloads[0], replica_id, type)
+        req = pb.AppendRequest(payloads=[bytes(p) for p in payloads], replica_id=replica_id,
+                               type=self._type_arg(type))
+        return self._call("Append", req).first_lsn
+
+    def _chunks(self, first_lsn: int, max_size: int):
+        _lsn_arg("first_lsn", first_lsn)
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
+            raise InvalidArgument(f"max_size must be an int >= 0, got {max_size!r}")
+        if self._closed:
+            raise LogServiceClosed("the log service client is closed")
+        req = pb.ReadRequest(first_lsn=first_lsn, max_size=min(max_size, (1 << 64) - 1), chunk_size=self._chunk)
+        return list(self._rpc.invoke("Read", req))
+
+    def read(self, first_lsn: int, max_size: int) -> tuple[list[LogRecord], int]:
+        out: list[LogRecord] = []
+        next_lsn = first_lsn
+        for c in self._chunks(first_lsn, max_size):
+            data, pos = c.data, 0
+            for k, (t, n) in enumerate(zip(c.types, c.lengths)):
+                out.append(LogRecord(c.first_lsn + k, t, data[pos:pos + n]))
+                pos += n
+            if c.last:
+                next_lsn = c.next_lsn
+        return out, next_lsn
+
+    def read_batch(self, first_lsn: int, max_size: int) -> RecordBatch:
+        chunks = self._chunks(first_lsn, max_size)
+        lengths = np.fromiter((n for c in chunks for n in c.lengths), dtype=np.uint32)
+        types = np.fromiter((t for c in chunks for t in c.types), dtype=np.uint32)
+        offsets = np.zeros(len(lengths), dtype=np.uint64)
+        if len(lengths) > 1:
+            np.cumsum(lengths[:-1], dtype=np.uint64, out=offsets[1:])
+        buf = chunks[0].data if len(chunks) == 1 else b"".join(c.data for c in chunks)
+        next_lsn = chunks[-1].next_lsn if chunks and chunks[-1].last else first_lsn
+        return RecordBatch(first_lsn, types, offsets, lengths, buf, next_lsn)
+
+    def truncate(self, lsn: int) -> None:
+        self._call("Truncate", pb.LsnRequest(lsn=_lsn_arg("lsn", lsn)))
+
+    def get_truncated_lsn(self) -> int:
+        return self._call("GetTruncatedLsn", _EMPTY).lsn
+
+    def get_latest_lsn(self) -> int:
+        return self._call("GetLatestLsn", _EMPTY).lsn
+
+    def get_first_lsn(self) -> int:
+        return self._call("GetFirstLsn", _EMPTY).lsn
+
+    def get_tso_timestamp(self, count: int) -> int:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1 or count > 1 << 32:
+            raise InvalidArgument(f"get_tso_timestamp(count): count must be an int in [1, 2**32], got {count!r}")
+        return self._call("GetTsoTimestamp", pb.TsoRequest(count=count)).first
+
+    def config(self) -> LogServiceConfig:
+        r = self._call("GetConfig", _EMPTY)
+        return LogServiceConfig(r.dir, r.fsync, r.segment_size, r.max_record_size, r.truncation_interval)
+
+    def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
+        self._call("RegisterReader", pb.ReaderRequest(name=name, lsn=_lsn_arg("replayed_lsn", replayed_lsn)))
+
+    def report_replayed(self, name: str, lsn: int) -> None:
+        self._call("ReportReplayed", pb.ReaderRequest(name=str(name), lsn=_lsn_arg("lsn", lsn)))
+
+    def unregister_reader(self, name: str) -> None:
+        self._call("UnregisterReader", pb.ReaderRequest(name=str(name)))
+
+    def readers(self) -> dict[str, int]:
+        return dict(self._call("ListReaders", _EMPTY).readers)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._rpc.close()

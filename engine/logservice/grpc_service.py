@@ -1,0 +1,134 @@
+"""The log service over the RPC layer: its servicer and a server that owns an embedded LogService."""
+from __future__ import annotations
+
+import logging
+import os
+
+from logtide.engine.logservice import logservice_pb2 as pb
+from logtide.engine.logservice.record import LogRecord
+from logtide.engine.logservice.service import LogService
+from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
+from logtide.errors import InvalidArgument
+
+log = logging.getLogger("logtide.logservice")
+
+LOGSERVICE = ServiceDef.from_proto(pb, "LogService")
+DEFAULT_CHUNK_SIZE = 1 << 20
+_EMPTY = pb.Empty()
+
+
+class LogServiceServicer:
+    """Serves one LogService; every method maps 1:1 onto the client API."""
+
+    def __init__(self, svc: LogService, max_message_size: int) -> None:
+        self.svc = svc
+        self.max_message_size = max_message_size
+
+    def Append(self, req: pb.AppendRequest, ctx) -> pb.AppendResponse:
+        if req.raw:
+            if len(req.payloads) != 1:
+                raise InvalidArgument("a raw append carries exactly one record's data")
+            return pb.AppendResponse(first_lsn=self.svc.append(LogRecord(0, req.type, req.payloads[0])))
+        if len(req.payloads) == 1:
+            return pb.AppendResponse(first_lsn=self.svc.append(req.payloads[0], req.replica_id, req.type))
+        return pb.AppendResponse(first_lsn=self.svc.append_many(list(req.payloads), req.replica_id, req.type))
+
+    def Read(self, req: pb.ReadRequest, ctx):
+        batch = self.svc.read_batch(req.first_lsn, req.max_size)
+        chunk = req.chunk_size or DEFAULT_CHUNK_SIZE
+        chunk = min(chunk, self.max_message_size // 2)
+        n, k, buf = len(batch), 0, batch.buf
+        offsets, lengths, types = batch.offsets.tolist(), batch.lengths.tolist(), batch.types.tolist()
+        while True:
+            j, size = k, 0
+            while j < n and (j == k or size + lengths[j] <= chunk):  # at least one record per chunk
+                size += lengths[j]
+                j += 1
+            data = b"".join(buf[offsets[x]:offsets[x] + lengths[x]] for x in range(k, j)) if j - k != 1 else \
+                buf[offsets[k]:offsets[k] + lengths[k]]
+            last = j >= n
+            yield pb.ReadChunk(first_lsn=batch.first_lsn + k, types=types[k:j], lengths=lengths[k:j], data=data,
+                               next_lsn=batch.next_lsn if last else 0, last=last)
+            if last or not ctx.is_active():
+                return
+            k = j
+
+    def Truncate(self, req: pb.LsnRequest, ctx) -> pb.Empty:
+        self.svc.truncate(req.lsn)
+        return _EMPTY
+
+    def GetTruncatedLsn(self, req, ctx) -> pb.LsnResponse:
+        return pb.LsnResponse(lsn=self.svc.get_truncated_lsn())
+
+    def GetLatestLsn(self, req, ctx) -> pb.LsnResponse:
+        return pb.LsnResponse(lsn=self.svc.get_latest_lsn())
+
+    def GetFirstLsn(self, req, ctx) -> pb.LsnResponse:
+        return pb.LsnResponse(lsn=self.svc.get_first_lsn())
+
+    def GetTsoTimestamp(self, req: pb.TsoRequest, ctx) -> pb.TsoResponse:
+        return pb.TsoResponse(first=self.svc.get_tso_timestamp(req.count))
+
+    def GetConfig(self, req, ctx) -> pb.ConfigResponse:
+        c = self.svc.config()
+        return pb.ConfigResponse(dir=c.dir, fsync=c.fsync, segment_size=c.segment_size,
+                                 max_record_size=c.max_record_size, truncation_interval=c.truncation_interval,
+                                 max_message_size=self.max_message_size)
+
+    def RegisterReader(self, req: pb.ReaderRequest, ctx) -> pb.Empty:
+        self.svc.register_reader(req.name, req.lsn)
+        return _EMPTY
+
+    def ReportReplayed(self, req: pb.ReaderRequest, ctx) -> pb.Empty:
+        self.svc.report_replayed(req.name, req.lsn)
+        return _EMPTY
+
+    def UnregisterReader(self, req: pb.ReaderRequest, ctx) -> pb.Empty:
+        self.svc.unregister_reader(req.name)
+        return _EMPTY
+
+    def ListReaders(self, req, ctx) -> pb.ReadersResponse:
+        return pb.ReadersResponse(readers=self.svc.readers())
+
+
+class LogServiceServer:
+    """A LogService on a directory, served over gRPC on `listen` (port 0 picks one: see `.port`)."""
+
+    def __init__(self, svc: LogService, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
+                 max_workers: int = 32, own_service: bool = False) -> None:
+        cfg = svc.config()
+        # room for the largest record plus framing; a bigger message is refused by gRPC itself
+        self.max_message_size = max_message_size or max(4 << 20, cfg.max_record_size + (1 << 20))
+        self.svc = svc
+        self._own = own_service
+        self.rpc = RpcServer(listen, max_message_size=self.max_message_size, max_workers=max_workers)
+        self.rpc.add_service(LOGSERVICE, LogServiceServicer(svc, self.max_message_size))
+        self.rpc.add_service(DIAGNOSTICS, DiagnosticsServicer("logservice"))
+        self.port = self.rpc.start()
+        self.address = self.rpc.address
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
+             **options) -> "LogServiceServer":
+        """Open the log in `path` and serve it; stop() closes both."""
+        svc = LogService.open(path, **options)
+        try:
+            return cls(svc, listen, max_message_size=max_message_size, own_service=True)
+        except BaseException:
+            svc.close()
+            raise
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        self.rpc.stop(grace)
+        if self._own:
+            self.svc.close()
+
+    def wait(self) -> None:
+        self.rpc.wait()
+
+    def __enter__(self) -> "LogServiceServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

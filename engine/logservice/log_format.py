@@ -1,0 +1,43 @@
+"""The log service's on-disk facts, shared by the writer, the reader and recovery.
+
+The frame itself is defined in _ext/wal.pxd; docs/wal_format.md writes the whole format out.
+"""
+from __future__ import annotations
+
+import struct
+
+from logtide._ext.wal import HEADER_SIZE  # 20: [u32 length][u32 crc32c][u64 lsn][u32 type]
+
+# Record types (MatrixOne pb.RecordType).
+USER_RECORD = 0
+INTERNAL = 1
+LEASE_UPDATE = 2
+
+# Update types carried in the first 4 bytes of a record's data (MatrixOne pb.UpdateType).
+USER_ENTRY_UPDATE = 2
+
+# data = [u32 BE update type][u64 BE replica id][payload]
+DATA_HEADER = struct.Struct(">IQ")
+DATA_HEADER_SIZE = DATA_HEADER.size  # 12
+
+SEGMENT_SUFFIX = ".log"
+SEGMENT_NAME_DIGITS = 20  # a u64 LSN in decimal, zero-padded so names sort by LSN
+DEFAULT_SEGMENT_SIZE = 64 << 20
+DEFAULT_MAX_RECORD_SIZE = 16 << 20  # data bytes per record; a bigger length field is corruption
+
+STATE_FILE = "logservice.state"  # the state machine's snapshot (truncated LSN, TSO, readers)
+LOCK_FILE = "LOCK"
+
+FSYNC_MODES = ("always", "batch", "never")
+
+
+def segment_name(first_lsn: int) -> str:
+    return f"{first_lsn:0{SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The first LSN a segment file name carries, or None for any other file."""
+    stem = name[: -len(SEGMENT_SUFFIX)] if name.endswith(SEGMENT_SUFFIX) else ""
+    if len(stem) != SEGMENT_NAME_DIGITS or not stem.isdigit():
+        return None
+    return int(stem)

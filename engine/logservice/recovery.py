@@ -1,0 +1,72 @@
+"""Recovery at open: scan every segment, rebuild the LSN -> offset index, cut a torn tail.
+
+A bad frame at the end of the last segment (nothing valid after it) is a torn write: it is cut
+off and logged. A bad frame anywhere else is corruption of acknowledged data: CorruptLogError.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+
+from logtide._ext import wal
+from logtide.engine.logservice.log_format import parse_segment_name
+from logtide.engine.logservice.segment import Segment
+from logtide.errors import CorruptLogError
+
+log = logging.getLogger("logtide.logservice")
+
+
+def list_segments(dirpath: str) -> list[int]:
+    """First LSNs of the segment files in dirpath, ascending."""
+    return sorted(f for f in (parse_segment_name(n) for n in os.listdir(dirpath)) if f is not None)
+
+
+def _scan_file(path: str, first_lsn: int, max_record_size: int):
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return wal.scan(b"", 0, first_lsn), -1
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            res = wal.scan(m, 0, first_lsn, max_length=max_record_size)
+            follow = -1
+            if res[4] != wal.OK:  # is anything valid after the bad frame?
+                follow = wal.find_frame(m, res[3] + 1, first_lsn + len(res[0]), max_record_size)
+            return res, follow
+
+
+def recover(dirpath: str, max_record_size: int) -> list[Segment]:
+    """Open every segment of the log in dirpath; the last one is left ready for appends."""
+    segments: list[Segment] = []
+    firsts = list_segments(dirpath)
+    expected = None
+    for idx, first in enumerate(firsts):
+        seg = Segment(dirpath, first)
+        name = os.path.basename(seg.path)
+        if expected is not None and first != expected:
+            raise CorruptLogError(f"log segment {name} starts at LSN {first} but the previous segment "
+                                  f"ends at LSN {expected - 1}: records are missing", segment=name, offset=0)
+        (starts, _types, _lengths, end, status), follow = _scan_file(seg.path, first, max_record_size)
+        n = len(starts)
+        if status != wal.OK:
+            what = wal.STATUS_NAMES[status]
+            if idx != len(firsts) - 1:
+                raise CorruptLogError(f"corrupt log: {what} in segment {name} at offset {end} (LSN {first + n}), "
+                                      "which is not the last segment", segment=name, offset=end)
+            if follow >= 0:
+                raise CorruptLogError(f"corrupt log: {what} in segment {name} at offset {end} (LSN {first + n}), "
+                                      f"followed by a valid record at offset {follow}: corruption in the middle "
+                                      "of the log, not a torn tail", segment=name, offset=end)
+            size = os.path.getsize(seg.path)
+            log.warning("log segment %s: cut a torn tail at offset %d (%s, %d bytes dropped); last good LSN %d",
+                        name, end, what, size - end, first + n - 1)
+            fd = os.open(seg.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        seg = Segment(dirpath, first, starts, end)
+        segments.append(seg)
+        expected = first + n
+    return segments

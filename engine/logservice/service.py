@@ -1,0 +1,337 @@
+"""LogService: the embedded log service (segments, group-commit writer, reader, truncation, TSO)."""
+from __future__ import annotations
+
+import bisect
+import fcntl
+import io
+import logging
+import os
+import threading
+from typing import Iterable
+
+from logtide._ext import wal
+from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
+from logtide.engine.logservice.log_format import (
+    DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, STATE_FILE, USER_RECORD)
+from logtide.engine.logservice.log_writer import LogWriter, _fsync_dir
+from logtide.engine.logservice.record import LogRecord, data_prefix
+from logtide.engine.logservice.recovery import recover
+from logtide.engine.logservice.segment import Segment
+from logtide.engine.logservice.state_machine import LogStateMachine, command
+from logtide.engine.logservice.truncation import TruncationWorker, removable, unlink_segments
+from logtide.engine.logservice.tso import TSO
+from logtide.engine.statemachine import Entry
+from logtide.errors import (
+    CorruptLogError, InvalidArgument, InvalidRange, LogServiceClosed, LogServiceError, RecordTooLarge)
+
+log = logging.getLogger("logtide.logservice")
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _lsn_arg(name: str, v: object) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+        raise InvalidArgument(f"{name} must be an int in [0, 2**64), got {v!r}")
+    return v
+
+
+class LogService(LogServiceClient):
+    """The embedded log service over one directory. Open with `LogService.open(dir)`."""
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, fsync: str = "always", segment_size: int = DEFAULT_SEGMENT_SIZE,
+             max_record_size: int = DEFAULT_MAX_RECORD_SIZE, truncation_interval: float = 1.0) -> "LogService":
+        """Open (or create) the log in `path`: recover segments, cut a torn tail, start the workers."""
+        if fsync not in FSYNC_MODES:
+            raise InvalidArgument(f"fsync must be one of {FSYNC_MODES}, got {fsync!r}")
+        if not isinstance(segment_size, int) or segment_size < 1024:
+            raise InvalidArgument(f"segment_size must be an int >= 1024, got {segment_size!r}")
+        if not isinstance(max_record_size, int) or not 12 <= max_record_size < 1 << 32:
+            raise InvalidArgument(f"max_record_size must be an int in [12, 2**32), got {max_record_size!r}")
+        return cls(os.fspath(path), fsync, segment_size, max_record_size, float(truncation_interval))
+
+    def __init__(self, dirpath: str, fsync: str, segment_size: int, max_record_size: int,
+                 truncation_interval: float) -> None:
+        os.makedirs(dirpath, exist_ok=True)
+        self._dir = os.path.abspath(dirpath)
+        self._config = LogServiceConfig(self._dir, fsync, segment_size, max_record_size, truncation_interval)
+        self._closed = True
+        self._lock_fd = os.open(os.path.join(self._dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise LogServiceError(f"log directory {self._dir} is in use by another LogService") from None
+        try:
+            self._sm = LogStateMachine()
+            state = os.path.join(self._dir, STATE_FILE)
+            if os.path.exists(state):
+                with open(state, "rb") as f:
+                    self._sm.recover_from_snapshot(f)
+            self._meta_lock = threading.Lock()
+            self._reports_dirty = False
+            self._segments: list[Segment] = recover(self._dir, max_record_size)
+            truncated = self._sm.truncated_lsn
+            if not self._segments:
+                self._segments.append(Segment(self._dir, truncated + 1))
+                open(self._segments[0].path, "ab").close()
+                _fsync_dir(self._dir)
+            elif self._segments[0].first_lsn > truncated + 1:
+                raise CorruptLogError(f"log {self._dir}: the oldest segment starts at LSN {self._segments[0].first_lsn}"
+                                      f" but only LSNs <= {truncated} were truncated",
+                                      segment=os.path.basename(self._segments[0].path), offset=0)
+            self._cv = threading.Condition(threading.Lock())
+            self._writer = LogWriter(self._dir, self._segments, self._cv, fsync, segment_size)
+            if self._writer.durable_lsn < truncated:
+                raise CorruptLogError(f"log {self._dir}: ends at LSN {self._writer.durable_lsn} below the truncated "
+                                      f"LSN {truncated}", segment=os.path.basename(self._segments[-1].path),
+                                      offset=self._segments[-1].size)
+            self._tso = TSO(self._sm.tso_limit, lambda limit: self._propose(command("reserve_tso", limit=limit)))
+            self._closed = False
+            self._worker = TruncationWorker(self.run_truncation, truncation_interval) if truncation_interval > 0 else None
+        except BaseException:
+            self._release()
+            raise
+
+    # --- state machine ---------------------------------------------------------------------------
+
+    def _propose(self, cmd: bytes, persist: bool = True):
+        """Apply one command to the state machine, then make it durable (the single-node commit)."""
+        with self._meta_lock:
+            result = self._sm.update(Entry(self._sm.index + 1, cmd))
+            if persist:
+                self._save_state_locked()
+            else:
+                self._reports_dirty = True
+            return result
+
+    def _save_state_locked(self) -> None:
+        buf = io.BytesIO()
+        self._sm.save_snapshot(buf)
+        path = os.path.join(self._dir, STATE_FILE)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, buf.getvalue())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(self._dir)
+        self._reports_dirty = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogServiceClosed("the log service is closed")
+
+    # --- append ----------------------------------------------------------------------------------
+
+    def _type_arg(self, t: object) -> int:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < 1 << 32:
+            raise InvalidArgument(f"record type must be an int in [0, 2**32), got {t!r}")
+        return t
+
+    def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
+        self._check_open()
+        if isinstance(payload, LogRecord):
+            prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
+        else:
+            if not isinstance(payload, _BYTES_LIKE):
+                raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
+            prefix, payloads, rtype = data_prefix(replica_id), [payload], self._type_arg(type)
+        size = len(prefix) + memoryview(payloads[0]).nbytes
+        if size > self._config.max_record_size:
+            raise RecordTooLarge(f"record data of {size} bytes exceeds max_record_size "
+                                 f"{self._config.max_record_size}")
+        return self._writer.append(rtype, prefix, payloads)
+
+    def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
+        self._check_open()
+        if isinstance(payloads, _BYTES_LIKE):
+            raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
+        payloads = list(payloads)
+        if not payloads:
+            raise InvalidArgument("append_many needs at least one payload")
+        prefix, rtype = data_prefix(replica_id), self._type_arg(type)
+        limit = self._config.max_record_size - len(prefix)
+        for i, p in enumerate(payloads):
+            if not isinstance(p, _BYTES_LIKE):
+                raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
+            if memoryview(p).nbytes > limit:
+                raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
+                                     f"{self._config.max_record_size} (with the 12-byte header)")
+        return self._writer.append(rtype, prefix, payloads)
+
+    # --- read ------------------------------------------------------------------------------------
+
+    def _locate(self, first_lsn: int, max_size: int):
+        """Under the lock: the segment, byte range and record count of a read (or None at the end)."""
+        _lsn_arg("first_lsn", first_lsn)
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
+            raise InvalidArgument(f"max_size must be an int >= 0, got {max_size!r}")
+        with self._cv:
+            self._check_open()
+            latest = self._writer.durable_lsn
+            bound = self._deletion_bound()
+            oldest = self._segments[0].first_lsn
+            if first_lsn <= bound or first_lsn < oldest or first_lsn == 0:
+                raise InvalidRange(f"read({first_lsn}): LSNs up to {max(bound, oldest - 1)} are truncated")
+            if first_lsn > latest + 1:
+                raise InvalidRange(f"read({first_lsn}): beyond the end of the log (latest LSN {latest})")
+            if first_lsn == latest + 1:
+                return None
+            segs = self._segments
+            seg = segs[bisect.bisect_right(segs, first_lsn, key=lambda s: s.first_lsn) - 1]
+            i = first_lsn - seg.first_lsn
+            visible = min(seg.count, latest - seg.first_lsn + 1) - i
+            starts = seg.starts
+            k = wal.fit(starts, i, visible, max_size)
+            return seg, int(starts[i]), int(starts[i + k]), k
+
+    def _fetch(self, first_lsn: int, max_size: int):
+        where = self._locate(first_lsn, max_size)
+        if where is None:
+            return None
+        seg, start, end, k = where
+        buf = seg.pread(start, end - start)
+        starts, types, lengths, stop, status = wal.scan(buf, 0, first_lsn, k, max_length=self._config.max_record_size)
+        if len(starts) != k:
+            name = os.path.basename(seg.path)
+            raise CorruptLogError(f"corrupt log: {wal.STATUS_NAMES[status]} reading LSN {first_lsn + len(starts)} "
+                                  f"in segment {name} at offset {start + stop}", segment=name, offset=start + stop)
+        return buf, starts, types, lengths, k
+
+    def read(self, first_lsn: int, max_size: int) -> tuple[list[LogRecord], int]:
+        got = self._fetch(first_lsn, max_size)
+        if got is None:
+            return [], first_lsn
+        buf, starts, types, lengths, k = got
+        return wal.decode(buf, starts, types, lengths, first_lsn, LogRecord), first_lsn + k
+
+    def read_batch(self, first_lsn: int, max_size: int) -> RecordBatch:
+        import numpy as np
+        got = self._fetch(first_lsn, max_size)
+        if got is None:
+            e32 = np.empty(0, dtype=np.uint32)
+            return RecordBatch(first_lsn, e32, np.empty(0, dtype=np.uint64), e32, b"", first_lsn)
+        buf, starts, types, lengths, k = got
+        return RecordBatch(first_lsn, types, starts + np.uint64(wal.HEADER_SIZE), lengths, buf, first_lsn + k)
+
+    # --- truncation ------------------------------------------------------------------------------
+
+    def truncate(self, lsn: int) -> None:
+        self._check_open()
+        _lsn_arg("lsn", lsn)
+        self._propose(command("truncate", lsn=lsn, latest=self._writer.durable_lsn))
+        if self._worker is not None:
+            self._worker.poke()
+
+    def get_truncated_lsn(self) -> int:
+        self._check_open()
+        return self._sm.lookup("truncated_lsn")
+
+    def get_latest_lsn(self) -> int:
+        self._check_open()
+        return self._writer.durable_lsn
+
+    def _deletion_bound(self) -> int:
+        """Records at or below it may be deleted: min(truncated LSN, every reader's replayed LSN).
+        Records above it are never deleted, so they stay readable even below the truncated LSN."""
+        bound = self._sm.truncated_lsn
+        lowest = self._sm.lookup("min_reader_lsn")
+        return bound if lowest is None else min(bound, lowest)
+
+    def get_first_lsn(self) -> int:
+        self._check_open()
+        with self._cv:
+            return max(self._segments[0].first_lsn, self._deletion_bound() + 1)
+
+    def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
+        self._propose(command("register", name=name, lsn=_lsn_arg("replayed_lsn", replayed_lsn)))
+
+    def report_replayed(self, name: str, lsn: int) -> None:
+        self._check_open()
+        _lsn_arg("lsn", lsn)
+        if lsn > self._writer.durable_lsn:
+            raise InvalidArgument(f"report_replayed({name!r}, {lsn}): beyond the latest LSN {self._writer.durable_lsn}")
+        # not persisted at once: a report lost in a crash only makes deletion more cautious
+        self._propose(command("report", name=str(name), lsn=lsn), persist=False)
+        if self._worker is not None:
+            self._worker.poke()
+
+    def unregister_reader(self, name: str) -> None:
+        self._check_open()
+        self._propose(command("unregister", name=str(name)))
+        if self._worker is not None:
+            self._worker.poke()
+
+    def readers(self) -> dict[str, int]:
+        self._check_open()
+        return self._sm.lookup("readers")
+
+    def run_truncation(self) -> int:
+        """One round of the truncation worker: delete whole segments below min(truncated LSN, every
+        registered reader's replayed LSN). Returns how many segments it removed."""
+        with self._meta_lock:
+            if self._closed:
+                return 0
+            bound = self._deletion_bound()
+            if self._reports_dirty:
+                self._save_state_locked()
+            with self._cv:
+                n = removable(self._segments, bound)
+                victims = self._segments[:n]
+                del self._segments[:n]
+        if victims:
+            unlink_segments(self._dir, [s.path for s in victims])
+        return len(victims)
+
+    # --- TSO, config, close ----------------------------------------------------------------------
+
+    def get_tso_timestamp(self, count: int) -> int:
+        self._check_open()
+        return self._tso.get(count)
+
+    def config(self) -> LogServiceConfig:
+        return self._config
+
+    def stats(self) -> dict:
+        """Counters: flush groups so far (records / groups = the group-commit factor), segments."""
+        with self._cv:
+            return {"groups": self._writer.groups, "segments": len(self._segments),
+                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn}
+
+    def sync(self) -> None:
+        """Make every appended record durable now (for fsync="batch"/"never")."""
+        self._check_open()
+        self._writer.sync()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is not None:
+            self._worker.stop()
+        self._writer.close()
+        with self._meta_lock:
+            if self._reports_dirty:
+                self._save_state_locked()
+        self._sm.close()
+        self._release()
+
+    def _release(self) -> None:
+        for seg in getattr(self, "_segments", []):
+            seg.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # drops the flock
+            self._lock_fd = -1
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass

@@ -1,0 +1,252 @@
+"""Transports: how a client's call reaches a servicer. In-process (direct calls) or gRPC."""
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from typing import Any, Iterable, Iterator
+
+from logtide.engine.rpc.error_mapping import from_rpc_error
+from logtide.engine.rpc.service import CallContext, MethodDef
+from logtide.errors import InvalidRequest, LogtideError, RemoteError, RpcError
+
+log = logging.getLogger("logtide.rpc")
+
+DEFAULT_MAX_MESSAGE_SIZE = 64 << 20
+
+
+class ResponseStream:
+    """The responses of a streaming call; iterate it, or cancel() to stop early."""
+
+    def __init__(self, it: Iterator, cancel, method: str, map_error) -> None:
+        self._it = it
+        self._cancel = cancel
+        self._method = method
+        self._map_error = map_error
+
+    def __iter__(self) -> "ResponseStream":
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._it)
+        except StopIteration:
+            raise
+        except BaseException as exc:  # noqa: B902 - mapped to the same typed errors as unary calls
+            mapped = self._map_error(exc, self._method)
+            if mapped is exc:
+                raise
+            raise mapped from None
+
+    def cancel(self) -> None:
+        self._cancel()
+
+
+class Transport(ABC):
+    """Carries calls of every shape: unary, server_stream, client_stream, bidi."""
+
+    @abstractmethod
+    def unary(self, method: MethodDef, request: Any, timeout: float | None = None) -> Any: ...
+
+    @abstractmethod
+    def server_stream(self, method: MethodDef, request: Any, timeout: float | None = None) -> ResponseStream: ...
+
+    @abstractmethod
+    def client_stream(self, method: MethodDef, requests: Iterable, timeout: float | None = None) -> Any: ...
+
+    @abstractmethod
+    def bidi(self, method: MethodDef, requests: Iterable, timeout: float | None = None) -> ResponseStream: ...
+
+    def close(self) -> None:
+        pass
+
+    def invoke(self, method: MethodDef, request: Any, timeout: float | None = None) -> Any:
+        return getattr(self, method.shape)(method, request, timeout)
+
+
+def _internal(exc: BaseException, method: str) -> BaseException:
+    """What a non-logtide servicer failure looks like to the caller (as over gRPC: INTERNAL)."""
+    if isinstance(exc, LogtideError):
+        return exc
+    return RemoteError(f"{method}: INTERNAL: {type(exc).__name__}: {exc}")
+
+
+class InProcessTransport(Transport):
+    """Direct calls into a servicer object in this process. Typed errors pass through unchanged;
+    any other servicer failure becomes RemoteError, as it would over gRPC. With copy=True every
+    message is serialized and parsed again, so neither side can see the other's objects."""
+
+    def __init__(self, servicer: Any, copy: bool = False, peer: str = "inproc") -> None:
+        self._servicer = servicer
+        self._copy = copy
+        self._peer = peer
+        self._closed = False
+
+    def _fn(self, method: MethodDef):
+        if self._closed:
+            raise RpcError(f"{method.path}: the in-process transport is closed")
+        fn = getattr(self._servicer, method.name, None)
+        if fn is None:
+            raise InvalidRequest(f"{method.path}: the servicer does not implement {method.name}")
+        return fn
+
+    def _in(self, method: MethodDef, msg: Any) -> Any:
+        if not isinstance(msg, method.request_type):
+            raise InvalidRequest(f"{method.path} takes {method.request_type.__name__}, "
+                                 f"not {type(msg).__name__}")
+        return method.request_type.FromString(msg.SerializeToString()) if self._copy else msg
+
+    def _out(self, method: MethodDef, msg: Any) -> Any:
+        if not isinstance(msg, method.response_type):
+            raise RemoteError(f"{method.path}: INTERNAL: servicer returned {type(msg).__name__}, "
+                              f"not {method.response_type.__name__}")
+        return method.response_type.FromString(msg.SerializeToString()) if self._copy else msg
+
+    def unary(self, method, request, timeout=None):
+        fn = self._fn(method)
+        request = self._in(method, request)
+        try:
+            resp = fn(request, CallContext(self._peer))
+        except BaseException as exc:
+            mapped = _internal(exc, method.path)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return self._out(method, resp)
+
+    def _stream(self, method, result, ctx) -> ResponseStream:
+        it = iter(result)
+
+        def gen():
+            for msg in it:
+                yield self._out(method, msg)
+
+        def cancel():
+            ctx.cancel()
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+        return ResponseStream(gen(), cancel, method.path, _internal)
+
+    def _requests(self, method, requests):
+        for r in requests:
+            yield self._in(method, r)
+
+    def server_stream(self, method, request, timeout=None):
+        fn = self._fn(method)
+        ctx = CallContext(self._peer)
+        return self._stream(method, _LazyCall(fn, self._in(method, request), ctx), ctx)
+
+    def client_stream(self, method, requests, timeout=None):
+        fn = self._fn(method)
+        try:
+            resp = fn(self._requests(method, requests), CallContext(self._peer))
+        except BaseException as exc:
+            mapped = _internal(exc, method.path)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return self._out(method, resp)
+
+    def bidi(self, method, requests, timeout=None):
+        fn = self._fn(method)
+        ctx = CallContext(self._peer)
+        return self._stream(method, _LazyCall(fn, self._requests(method, requests), ctx), ctx)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class _LazyCall:
+    """Calls a streaming servicer method on first iteration (a generator servicer is lazy anyway)."""
+
+    def __init__(self, fn, arg, ctx) -> None:
+        self._fn, self._arg, self._ctx, self._it = fn, arg, ctx, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._it is None:
+            self._it = iter(self._fn(self._arg, self._ctx))
+        return next(self._it)
+
+    def close(self):
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
+class GrpcTransport(Transport):
+    """Calls over a gRPC channel to "host:port". Failures come back as the server's typed errors."""
+
+    def __init__(self, address: str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 timeout: float | None = None, connect_timeout: float | None = 10.0) -> None:
+        import grpc
+        self._grpc = grpc
+        self.address = address
+        self._timeout = timeout
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_send_message_length", max_message_size),
+            ("grpc.max_receive_message_length", max_message_size),
+        ])
+        self._calls: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        if connect_timeout:
+            try:
+                grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
+            except grpc.FutureTimeoutError:
+                self._channel.close()
+                raise RpcError(f"could not connect to {address} within {connect_timeout:g} s") from None
+
+    def _callable(self, method: MethodDef):
+        c = self._calls.get(method.path)
+        if c is None:
+            with self._lock:
+                factory = {"unary": self._channel.unary_unary, "server_stream": self._channel.unary_stream,
+                           "client_stream": self._channel.stream_unary, "bidi": self._channel.stream_stream}
+                c = factory[method.shape](method.path, request_serializer=_serialize(method),
+                                          response_deserializer=method.response_type.FromString)
+                self._calls[method.path] = c
+        return c
+
+    def _map(self, exc: BaseException, path: str) -> BaseException:
+        if isinstance(exc, self._grpc.RpcError):
+            return from_rpc_error(exc, path)
+        return exc
+
+    def _check(self, method: MethodDef, msg: Any) -> Any:
+        if not isinstance(msg, method.request_type):
+            raise InvalidRequest(f"{method.path} takes {method.request_type.__name__}, not {type(msg).__name__}")
+        return msg
+
+    def unary(self, method, request, timeout=None):
+        try:
+            return self._callable(method)(self._check(method, request), timeout=timeout or self._timeout)
+        except self._grpc.RpcError as exc:
+            raise from_rpc_error(exc, method.path) from None
+
+    def server_stream(self, method, request, timeout=None):
+        call = self._callable(method)(self._check(method, request), timeout=timeout or self._timeout)
+        return ResponseStream(call, call.cancel, method.path, self._map)
+
+    def client_stream(self, method, requests, timeout=None):
+        try:
+            return self._callable(method)((self._check(method, r) for r in requests),
+                                          timeout=timeout or self._timeout)
+        except self._grpc.RpcError as exc:
+            raise from_rpc_error(exc, method.path) from None
+
+    def bidi(self, method, requests, timeout=None):
+        call = self._callable(method)((self._check(method, r) for r in requests), timeout=timeout or self._timeout)
+        return ResponseStream(call, call.cancel, method.path, self._map)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _serialize(method: MethodDef):
+    def ser(msg):
+        return msg.SerializeToString()
+    return ser

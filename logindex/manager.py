@@ -1,0 +1,502 @@
+"""LogIndex: PolarDB's page -> LSN index over a memtable ring, table files and a meta file.
+
+    li = LogIndex.open(dir, mode="primary")        # or mode="ro": never writes
+    li.insert(tag, lsn); li.insert_many(tags, lsns)
+    li.lsns(tag, min_lsn, max_lsn) -> uint64 array, ascending
+    li.iter_lsn(from_lsn) -> (lsn, PageTag) in LSN order
+    li.flush(); li.truncate(lsn); li.replay_needed_from(); li.stats()
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from logtide import Bloom4K
+from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
+from logtide.pagetag import PageTag, tag_array
+from logtide._ext import memtable as _mt
+from logtide.logindex.memtable_ring import MemtableRing, State
+from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
+from logtide.logindex.table_file import TableStore
+from logtide.logindex.table_format import BLOOM_BLOCK, BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
+
+MAX_LSN = (1 << 64) - 1
+_BITS = 4064
+
+
+class LogIndex:
+    """The LogIndex of one directory. Use LogIndex.open()."""
+
+    def __init__(self, directory: Path, mode: str, ring_size: int, max_segments: int, table_cache: int):
+        self.dir = Path(directory)
+        self.mode = mode
+        self.primary = mode == "primary"
+        self.ring = MemtableRing(ring_size, max_segments)
+        self.table_cache = max(1, table_cache)
+        self.meta = Meta()
+        self.store = TableStore(self.dir, writable=self.primary)
+        self._k = Bloom4K(expected_elements=BLOOM_EXPECTED).k
+        # the saved tables meta.min_table_id + j, j < self._n
+        self._n = 0
+        self._tmin = np.zeros(16, np.uint64)
+        self._tmax = np.zeros(16, np.uint64)
+        self._bits = np.zeros((16, _BITS), np.uint8)
+        self._has_bloom = np.zeros(16, np.uint8)
+        self._loaded: list = []
+        self._cached: dict[int, None] = {}
+        self._meta_stat = None
+        self._boundary: set | None = None
+        self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
+        self._next_table_id = 0
+        self._last_lsn = 0
+        self._stats = dict(lookups=0, tables_read=0, tables_skipped_bloom=0, tables_skipped_range=0,
+                           tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
+                           inserted=0, skipped_saved=0)
+        self._closed = False
+
+    # -- open / close --
+
+    @classmethod
+    def open(cls, directory, mode: str = "primary", *, ring_size: int = 8,
+             max_segments: int = _mt.USABLE_SEGMENTS, table_cache: int = 256) -> "LogIndex":
+        """Open (primary: create) a LogIndex directory and load its committed state.
+
+        ring_size memtables are kept in memory; max_segments below 4095 makes memtables fill
+        sooner (tests). An RO index follows the primary's meta file and never writes.
+        """
+        if mode not in ("primary", "ro"):
+            raise ValueError(f"mode must be 'primary' or 'ro', got {mode!r}")
+        directory = Path(directory)
+        if mode == "primary":
+            directory.mkdir(parents=True, exist_ok=True)
+        elif not directory.is_dir():
+            raise FileNotFoundError(f"LogIndex directory {directory} does not exist")
+        li = cls(directory, mode, ring_size, max_segments, table_cache)
+        li._load_meta(read_meta(directory))
+        if li.primary:
+            li._clean_leftovers()
+        return li
+
+    def close(self) -> None:
+        """Flush inactive memtables (primary) and release files. The active memtable is not flushed:
+        its LSNs are re-inserted after reopen from replay_needed_from()."""
+        if self._closed:
+            return
+        if self.primary:
+            self.flush()
+        self.store.close()
+        self._closed = True
+
+    def __enter__(self) -> "LogIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- committed state --
+
+    def _load_meta(self, meta: Meta | None) -> None:
+        meta = meta or Meta()
+        self._meta_stat = self._stat_meta()
+        old = self.meta
+        if meta.max_table_id < old.max_table_id or meta.min_table_id < old.min_table_id:
+            self._shift(self._n)  # the directory was replaced: start over
+        elif self._n and meta.min_table_id > old.min_table_id:
+            self._shift(min(self._n, meta.min_table_id - old.min_table_id))
+        start = meta.min_table_id + self._n
+        self.meta = meta
+        for tid in range(start, meta.max_table_id + 1):
+            self._append_table(tid, None)
+        self._boundary = None
+        if meta.has_tables:
+            self._next_table_id = max(self._next_table_id, meta.max_table_id + 1)
+            self._last_lsn = max(self._last_lsn, meta.max_lsn)
+        self.ring.drop_below(meta.min_table_id)
+        if not self.primary:
+            # memtables the primary has saved are FLUSHED: reusable
+            self.ring.mark_flushed(meta.max_table_id)
+
+    def _stat_meta(self):
+        try:
+            st = os.stat(self.dir / META_NAME)
+            return st.st_ino, st.st_mtime_ns, st.st_size
+        except FileNotFoundError:
+            return None
+
+    def _ensure_capacity(self, n: int) -> None:
+        cap = len(self._tmin)
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap)
+        self._tmin = np.resize(self._tmin, cap)
+        self._tmax = np.resize(self._tmax, cap)
+        self._has_bloom = np.resize(self._has_bloom, cap)
+        bits = np.zeros((cap, _BITS), np.uint8)
+        bits[:self._n] = self._bits[:self._n]
+        self._bits = bits
+
+    def _append_table(self, tid: int, bloom: Bloom4K | None) -> None:
+        """Register saved table tid, with its bloom block (read from disk when not given)."""
+        j = self._n
+        self._ensure_capacity(j + 1)
+        if bloom is None:
+            try:
+                bloom = self.store.read_bloom(tid)
+            except (CorruptBlockError, FileNotFoundError, OSError):
+                bloom = None  # safe: the table is then always read, and its own CRC guards it
+                self._stats["corrupt_blooms"] += 1
+        if bloom is not None:
+            raw = bloom.to_bytes()
+            self._bits[j] = np.frombuffer(raw, np.uint8, _BITS, 32)
+            self._has_bloom[j] = 1
+            self._tmin[j], self._tmax[j] = bloom.min_lsn, bloom.max_lsn
+        else:
+            self._has_bloom[j] = 0
+            self._tmin[j], self._tmax[j] = 0, MAX_LSN
+        self._loaded.append(None)
+        self._n += 1
+
+    def _shift(self, drop: int) -> None:
+        """Forget the first drop saved tables (truncated)."""
+        n = self._n - drop
+        self._tmin[:n] = self._tmin[drop:self._n].copy()
+        self._tmax[:n] = self._tmax[drop:self._n].copy()
+        self._has_bloom[:n] = self._has_bloom[drop:self._n].copy()
+        self._bits[:n] = self._bits[drop:self._n].copy()
+        base = self.meta.min_table_id
+        for j in range(drop):
+            self._cached.pop(base + j, None)
+        self._loaded = self._loaded[drop:]
+        self._n = n
+
+    def _clean_leftovers(self) -> None:
+        """Primary: remove files a crash left behind (truncated segments, a temp meta file)."""
+        (self.dir / (META_NAME + ".tmp")).unlink(missing_ok=True)
+        removed = False
+        for p in self.dir.iterdir():
+            seg = parse_segment(p.name)
+            if seg is not None and seg < self.meta.min_segment:
+                p.unlink(missing_ok=True)
+                removed = True
+        if removed:
+            fsync_dir(self.dir)
+
+    def refresh(self) -> bool:
+        """RO: re-read the meta file if the primary replaced it; True when it changed."""
+        st = self._stat_meta()
+        if st == self._meta_stat:
+            return False
+        self._load_meta(read_meta(self.dir))
+        return True
+
+    def _table(self, j: int) -> _mt.Memtable:
+        m = self._loaded[j]
+        if m is not None:
+            tid = self.meta.min_table_id + j
+            self._cached.pop(tid, None)  # most recently used goes last
+            self._cached[tid] = None
+        else:
+            tid = self.meta.min_table_id + j
+            m = self.store.read_table(tid)
+            self._stats["tables_loaded"] += 1
+            if len(self._cached) >= self.table_cache:
+                old = next(iter(self._cached))
+                del self._cached[old]
+                oj = old - self.meta.min_table_id
+                if 0 <= oj < self._n:
+                    self._loaded[oj] = None
+            self._loaded[j] = m
+            self._cached[tid] = None
+        return m
+
+    # -- insert --
+
+    def _boundary_tags(self) -> set:
+        """Tags saved at the last saved LSN (a record may be split across two tables)."""
+        if self._boundary is None:
+            x = self.meta.max_lsn
+            tags = set()
+            for j in range(self._n - 1, -1, -1):
+                if self._tmax[j] < x:
+                    break
+                _, arr = self._table(j).order_arrays(x)
+                tags.update(map(tuple, arr.tolist()))
+            self._boundary = tags
+        return self._boundary
+
+    def _switch(self) -> _mt.Memtable:
+        """Seal the active memtable and activate the next one."""
+        self.ring.seal()
+        m = self.ring.take(self._next_table_id)
+        if m is None:
+            if self.primary:
+                # the ring is exhausted: flush the inactive memtables, oldest first, under one commit
+                self._flush_tables(self.ring.inactive())
+            else:
+                self.refresh()  # the primary may have saved some: they become reusable
+            m = self.ring.take(self._next_table_id)
+            if m is None:  # an RO node ahead of the primary's flushes keeps its memtables
+                self.ring.grow()
+                m = self.ring.take(self._next_table_id)
+        self._next_table_id += 1
+        return m
+
+    def _active(self) -> _mt.Memtable:
+        m = self.ring.active()
+        return m if m is not None else self._switch()
+
+    def insert(self, tag, lsn: int) -> bool:
+        """Index that the record at lsn touched page tag. False when it was already saved."""
+        self._check_open()
+        if self.meta.has_tables and lsn <= self.meta.max_lsn:
+            if lsn < self.meta.max_lsn or tuple(tag) in self._boundary_tags():
+                self._stats["skipped_saved"] += 1
+                return False
+        if lsn < self._last_lsn:
+            raise LsnOrderError(f"LSN {lsn} is below the last indexed LSN {self._last_lsn}")
+        carry = self._carry
+        if carry is not None and carry[0] == lsn and tuple(tag) in carry[1]:
+            return False  # this record already put the page into the previous memtable
+        m = self._active()
+        st = m.insert(tag, lsn)
+        while st == _mt.FULL or st == _mt.PREFIX_CHANGE:
+            self._seal_carry(m, lsn)
+            m = self._switch()
+            st = m.insert(tag, lsn)
+        self._last_lsn = lsn
+        if st == _mt.INSERTED:
+            self._stats["inserted"] += 1
+        return st == _mt.INSERTED
+
+    def insert_many(self, tags, lsns) -> int:
+        """Insert rows (tags[i], lsns[i]) in order; LSNs must be non-decreasing. Returns rows skipped as saved."""
+        self._check_open()
+        tags = tag_array(tags)
+        lsns = _mt._lsn_array(lsns)
+        if len(tags) != len(lsns):
+            raise ValueError(f"tags and lsns differ in length: {len(tags)} vs {len(lsns)}")
+        if not len(lsns):
+            return 0
+        skipped = 0
+        if self.meta.has_tables and lsns[0] <= self.meta.max_lsn:
+            x = self.meta.max_lsn
+            keep = lsns > x
+            at = np.flatnonzero(lsns == x)
+            if len(at):
+                bt = self._boundary_tags()
+                for i in at:
+                    keep[i] = tuple(tags[i].tolist()) not in bt
+            skipped = int(len(lsns) - keep.sum())
+            tags, lsns = tags[keep], lsns[keep]
+            self._stats["skipped_saved"] += skipped
+            if not len(lsns):
+                return skipped
+        if lsns[0] < self._last_lsn:
+            raise LsnOrderError(f"row 0: LSN {int(lsns[0])} is below the last indexed LSN {self._last_lsn}")
+        bad = np.flatnonzero(lsns[1:] < lsns[:-1])
+        if len(bad):
+            i = int(bad[0]) + 1
+            raise LsnOrderError(f"row {i}: LSN {int(lsns[i])} is below the previous LSN {int(lsns[i - 1])}")
+        i, n = 0, len(lsns)
+        while i < n:
+            carry = self._carry
+            if carry is not None and lsns[i] == carry[0]:
+                # rows of a record split by a memtable switch go one by one
+                self.insert(tuple(tags[i].tolist()), int(lsns[i]))
+                i += 1
+                continue
+            m = self._active()
+            before = len(m)
+            j, st = m.insert_many(tags, lsns, i)
+            self._stats["inserted"] += len(m) - before
+            if st != _mt.INSERTED:
+                self._seal_carry(m, int(lsns[j]))
+                self._switch()
+            self._last_lsn = int(lsns[j - 1]) if j > i else self._last_lsn
+            i = j
+        self._last_lsn = int(lsns[-1])
+        return skipped
+
+    def _seal_carry(self, m, lsn: int) -> None:
+        """Before switching memtables at lsn: remember which pages the record at lsn already has."""
+        if len(m) and m.max_lsn == lsn:
+            _, arr = m.order_arrays(lsn)
+            tags = set(map(tuple, arr.tolist()))
+            if self._carry is not None and self._carry[0] == lsn:
+                tags |= self._carry[1]  # a record spread over three or more memtables
+            self._carry = (lsn, tags)
+        else:
+            self._carry = None
+
+    # -- flush --
+
+    def flush(self, include_active: bool = False) -> int:
+        """Primary: save every INACTIVE memtable (and the active one if asked); returns tables written."""
+        self._check_open()
+        if not self.primary:
+            raise ReadOnlyError("an RO LogIndex never writes tables")
+        if include_active:
+            m = self.ring.active()
+            if m is not None and len(m):
+                self.ring.seal()
+        todo = self.ring.inactive()
+        if todo:
+            self._flush_tables(todo)
+        return len(todo)
+
+    def _flush_tables(self, memtables: list) -> None:
+        if not memtables:
+            return
+        if not self.primary:
+            raise ReadOnlyError("an RO LogIndex never writes tables")
+        ids = [m.table_id for m in memtables]
+        assert ids == sorted(ids) and ids[0] == self.meta.max_table_id + 1, (ids, self.meta)
+        blooms = self.store.write(memtables)
+        last = memtables[-1]
+        meta = self.meta
+        start = meta.start_lsn if meta.has_tables else memtables[0].min_lsn
+        new = meta.with_(max_table_id=last.table_id, max_lsn=last.max_lsn, start_lsn=start,
+                         min_table_id=meta.min_table_id if meta.has_tables else memtables[0].table_id,
+                         min_segment=(meta.min_table_id if meta.has_tables else memtables[0].table_id)
+                         // TABLES_PER_FILE)
+        write_meta(self.dir, new)  # the commit point
+        self.meta = new
+        self._meta_stat = self._stat_meta()
+        for m, b in zip(memtables, blooms):
+            self._append_table(m.table_id, b)
+        self.ring.mark_flushed(last.table_id)
+        self._boundary = None
+        self._stats["flushes"] += 1
+        self._stats["tables_flushed"] += len(memtables)
+
+    # -- truncation --
+
+    def truncate(self, lsn: int) -> int:
+        """Primary: remove whole table files whose max LSN is below lsn (never the one holding the
+        last saved table). The meta file is updated first, then files are deleted. Returns files removed."""
+        self._check_open()
+        if not self.primary:
+            raise ReadOnlyError("an RO LogIndex never truncates")
+        meta = self.meta
+        if not meta.has_tables:
+            return 0
+        last_seg = meta.max_table_id // TABLES_PER_FILE
+        seg = meta.min_segment
+        while seg < last_seg:
+            last_j = (seg + 1) * TABLES_PER_FILE - 1 - meta.min_table_id
+            if self._tmax[last_j] >= lsn:
+                break
+            seg += 1
+        removed = seg - meta.min_segment
+        if not removed:
+            return 0
+        new_min = seg * TABLES_PER_FILE
+        drop = new_min - meta.min_table_id
+        start = int(self._tmin[drop]) if self._has_bloom[drop] else int(self._table(drop).min_lsn)
+        new = meta.with_(min_table_id=new_min, min_segment=seg, start_lsn=start)
+        write_meta(self.dir, new)
+        self._shift(drop)
+        self.meta = new
+        self._meta_stat = self._stat_meta()
+        self.ring.drop_below(new_min)
+        for s in range(meta.min_segment, seg):
+            self.store.remove_segment(s)
+        fsync_dir(self.dir)
+        self._stats["truncated_files"] += removed
+        return removed
+
+    # -- lookup --
+
+    def _visible_tables(self) -> int:
+        """Saved tables served from disk: those older than every in-memory memtable."""
+        live = self.ring.live_tables()
+        if live:
+            return max(0, min(self._n, live[0].table_id - self.meta.min_table_id))
+        return self._n
+
+    def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
+        """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
+        offsets, out = self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)
+        return out
+
+    def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
+        """lsns() for many tags: (offsets int64[n+1], lsns uint64); tag i owns lsns[offsets[i]:offsets[i+1]]."""
+        self._check_open()
+        if not self.primary:
+            self.refresh()
+        tags = tag_array(tags)
+        n = self._visible_tables()
+        offsets, idx, counts = _mt.scan_tables(tags, self._bits, self._has_bloom, self._k, self._tmin,
+                                               self._tmax, n, min_lsn, max_lsn)
+        uniq = np.unique(idx).tolist() if len(idx) > 1 else idx.tolist()
+        if len(uniq) <= self.table_cache:
+            tables = self._loaded   # LRU: loading these never evicts one of them
+        else:
+            tables = list(self._loaded)  # more candidates than the cache holds: keep them all for this call
+        for j in uniq:
+            tables[j] = self._table(j)
+        st = self._stats
+        st["lookups"] += len(tags)
+        st["tables_read"] += int(counts[0])
+        st["tables_skipped_bloom"] += int(counts[1])
+        st["tables_skipped_range"] += int(counts[2])
+        return _mt.gather_lsns(tags, offsets, idx, tables, self.ring.live_tables(), min_lsn, max_lsn)
+
+    def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
+        """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
+        for lsns, tags in self.iter_lsn_arrays(from_lsn):
+            for lsn, t in zip(lsns.tolist(), tags.tolist()):
+                yield lsn, tuple.__new__(PageTag, t)
+
+    def iter_lsn_arrays(self, from_lsn: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """iter_lsn() as (lsns, tags) arrays, one pair per table or memtable."""
+        self._check_open()
+        if not self.primary:
+            self.refresh()
+        for j in range(self._visible_tables()):
+            if self._tmax[j] < from_lsn:
+                continue
+            lsns, tags = self._table(j).order_arrays(from_lsn)
+            if len(lsns):
+                yield lsns, tags
+        for m in self.ring.live_tables():
+            if len(m) and m.max_lsn >= from_lsn:
+                lsns, tags = m.order_arrays(from_lsn)
+                if len(lsns):
+                    yield lsns, tags
+
+    # -- state --
+
+    def replay_needed_from(self) -> int:
+        """The LSN from which the caller must re-insert after open (inclusive); saved entries are skipped."""
+        return self.meta.max_lsn if self.meta.has_tables else 0
+
+    @property
+    def start_lsn(self) -> int:
+        """The smallest LSN still indexed on disk (rises with truncation)."""
+        return self.meta.start_lsn
+
+    @property
+    def max_saved_lsn(self) -> int:
+        return self.meta.max_lsn if self.meta.has_tables else 0
+
+    def stats(self) -> dict:
+        """Counters: lookups, tables read / skipped by bloom / skipped by LSN range, flushes, ..."""
+        st = dict(self._stats)
+        walked = st["tables_read"] + st["tables_skipped_bloom"]
+        st["bloom_skip_rate"] = st["tables_skipped_bloom"] / walked if walked else 0.0
+        st["saved_tables"] = self._n
+        st["memtables"] = self.ring.states()
+        st["meta"] = self.meta
+        return st
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogtideError("this LogIndex is closed")
+
+    def __repr__(self) -> str:
+        return (f"LogIndex({str(self.dir)!r}, mode={self.mode!r}, saved tables {self.meta.min_table_id}.."
+                f"{self.meta.max_table_id}, memtables {self.ring.states()})")

@@ -1,0 +1,82 @@
+"""The ring of LogIndex memtables: FREE -> ACTIVE -> INACTIVE -> FLUSHED -> (reused) ACTIVE."""
+from __future__ import annotations
+
+from enum import Enum
+
+from logtide._ext.memtable import Memtable
+
+
+class State(str, Enum):
+    FREE = "FREE"
+    ACTIVE = "ACTIVE"
+    INACTIVE = "INACTIVE"
+    FLUSHED = "FLUSHED"
+
+
+class MemtableRing:
+    """Fixed memtables reused in table-id order; at most one ACTIVE."""
+
+    def __init__(self, size: int, max_segments: int):
+        if size < 2:
+            raise ValueError(f"the memtable ring needs at least 2 memtables, got {size}")
+        self.max_segments = max_segments
+        self.tables = [Memtable(0, max_segments) for _ in range(size)]
+        self.state = [State.FREE] * size
+        self.live: list[int] = []      # non-FREE slots, oldest table id first
+
+    def __len__(self) -> int:
+        return len(self.tables)
+
+    def active(self) -> Memtable | None:
+        if self.live and self.state[self.live[-1]] is State.ACTIVE:
+            return self.tables[self.live[-1]]
+        return None
+
+    def take(self, table_id: int) -> Memtable | None:
+        """Make a FREE (or else the oldest FLUSHED) memtable ACTIVE under table_id; None if neither exists."""
+        assert self.active() is None
+        slot = next((i for i, s in enumerate(self.state) if s is State.FREE), None)
+        if slot is None:
+            slot = next((i for i in self.live if self.state[i] is State.FLUSHED), None)
+            if slot is None:
+                return None
+            self.live.remove(slot)
+        self.tables[slot].reset(table_id)
+        self.state[slot] = State.ACTIVE
+        self.live.append(slot)
+        return self.tables[slot]
+
+    def grow(self) -> None:
+        """Add one FREE memtable (RO nodes, which cannot flush, grow instead of waiting)."""
+        self.tables.append(Memtable(0, self.max_segments))
+        self.state.append(State.FREE)
+
+    def seal(self) -> Memtable | None:
+        """ACTIVE -> INACTIVE."""
+        m = self.active()
+        if m is not None:
+            self.state[self.live[-1]] = State.INACTIVE
+        return m
+
+    def inactive(self) -> list[Memtable]:
+        return [self.tables[i] for i in self.live if self.state[i] is State.INACTIVE]
+
+    def mark_flushed(self, upto_table_id: int) -> None:
+        """INACTIVE memtables with table id <= upto_table_id become FLUSHED."""
+        for i in self.live:
+            if self.state[i] is State.INACTIVE and self.tables[i].table_id <= upto_table_id:
+                self.state[i] = State.FLUSHED
+
+    def drop_below(self, table_id: int) -> None:
+        """FLUSHED memtables with a table id below table_id become FREE (their tables were truncated)."""
+        for i in list(self.live):
+            if self.state[i] is State.FLUSHED and self.tables[i].table_id < table_id:
+                self.live.remove(i)
+                self.state[i] = State.FREE
+
+    def live_tables(self) -> list[Memtable]:
+        """Every non-FREE memtable, oldest table id first."""
+        return [self.tables[i] for i in self.live]
+
+    def states(self) -> list[tuple[int, str]]:
+        return [(self.tables[i].table_id, self.state[i].value) for i in self.live]

@@ -1,0 +1,236 @@
+"""The whole LogIndex (ring, tables, blooms, meta, reopen, RO, truncation) against a dict-of-lists model."""
+import bisect
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from logtide import LogIndex
+from logtide.errors import LsnOrderError, ReadOnlyError
+
+MAX = 2**64 - 1
+TAGS = [(1663, 5, 16384 + r, f, b) for r in range(4) for f in (0, 2) for b in range(6)]
+
+
+def _model_lsns(lists, tag, lo, hi):
+    lst = lists.get(tag, [])
+    return lst[bisect.bisect_left(lst, lo):bisect.bisect_right(lst, hi)]
+
+
+class LogIndexMachine(RuleBasedStateMachine):
+    """Random inserts (single, batched, records touching several pages), flushes, crashes with
+    re-insert from replay_needed_from(), RO readers and truncation; every lookup checked."""
+
+    @initialize(max_segments=st.sampled_from([1, 2, 3, 8]), ring=st.sampled_from([2, 3]))
+    def setup(self, max_segments, ring):
+        self.dir = Path(tempfile.mkdtemp(prefix="li-"))
+        self.params = dict(max_segments=max_segments, ring_size=ring)
+        self.li = LogIndex.open(self.dir, **self.params)
+        self.history = []      # (lsn, tag) in insertion order
+        self.lists = {}
+        self.lsn = 1
+        self.floor = 0         # every LSN >= floor must survive truncation
+
+    def teardown(self):
+        try:
+            self.li.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _record(self, lsn, tag):
+        if self.lists.get(tag) and self.lists[tag][-1] == lsn:
+            return
+        self.history.append((lsn, tag))
+        self.lists.setdefault(tag, []).append(lsn)
+
+    @rule(tags=st.lists(st.sampled_from(range(len(TAGS))), min_size=1, max_size=4, unique=True),
+          step=st.sampled_from([1, 1, 2, 7, 2**32]))
+    def insert_record(self, tags, step):
+        """One WAL record touching up to 4 pages: one LSN, several tags."""
+        self.lsn += step
+        for ti in tags:
+            self.li.insert(TAGS[ti], self.lsn)
+            self._record(self.lsn, TAGS[ti])
+
+    @rule(rows=st.lists(st.tuples(st.sampled_from(range(len(TAGS))), st.sampled_from([0, 1, 1, 3, 2**32])),
+                        min_size=1, max_size=60))
+    def insert_batch(self, rows):
+        tags, lsns = [], []
+        for ti, step in rows:
+            self.lsn += step
+            tags.append(TAGS[ti])
+            lsns.append(self.lsn)
+        self.li.insert_many(np.array(tags, np.uint32), np.array(lsns, np.uint64))
+        for t, l in zip(tags, lsns):
+            self._record(l, t)
+
+    @rule()
+    def older_lsn_is_refused(self):
+        if self.lsn > self.li.max_saved_lsn + 1 and self.history:
+            with pytest.raises(LsnOrderError):
+                self.li.insert(TAGS[0], self.lsn - 1)
+
+    @rule(include_active=st.booleans())
+    def flush(self, include_active):
+        self.li.flush(include_active=include_active)
+
+    @rule()
+    def crash_and_reinsert(self):
+        """Drop the index without closing (unflushed memtables are lost), reopen, re-insert."""
+        self.li.store.close()
+        self.li = LogIndex.open(self.dir, **self.params)
+        start = self.li.replay_needed_from()
+        redo = [(l, t) for l, t in self.history if l >= start]
+        if redo:
+            self.li.insert_many(np.array([t for _, t in redo], np.uint32), np.array([l for l, _ in redo], np.uint64))
+
+    @rule()
+    def clean_reopen(self):
+        self.li.close()
+        self.crash_and_reinsert()
+
+    @rule(frac=st.floats(0, 1))
+    def truncate(self, frac):
+        if not self.history:
+            return
+        lsn = self.history[int(frac * (len(self.history) - 1))][0]
+        self.li.truncate(lsn)
+        self.floor = max(self.floor, lsn)
+
+    @precondition(lambda self: self.history)
+    @rule(frac=st.floats(0, 1))
+    def ro_reader_agrees(self, frac):
+        """An RO index opened on the directory sees exactly what the primary has saved."""
+        ro = LogIndex.open(self.dir, mode="ro")
+        saved = ro.max_saved_lsn
+        with pytest.raises(ReadOnlyError):
+            ro.flush()
+        for tag in TAGS[::5]:
+            got = ro.lsns(tag)
+            want = [l for l in self.lists.get(tag, []) if l < saved]
+            assert set(want) - set(got.tolist()) <= set(l for l in want if l < self.floor)
+            assert set(got.tolist()) <= set(self.lists.get(tag, []))
+        ro.close()
+
+    @invariant()
+    def lookups_match_model(self):
+        if not hasattr(self, "li"):
+            return
+        hi_cut = self.history[len(self.history) // 2][0] if self.history else 0
+        for tag in TAGS:
+            full = self.lists.get(tag, [])
+            for lo, hi in ((0, MAX), (hi_cut, MAX), (0, hi_cut)):
+                got = self.li.lsns(tag, lo, hi)
+                assert got.dtype == np.uint64
+                g = got.tolist()
+                assert g == sorted(set(g)), "ascending, each LSN once"
+                want = _model_lsns(self.lists, tag, lo, hi)
+                assert set(g) <= set(want), "never a wrong LSN"
+                assert [x for x in want if x >= self.floor] == [x for x in g if x >= self.floor]
+        # the LSN-order walk: every surviving entry once, ascending
+        walked = list(self.li.iter_lsn())
+        lsns = [l for l, _ in walked]
+        assert lsns == sorted(lsns)
+        assert len(set(walked)) == len(walked)
+        model = {(l, t) for l, t in self.history}
+        assert {(l, tuple(t)) for l, t in walked} <= model
+        assert {x for x in model if x[0] >= self.floor} <= {(l, tuple(t)) for l, t in walked}
+
+
+TestLogIndexModel = LogIndexMachine.TestCase
+TestLogIndexModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_ring_exhaustion_flushes_oldest_first(tmp_path, rng):
+    li = LogIndex.open(tmp_path, max_segments=4, ring_size=2)
+    tags = rng.integers(0, 1000, size=(200, 5)).astype(np.uint32)
+    li.insert_many(tags, np.arange(1, 201, dtype=np.uint64))
+    st = li.stats()
+    # 2 memtables in the ring: everything but the last two was flushed, in table-id order
+    assert st["meta"].max_table_id == st["memtables"][0][0] - 1 or st["memtables"][0][1] == "FLUSHED"
+    assert [s for _, s in st["memtables"]][-1] == "ACTIVE"
+    assert st["tables_flushed"] == st["meta"].max_table_id + 1
+    li.close()
+
+
+def test_record_split_across_memtables_is_reinserted_once(tmp_path):
+    """A record whose pages straddle a memtable boundary: the saved half is skipped on re-insert."""
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    li.insert((1, 1, 1, 0, 1), 10)
+    li.insert((1, 1, 1, 0, 2), 10)            # memtable 0 now full (2 heads)
+    li.insert((1, 1, 1, 0, 3), 10)            # same record, next memtable
+    li.flush()                                # saves memtable 0 only
+    assert li.replay_needed_from() == 10
+    li.store.close()
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    assert li.insert((1, 1, 1, 0, 1), 10) is False     # saved
+    assert li.insert((1, 1, 1, 0, 2), 10) is False     # saved
+    assert li.insert((1, 1, 1, 0, 3), 10) is True      # was lost with the active memtable
+    for b in (1, 2, 3):
+        assert li.lsns((1, 1, 1, 0, b)).tolist() == [10]
+    assert [l for l, _ in li.iter_lsn()] == [10, 10, 10]
+    li.close()
+
+
+def test_prefix_change_starts_a_new_memtable(tmp_path):
+    li = LogIndex.open(tmp_path)
+    tag = (1663, 5, 1, 0, 0)
+    lsns = [5, 6, (1 << 32) + 1, (3 << 32) + 9]
+    for l in lsns:
+        li.insert(tag, l)
+    assert li.lsns(tag).tolist() == lsns
+    assert len(li.stats()["memtables"]) == 3
+    assert li.lsns(tag, 6, 1 << 33).tolist() == lsns[1:3]
+
+
+def test_ro_follows_a_writing_primary(tmp_path, rng):
+    primary = LogIndex.open(tmp_path, max_segments=3, ring_size=2)
+    ro = LogIndex.open(tmp_path, mode="ro")
+    tag = (1663, 5, 7, 0, 7)
+    stream = []
+    lsn = 0
+    for round_ in range(5):
+        for _ in range(100):
+            lsn += 1
+            t = tag if lsn % 7 == 0 else tuple(rng.integers(0, 1 << 20, 5).tolist())
+            primary.insert(t, lsn)
+            stream.append((t, lsn))
+        primary.flush()
+        # the RO index re-reads the meta file on lookup and sees each newly saved table
+        want = [l for l in range(7, lsn + 1, 7) if l <= primary.max_saved_lsn]
+        assert ro.lsns(tag).tolist() == want
+    # an RO node ingesting WAL meta from its replay point answers like the primary, saved or not
+    ro2 = LogIndex.open(tmp_path, mode="ro", max_segments=3, ring_size=2)
+    start = ro2.replay_needed_from()
+    assert 0 < start <= lsn
+    for t, l in stream:
+        if l >= start:
+            ro2.insert(t, l)
+    assert ro2.lsns(tag).tolist() == list(range(7, lsn + 1, 7)) == primary.lsns(tag).tolist()
+    # the primary keeps writing and saving; the RO node keeps ingesting and reuses saved memtables
+    for _ in range(300):
+        lsn += 1
+        t = tag if lsn % 7 == 0 else tuple(rng.integers(0, 1 << 20, 5).tolist())
+        primary.insert(t, lsn)
+        ro2.insert(t, lsn)
+    primary.flush()
+    assert ro2.lsns(tag).tolist() == list(range(7, lsn + 1, 7)) == primary.lsns(tag).tolist()
+    assert [x for x in ro2.iter_lsn(start)] == [x for x in primary.iter_lsn(start)]
+    assert any(s == "FLUSHED" for _, s in ro2.stats()["memtables"]) or len(ro2.ring) == 2
+    with pytest.raises(ReadOnlyError):
+        ro2.truncate(10)
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    primary.close()
+    ro.close()
+    ro2.close()
+
+
+def test_open_ro_without_directory_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        LogIndex.open(tmp_path / "missing", mode="ro")
+    with pytest.raises(ValueError):
+        LogIndex.open(tmp_path, mode="rw")
