@@ -15,7 +15,7 @@ from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThr
 from libc.stdint cimport int64_t, INT64_MIN, INT64_MAX
 from libc.string cimport memcpy, memmove
 
-from logtide.errors import ReadOnlyError
+from logtide.errors import ReadOnlySnapshotError
 
 cnp.import_array()
 
@@ -761,7 +761,7 @@ cdef class BTree:
 
     cdef int _check_write(self) except -1:
         if self._ro:
-            raise ReadOnlyError("this BTree is a read-only snapshot")
+            raise ReadOnlySnapshotError("this BTree is a read-only snapshot")
         self._enter()
         return 0
 

@@ -37,6 +37,6 @@ from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K abo
 
 __all__ += ["LogIndex"]
 
-from logtide._ext.btree import BTree
-from logtide.errors import ReadOnlyError
-__all__ += ["BTree", "ReadOnlyError"]
+from logtide._ext.btree import BTree  # noqa: E402
+from logtide.errors import ReadOnlySnapshotError  # noqa: E402
+__all__ += ["BTree", "ReadOnlySnapshotError"]

@@ -82,5 +82,5 @@ class LsnOrderError(LogtideError, ValueError):
 class ReadOnlyError(LogtideError):
     """A write was attempted on a read-only (RO mode) LogIndex."""
 
-class ReadOnlyError(LogtideError, TypeError):
+class ReadOnlySnapshotError(ReadOnlyError, TypeError):
     """A write reached a read-only view (a BTree snapshot)."""

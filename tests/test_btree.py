@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 import pytest
 
-from logtide import BTree, LogtideError, ReadOnlyError
+from logtide import BTree, LogtideError, ReadOnlySnapshotError
 
 
 def test_bad_construction_and_keys():
@@ -48,9 +48,9 @@ def test_snapshot_is_read_only_and_typed():
     for op in (lambda: s.insert(2, 2), lambda: s.__setitem__(2, 2), lambda: s.delete(1),
                lambda: s.insert_many(np.arange(3), np.arange(3)), lambda: s.clear(),
                lambda: s.bulk_load(np.arange(3), np.arange(3)), lambda: s.delete_many(np.arange(3))):
-        with pytest.raises(ReadOnlyError):
+        with pytest.raises(ReadOnlySnapshotError):
             op()
-    assert issubclass(ReadOnlyError, LogtideError)
+    assert issubclass(ReadOnlySnapshotError, LogtideError)
     assert s.readonly and not t.readonly and dict(s.items()) == {1: 1}
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sortedcontainers import SortedDict
 
-from logtide import BTree, ReadOnlyError
+from logtide import BTree, ReadOnlySnapshotError
 
 SPAN = 400  # a small key space: many overwrites and deletes of present keys, many splits and merges
 
@@ -161,7 +161,7 @@ def _machine(width: int, objvals: bool):
         @rule()
         def snapshot_is_read_only(self):
             if self.snaps:
-                with pytest.raises(ReadOnlyError):
+                with pytest.raises(ReadOnlySnapshotError):
                     self.snaps[-1][0].insert(0 if width == 1 else (0,) * width, wrap(1))
 
         @invariant()
