@@ -33,7 +33,7 @@ CHILD = textwrap.dedent("""
 
 
 def run_and_kill(path, start, acks):
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(start)], stdout=subprocess.PIPE, text=True,
+    p = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          cwd=path)
     got = []
     try:
@@ -46,7 +46,7 @@ def run_and_kill(path, start, acks):
         p.wait()
     # lines already in the pipe were acknowledged too
     got += [tuple(map(int, line.split())) for line in p.stdout.read().splitlines() if line.strip()]
-    assert p.returncode == -signal.SIGKILL
+    assert p.returncode == -signal.SIGKILL, p.stderr.read()[-3000:]
     return got
 
 
