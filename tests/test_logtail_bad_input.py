@@ -107,3 +107,34 @@ def test_corrupt_records_and_bad_schemas():
                      ({"__id": "int64"}, "__id")):
         with pytest.raises(SchemaError):
             TableDef.make("t", cols, pk)
+
+
+def test_malformed_frames_over_grpc_and_pull(tmp_path):
+    from logtide.engine.logtail.service import pull, serve
+    from logtide.engine.logtail.transport import GrpcStream
+    tn = TransactionNode.open(tmp_path)
+    server, addr = serve(tn)
+    try:
+        tn.create_table("t", COLS, "id")
+        cn = ComputeNode(lambda: GrpcStream(addr, "g"), tn.store, "g")
+        cn.subscribe("t")
+        for frame in (b"\xff\x00garbage", b'{"op": "drop", "table": "t"}', b"[1, 2]"):
+            cn.stream.send_to_tn(frame)
+        with pytest.raises(MalformedMessageError):
+            cn.stream.send_to_tn("not bytes")
+        with pytest.raises(UnknownTableError):
+            cn.subscribe("nope")
+        x = tn.begin()
+        x.insert("t", {"id": [1], "v": [1], "w": [1.0]})
+        ts = x.commit()
+        assert rows(cn, ts) == {1: {"id": 1, "v": 1, "w": 1.0}}
+        assert [k for k, _ in cn.errors].count("MalformedMessageError") == 3 and cn.reconnects == 0
+        resp = pull(addr, "t", 0, ts)
+        assert resp["to_ts"] == ts and sum(e.rows for e in resp["entries"]) == 1
+        with pytest.raises(UnknownTableError):
+            pull(addr, "nope")
+        cn.close()
+    finally:
+        server.stop(0.5)
+        tn.close()
+        tn.log.close()

@@ -12,13 +12,24 @@ COLS = {"id": "int64", "v": "int64"}
 
 
 @pytest.mark.timeout(120)
-def test_cut_streams_mid_push_end_in_the_same_state(tmp_path):
+@pytest.mark.parametrize("transport", ["inproc", "grpc"])
+def test_cut_streams_mid_push_end_in_the_same_state(tmp_path, transport):
     tn = TransactionNode.open(tmp_path, page_size=32)
     tn.create_table("t", COLS, "id")
     ref = ReferenceModel(list(COLS), "id")
-    cn = ComputeNode(lambda: tn.connect("cn"), tn.store, "cn")
+    if transport == "inproc":
+        def conn(name):
+            return lambda: tn.connect(name)
+    else:
+        from logtide.engine.logtail.service import serve
+        from logtide.engine.logtail.transport import GrpcStream
+        server, addr = serve(tn)
+
+        def conn(name):
+            return lambda: GrpcStream(addr, name)
+    cn = ComputeNode(conn("cn"), tn.store, "cn")
     cn.subscribe("t")
-    other = ComputeNode(lambda: tn.connect("steady"), tn.store, "steady")
+    other = ComputeNode(conn("steady"), tn.store, "steady")
     other.subscribe("t")
     stamps, stop = [], threading.Event()
 
@@ -64,5 +75,7 @@ def test_cut_streams_mid_push_end_in_the_same_state(tmp_path):
         assert ReferenceModel.rows_of(cn.read("t", ts), "id") == ref.at(ts)
     cn.close()
     other.close()
+    if transport == "grpc":
+        server.stop(0.5)
     tn.close()
     tn.log.close()

@@ -63,18 +63,31 @@ def check_equal(cn, ref, stamps, rng):
             assert cn.get("t", pk, ts) == exp.get(pk), (cn.name, ts, pk)
 
 
+def connector(tn, transport, server_box):
+    """connect(name) -> a function opening a new stream to the TN over the transport."""
+    if transport == "inproc":
+        return lambda name: (lambda: tn.connect(name))
+    from logtide.engine.logtail.service import serve
+    from logtide.engine.logtail.transport import GrpcStream
+    server, addr = serve(tn)
+    server_box.append(server)
+    return lambda name: (lambda: GrpcStream(addr, name))
+
+
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_two_cns_match_the_reference_model_at_many_ts(tmp_path, seed):
+@pytest.mark.parametrize("seed,transport", [(1, "inproc"), (2, "inproc"), (3, "grpc"), (4, "grpc")])
+def test_two_cns_match_the_reference_model_at_many_ts(tmp_path, seed, transport):
     rng = random.Random(seed)
     tn = TransactionNode.open(tmp_path, heartbeat_ms=2.0, page_size=16)
+    servers = []
     try:
         tn.create_table("t", COLS, "id")
         ref = ReferenceModel(list(COLS), "id")
-        cn1 = ComputeNode(lambda: tn.connect("cn1"), tn.store, "cn1")
+        conn = connector(tn, transport, servers)
+        cn1 = ComputeNode(conn("cn1"), tn.store, "cn1")
         cn1.subscribe("t")                                   # subscribed from the start
         stamps = random_workload(tn, ref, rng, 150, 300, flush_every=37, ckp_every=70)
-        cn2 = ComputeNode(lambda: tn.connect("cn2"), tn.store, "cn2")
+        cn2 = ComputeNode(conn("cn2"), tn.store, "cn2")
         cn2.subscribe("t")                                   # joins late: checkpoint + logtail
         stamps += random_workload(tn, ref, rng, 150, 300, flush_every=29, ckp_every=0)
         for cn in (cn1, cn2):
@@ -83,6 +96,8 @@ def test_two_cns_match_the_reference_model_at_many_ts(tmp_path, seed):
         cn1.close()
         cn2.close()
     finally:
+        for srv in servers:
+            srv.stop(0.5)
         tn.close()
         tn.log.close()
 
