@@ -92,6 +92,19 @@ cdef extern from *:
     #endif
         return bt_ub1_bin(keys, n, k);
     }
+    static void bt_set_simd(int on) {
+    #if BT_SIMD
+        bt_have_avx2 = -1;
+        if (on) bt_avx2(); else bt_have_avx2 = 0;
+    #endif
+    }
+    static int bt_simd_on(void) {
+    #if BT_SIMD
+        return bt_have_avx2 > 0;
+    #else
+        return 0;
+    #endif
+    }
     static void bt_init_cpu(void) {
     #if BT_SIMD
         bt_avx2();
@@ -104,6 +117,8 @@ cdef extern from *:
     int lb1 "bt_lb1"(const int64_t* keys, int n, int64_t k) nogil
     int ub1 "bt_ub1"(const int64_t* keys, int n, int64_t k) nogil
     void bt_init_cpu() nogil
+    void bt_set_simd(int on) nogil
+    int bt_simd_on() nogil
     void __builtin_prefetch(const void *p) nogil
 
 
@@ -743,6 +758,13 @@ cdef Py_ssize_t cur_span(Cursor* c, const int64_t* hi, int kw, int64_t* keys_out
 
 
 # ---------------------------------------------------------------- the Python class
+
+def _simd(on=None) -> bool:
+    """Whether single-field searches use the AVX2 scan; _simd(False) forces the binary search (tests)."""
+    if on is not None:
+        bt_set_simd(1 if on else 0)
+    return bool(bt_simd_on())
+
 
 def _sorted_unique_last(keys, values):
     """Stable-sort the batch and keep the last value of each repeated key."""

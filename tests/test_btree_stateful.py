@@ -14,7 +14,7 @@ from logtide import BTree, ReadOnlySnapshotError
 SPAN = 400  # a small key space: many overwrites and deletes of present keys, many splits and merges
 
 
-def _machine(width: int, objvals: bool):
+def _machine(width: int, objvals: bool, simd: bool = True):
     field = st.integers(-SPAN, SPAN) if width == 1 else st.integers(-6, 6)
     key_st = field if width == 1 else st.tuples(*[field] * width)
     val_st = st.integers(-2**63, 2**63 - 1)
@@ -39,6 +39,9 @@ def _machine(width: int, objvals: bool):
     class Machine(RuleBasedStateMachine):
         @initialize()
         def init(self):
+            from logtide._ext.btree import _simd
+            self.simd_was = _simd()
+            _simd(simd)           # False: the branch-free binary search instead of the AVX2 scan
             self.tree = BTree(width=width, values="object" if objvals else "int64")
             self.model = SortedDict()
             self.snaps = []
@@ -164,6 +167,10 @@ def _machine(width: int, objvals: bool):
                 with pytest.raises(ReadOnlySnapshotError):
                     self.snaps[-1][0].insert(0 if width == 1 else (0,) * width, wrap(1))
 
+        def teardown(self):
+            from logtide._ext.btree import _simd
+            _simd(self.simd_was)
+
         @invariant()
         def same_size(self):
             assert len(self.tree) == len(self.model)
@@ -192,3 +199,5 @@ TestBTreeComposite3Objects = _machine(3, True).TestCase
 TestBTreeComposite3Objects.settings = SETTINGS
 TestBTreeComposite2Int64 = _machine(2, False).TestCase
 TestBTreeComposite2Int64.settings = SETTINGS
+TestBTreeInt64BinarySearch = _machine(1, False, simd=False).TestCase
+TestBTreeInt64BinarySearch.settings = SETTINGS
