@@ -125,3 +125,39 @@ def test_write_write_conflict_on_a_primary_key(tmp_path):
     finally:
         tn.close()
         tn.log.close()
+
+
+def test_cn_row_store_compacts_after_flushes(tmp_path):
+    tn = TransactionNode.open(tmp_path)
+    try:
+        tn.create_table("t", COLS, "id")
+        ref = ReferenceModel(list(COLS), "id")
+        cn = ComputeNode(lambda: tn.connect("cn"), tn.store)
+        cn.subscribe("t")
+        stamps = []
+        for k in range(10):
+            ids = np.arange(k * 1000, (k + 1) * 1000)
+            x = tn.begin()
+            x.insert("t", {"id": ids, "qty": ids.astype(np.int32), "price": ids * 0.5, "flag": ids % 2 == 0})
+            ts = x.commit()
+            ref.commit(ts, [{"id": int(i), "qty": int(i), "price": i * 0.5, "flag": bool(i % 2 == 0)} for i in ids], [])
+            stamps.append(ts)
+        held = cn.read("t", stamps[4])                   # a reader's result from before the compaction
+        x = tn.begin()
+        x.delete("t", [1, 2, 3])
+        tail = x.commit()
+        ref.commit(tail, [], [1, 2, 3])
+        tn.flush()
+        x = tn.begin()
+        x.delete("t", [4])
+        last = x.commit()
+        ref.commit(last, [], [4])
+        cn.wait_for("t", last)
+        ps = cn.states["t"]
+        assert ps.n == 1 and len(ps.rows) == 1        # only the delete after the flush is in memory
+        for ts in stamps + [tail, last]:
+            assert ReferenceModel.rows_of(cn.read("t", ts), "id") == ref.at(ts)
+        assert held.num_rows == 5000
+        cn.close()
+    finally:
+        tn.close()

@@ -155,6 +155,7 @@ class PartitionState:
             gone = -k[:, 1] < cleanup
             if gone.any():
                 self.pks.delete_many(k[gone])
+        self._compact()
         # the seed's rule, second half: block metadata takes blocks out of the index (and out of
         # the in-memory blocks) unless in-memory changes after the cleanup ts remain on them
         k, v = self.rows.range_to_numpy()
@@ -167,6 +168,26 @@ class PartitionState:
         ub, cnt = np.unique(blk[(kinds == KIND_INSERT) & ~persisted], return_counts=True)
         self.mem_blocks.clear()
         self.mem_blocks.bulk_load(ub, cnt)
+
+    def _compact(self) -> None:
+        """Drop row-store slots no tree points at any more (cleaned-up entries), once they are most."""
+        k, v = self.rows.range_to_numpy()
+        if self.n < 4096 or len(v) * 2 > self.n:
+            return
+        keep = np.sort(v)
+        remap = np.full(self.n, -1, dtype=np.int64)
+        remap[keep] = np.arange(len(keep), dtype=np.int64)
+        cap = max(1024, 2 * len(keep))
+        store = {}
+        for c, a in self.store.items():     # new arrays: readers keep the old ones with their snapshots
+            b = np.zeros(cap, dtype=a.dtype)
+            b[:len(keep)] = a[keep]
+            store[c] = b
+        rows, pks = BTree(width=3), BTree(width=3)
+        rows.bulk_load(k, remap[v])
+        pk_keys, pk_vals = self.pks.range_to_numpy()
+        pks.bulk_load(pk_keys, remap[pk_vals])
+        self.store, self.rows, self.pks, self.n = store, rows, pks, len(keep)
 
     # ------------------------------------------------------------------ reads
 

@@ -172,7 +172,9 @@ class TransactionNode:
         """A TN over `path`/log (log service) and `path`/objects (object store)."""
         from logtide.engine.logservice import LogService
         path = Path(path)
-        return cls(LogService.open(path / "log"), ObjectStore(path / "objects"), **options)
+        tn = cls(LogService.open(path / "log"), ObjectStore(path / "objects"), **options)
+        tn._owns_log = True
+        return tn
 
     def close(self) -> None:
         with self._cv:
@@ -182,6 +184,8 @@ class TransactionNode:
         self._pusher.join(timeout=5)
         for s in streams:
             s.close()
+        if getattr(self, "_owns_log", False):
+            self.log.close()
 
     # ------------------------------------------------------------------ catalog
 
