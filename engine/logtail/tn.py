@@ -461,10 +461,12 @@ class TransactionNode:
         A response above max_pull_rows in-memory rows flushes the table first (when to_ts is open).
         """
         self._table(table)
-        resp = self._collect(table, from_ts, self.last_ts if to_ts is None else to_ts)
+        with self._cv:      # no checkpoint may truncate between choosing the range and visiting it
+            resp = self._collect(table, from_ts, self.last_ts if to_ts is None else to_ts)
         if to_ts is None and sum(e.rows for e in resp["entries"]) > self.max_pull_rows:
             self.flush([table])
-            resp = self._collect(table, from_ts, self.last_ts)
+            with self._cv:
+                resp = self._collect(table, from_ts, self.last_ts)
         return resp
 
     def _collect(self, table: str, from_ts: int, to_ts: int) -> dict:
