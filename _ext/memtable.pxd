@@ -54,6 +54,9 @@ cdef class Memtable:
     cdef uint16_t find_head(self, const uint32_t* tag, uint32_t slot) noexcept nogil
     # LSNs of the item at head within [lo, hi], written to out (None: only counted); returns how many
     cdef Py_ssize_t lookup_raw(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out) noexcept nogil
+    # the same, writing at most cap LSNs (the return value still counts them all)
+    cdef Py_ssize_t lookup_cap(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out,
+                               Py_ssize_t cap) noexcept nogil
     # entry k of the index order: its LSN and a pointer to its 20-byte tag
     cdef void _entry(self, uint32_t k, uint64_t* lsn, const uint8_t** tag) noexcept nogil
     cdef uint32_t _order_start(self, uint64_t from_lsn) noexcept nogil

@@ -18,11 +18,15 @@ LSNs must be non-decreasing: a smaller LSN raises LsnOrderError; the same (tag, 
 DUPLICATE and stores nothing. FULL and PREFIX_CHANGE leave the memtable untouched.
 """
 import struct
+from operator import index as _index
 
 import numpy as np
 cimport numpy as cnp
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.long cimport PyLong_AsUnsignedLong
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset, memcmp, memmove
 
@@ -189,6 +193,10 @@ cdef class Memtable:
         return MT_INSERTED
 
     cdef Py_ssize_t lookup_raw(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out) noexcept nogil:
+        return self.lookup_cap(head, lo, hi, out, PY_SSIZE_T_MAX if out != NULL else 0)
+
+    cdef Py_ssize_t lookup_cap(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out,
+                               Py_ssize_t cap) noexcept nogil:
         cdef MemtableData* d = self.d
         cdef uint64_t base = (<uint64_t>d.prefix) << 32, lsn
         cdef uint8_t* h
@@ -205,7 +213,7 @@ cdef class Memtable:
             if lsn > hi:
                 return n
             if lsn >= lo:
-                if out != NULL:
+                if n < cap:
                     out[n] = lsn
                 n += 1
         sid = _u16(h + HEAD_NEXT_SEG)
@@ -217,7 +225,7 @@ cdef class Memtable:
                 if lsn > hi:
                     return n
                 if lsn >= lo:
-                    if out != NULL:
+                    if n < cap:
                         out[n] = lsn
                     n += 1
             sid = _u16(s + SEG_NEXT)
@@ -514,9 +522,16 @@ cdef class Memtable:
 
 cdef int _tag_fields(object tag, uint32_t* out) except -1:
     cdef int i
-    if isinstance(tag, tuple) and len(<tuple>tag) == 5:
+    cdef unsigned long v
+    if isinstance(tag, tuple) and PyTuple_GET_SIZE(tag) == 5:
         for i in range(5):
-            out[i] = (<tuple>tag)[i]
+            x = <object>PyTuple_GET_ITEM(tag, i)
+            if not isinstance(x, int):
+                x = _index(x)  # numpy integers and other __index__ types
+            v = PyLong_AsUnsignedLong(x)  # OverflowError on negatives
+            if v > 0xFFFFFFFFUL:
+                raise OverflowError(f"PageTag fields are u32, got {v}")
+            out[i] = <uint32_t>v
         return 0
     if isinstance(tag, (list, np.ndarray)) and len(tag) == 5:
         for i in range(5):
@@ -574,99 +589,9 @@ def bloom_test_many(tags, const uint8_t[::1] bits, int k):
     return out
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def scan_tables(tags, const uint8_t[:, ::1] bits, const uint8_t[::1] has_bloom, int k,
-                const uint64_t[::1] tmin, const uint64_t[::1] tmax, Py_ssize_t ntables,
-                uint64_t lo, uint64_t hi):
-    """Candidate tables per tag, walking tables ntables-1 .. 0 (newest first).
-
-    A table is skipped when its LSN range misses [lo, hi] or its bloom lacks the tag; the walk stops
-    at a table whose max LSN is below lo. Returns (offsets int64[n+1], idx int32[...], counts) where
-    tag i's candidates are idx[offsets[i]:offsets[i+1]] (newest first) and counts is
-    [tables read, skipped by bloom, skipped by LSN range].
-    """
-    cdef const uint32_t[:, ::1] t = tag_array(tags)
-    cdef Py_ssize_t n = t.shape[0], i, j, total = 0, cap
-    cdef uint64_t h[2]
-    cdef int64_t nread = 0, nbloom = 0, nrange = 0
-    if ntables < 0 or ntables > bits.shape[0] or ntables > tmin.shape[0] or ntables > tmax.shape[0] \
-            or ntables > has_bloom.shape[0]:
-        raise ValueError("ntables exceeds the table arrays")
-    cap = max(16, n * 2)
-    idx = np.empty(cap, dtype=np.int32)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    cdef int32_t[::1] ix = idx
-    cdef int64_t[::1] off = offsets
-    for i in range(n):
-        with nogil:
-            murmur3_x64_128(<const uint8_t*>&t[i, 0], 20, 0, h)
-            j = ntables - 1
-            while j >= 0:
-                if tmax[j] < lo:
-                    break
-                if tmin[j] > hi:
-                    nrange += 1
-                elif has_bloom[j] and not _bloom_test(&bits[j, 0], k, h[0], h[1]):
-                    nbloom += 1
-                else:
-                    if total == cap:
-                        with gil:
-                            cap *= 2
-                            idx = np.resize(idx, cap)
-                            ix = idx
-                    ix[total] = <int32_t>j
-                    total += 1
-                    nread += 1
-                j -= 1
-        off[i + 1] = total
-    return offsets, idx[:total], np.array([nread, nbloom, nrange], dtype=np.int64)
-
-
 cdef struct _Buf:
     uint64_t* p
     Py_ssize_t n, cap
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def gather_lsns(tags, const int64_t[::1] offsets, const int32_t[::1] idx, list tables, list memtables,
-                uint64_t lo, uint64_t hi):
-    """LSNs of each tag from its candidate tables (idx, newest first) and then the memtables.
-
-    tables[j] is the loaded Memtable of table index j; memtables are in-memory memtables, oldest
-    first, all newer than every table. Returns (offsets int64[n+1], lsns uint64): ascending per
-    tag, with an LSN seen in two adjacent sources (a record split across memtables) kept once.
-    """
-    cdef const uint32_t[:, ::1] t = tag_array(tags)
-    cdef Py_ssize_t n = t.shape[0], i, c, nm = len(memtables), mi
-    cdef uint32_t slot
-    cdef Memtable m
-    cdef _Buf b
-    if offsets.shape[0] != n + 1:
-        raise ValueError("offsets must have one entry per tag plus one")
-    out_off = np.zeros(n + 1, dtype=np.int64)
-    cdef int64_t[::1] oo = out_off
-    b.cap = 64
-    b.n = 0
-    b.p = <uint64_t*>malloc(b.cap * 8)
-    if b.p == NULL:
-        raise MemoryError()
-    try:
-        for i in range(n):
-            slot = tag_slot(&t[i, 0])
-            # oldest candidate table first, then memtables oldest first: ascending LSNs
-            for c in range(offsets[i + 1] - 1, offsets[i] - 1, -1):
-                _gather_one(<Memtable?>tables[idx[c]], &t[i, 0], slot, lo, hi, &b, oo[i])
-            for mi in range(nm):
-                _gather_one(<Memtable?>memtables[mi], &t[i, 0], slot, lo, hi, &b, oo[i])
-            oo[i + 1] = b.n
-        out = np.empty(b.n, dtype=np.uint64)
-        if b.n:
-            memcpy(<void*>cnp.PyArray_DATA(out), b.p, b.n * 8)
-        return out_off, out
-    finally:
-        free(b.p)
 
 
 cdef int _gather_one(Memtable m, const uint32_t* tag, uint32_t slot, uint64_t lo, uint64_t hi,
@@ -676,19 +601,280 @@ cdef int _gather_one(Memtable m, const uint32_t* tag, uint32_t slot, uint64_t lo
     cdef uint64_t* q
     if head == 0:
         return 0
-    got = m.lookup_raw(head, lo, hi, NULL)
+    got = m.lookup_cap(head, lo, hi, b.p + b.n, b.cap - b.n)
     if got == 0:
         return 0
-    if b.n + got > b.cap:
+    if b.n + got > b.cap:  # did not fit: grow, then fill again
         q = <uint64_t*>realloc(b.p, max(2 * b.cap, b.n + got) * 8)
         if q == NULL:
             raise MemoryError()
         b.p = q
         b.cap = max(2 * b.cap, b.n + got)
-    m.lookup_raw(head, lo, hi, b.p + b.n)
+        m.lookup_cap(head, lo, hi, b.p + b.n, b.cap - b.n)
     # a record split across two memtables has its LSN in both: keep it once per tag
     if b.n > start and b.p[b.n] == b.p[b.n - 1]:
         memmove(b.p + b.n, b.p + b.n + 1, (got - 1) * 8)
         got -= 1
     b.n += got
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Bit-sliced blooms: slices[p, w] holds bit p of the blooms of tables 64w .. 64w+63, so the k
+# probes of one tag test every table at once (k rows of ceil(T/64) words instead of T blocks).
+
+cdef extern from *:
+    """
+    static inline int lt_popcount64(unsigned long long x) { return __builtin_popcountll(x); }
+    static inline int lt_clz64(unsigned long long x) { return __builtin_clzll(x); }
+    """
+    int lt_popcount64(unsigned long long x) nogil
+    int lt_clz64(unsigned long long x) nogil
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def slices_add(uint64_t[:, ::1] slices, const uint8_t[::1] bits, Py_ssize_t j):
+    """Set table j's bloom bits (4064 bytes, Bloom4K layout) into the bit-sliced matrix."""
+    cdef Py_ssize_t p, w = j >> 6
+    cdef uint64_t b = (<uint64_t>1) << (j & 63)
+    if bits.shape[0] != BLOOM_BITS_BYTES_ or slices.shape[0] != BLOOM_NBITS_ or w >= slices.shape[1]:
+        raise ValueError("slices_add: wrong shapes")
+    with nogil:
+        for p in range(BLOOM_NBITS_):
+            if bits[p >> 3] & (1 << (p & 7)):
+                slices[p, w] |= b
+
+
+cdef struct _Cands:
+    int32_t* p
+    Py_ssize_t n, cap
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def lookup_tables(tags, const uint64_t[:, ::1] slices, const uint8_t[::1] has_bloom, int k,
+                  const uint64_t[::1] tmin, const uint64_t[::1] tmax, Py_ssize_t ntables, list tables,
+                  list memtables, uint64_t lo, uint64_t hi):
+    """LSNs of each tag in [lo, hi] from saved tables 0..ntables-1 (blooms as bit slices) and then
+    the in-memory memtables (oldest first, all newer than the tables).
+
+    Walks tables newest first: the walk stops at a table whose max LSN is below lo; a table whose
+    min LSN is above hi, or whose bloom lacks the tag, is skipped. Returns either
+    ("missing", int32 table indexes that must be loaded into tables[] first) or
+    ("ok", offsets int64[n+1], lsns uint64, counts int64[3] = read, skipped by bloom, skipped by range).
+    """
+    cdef const uint32_t[:, ::1] t = tag_array(tags)
+    cdef Py_ssize_t n = t.shape[0], i, j, w, W, jlo, nm = len(memtables), mi, c, c0
+    cdef uint64_t h[2]
+    cdef uint64_t g, step, x, word
+    cdef int q
+    cdef int64_t nread = 0, nbloom = 0, nrange = 0, inrange = 0
+    cdef int64_t[::1] oo
+    cdef uint32_t slot
+    if ntables < 0 or ntables > tmin.shape[0] or ntables > tmax.shape[0] or ntables > has_bloom.shape[0] \
+            or ntables > len(tables) or (ntables + 63) // 64 > slices.shape[1]:
+        raise ValueError("lookup_tables: ntables exceeds the table arrays")
+    W = (ntables + 63) >> 6
+    # per call: where the walk stops, which tables the LSN range keeps, which have no bloom
+    jlo = ntables - 1
+    while jlo >= 0 and tmax[jlo] >= lo:
+        jlo -= 1
+    jlo += 1
+    keep = np.zeros(max(W, 1), np.uint64)
+    nobloom = np.zeros(max(W, 1), np.uint64)
+    cdef uint64_t[::1] kp = keep
+    cdef uint64_t[::1] nb = nobloom
+    for j in range(jlo, ntables):
+        if tmin[j] > hi:
+            nrange += n
+        else:
+            kp[j >> 6] |= (<uint64_t>1) << (j & 63)
+            inrange += 1
+            if not has_bloom[j]:
+                nb[j >> 6] |= (<uint64_t>1) << (j & 63)
+    acc_arr = np.zeros(max(W, 1), np.uint64)
+    cdef uint64_t[::1] acc = acc_arr
+    cdef _Cands cands
+    cdef _Buf b
+    cands.cap = 256
+    cands.n = 0
+    cands.p = <int32_t*>malloc(cands.cap * 4)
+    offs = np.zeros(n + 1, np.int64)
+    cdef int64_t[::1] co = offs
+    b.p = NULL
+    try:
+        if cands.p == NULL:
+            raise MemoryError()
+        # 1. candidates per tag, newest table first
+        with nogil:
+            for i in range(n):
+                murmur3_x64_128(<const uint8_t*>&t[i, 0], 20, 0, h)
+                for w in range(W):
+                    acc[w] = kp[w]
+                g = h[0]
+                step = h[1] | 1
+                for q in range(k):
+                    x = ((<uint64_t>(<uint32_t>(g ^ (g >> 32)))) * BLOOM_NBITS_) >> 32
+                    for w in range(W):
+                        acc[w] &= slices[x, w] | nb[w]
+                    g += step
+                for w in range(W - 1, -1, -1):
+                    word = acc[w]
+                    while word:
+                        j = 63 - lt_clz64(word)
+                        word &= ~((<uint64_t>1) << j)
+                        if cands.n == cands.cap:
+                            if not _grow_cands(&cands):
+                                break
+                        cands.p[cands.n] = <int32_t>(w * 64 + j)
+                        cands.n += 1
+                        nread += 1
+                co[i + 1] = cands.n
+        if co[n] != cands.n:
+            raise MemoryError()
+        nbloom = n * inrange - nread
+        # 2. every candidate table must be loaded
+        missing = set()
+        for c in range(cands.n):
+            if tables[cands.p[c]] is None:
+                missing.add(cands.p[c])
+        if missing:
+            return ("missing", np.array(sorted(missing), np.int32))
+        # 3. gather: oldest candidate first, then the memtables; ascending per tag
+        out_off = np.zeros(n + 1, dtype=np.int64)
+        oo = out_off
+        b.cap = 256
+        b.n = 0
+        b.p = <uint64_t*>malloc(b.cap * 8)
+        if b.p == NULL:
+            raise MemoryError()
+        for i in range(n):
+            slot = tag_slot(&t[i, 0])
+            c0 = co[i]
+            for c in range(co[i + 1] - 1, c0 - 1, -1):
+                _gather_one(<Memtable>tables[cands.p[c]], &t[i, 0], slot, lo, hi, &b, oo[i])
+            for mi in range(nm):
+                _gather_one(<Memtable?>memtables[mi], &t[i, 0], slot, lo, hi, &b, oo[i])
+            oo[i + 1] = b.n
+        out = np.empty(b.n, dtype=np.uint64)
+        if b.n:
+            memcpy(<void*>cnp.PyArray_DATA(out), b.p, b.n * 8)
+        return ("ok", out_off, out, np.array([nread, nbloom, nrange], np.int64))
+    finally:
+        free(cands.p)
+        free(b.p)
+
+
+cdef bint _grow_cands(_Cands* c) noexcept nogil:
+    cdef int32_t* q = <int32_t*>realloc(c.p, c.cap * 2 * 4)
+    if q == NULL:
+        return False
+    c.p = q
+    c.cap *= 2
+    return True
+
+
+cdef inline void* _data(cnp.ndarray a, int typenum, int ndim) except NULL:
+    if cnp.PyArray_TYPE(a) != typenum or cnp.PyArray_NDIM(a) != ndim or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError("lookup_one: table arrays must be C-contiguous and of the expected dtype")
+    return cnp.PyArray_DATA(a)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def lookup_one(tag, uint64_t lo, uint64_t hi, cnp.ndarray slices, cnp.ndarray has_bloom, cnp.ndarray tmin,
+               cnp.ndarray tmax, Py_ssize_t ntables, list tables, list memtables, int k):
+    """lookup_tables() for one tag, without per-call array views: the per-call fast path.
+
+    Returns (lsns uint64 array, read, skipped by bloom, skipped by range), or the int index of a
+    candidate table that must be loaded into tables[] first.
+    """
+    cdef uint32_t t[5]
+    _tag_fields(tag, t)
+    cdef const uint64_t* sl = <const uint64_t*>_data(slices, cnp.NPY_UINT64, 2)
+    cdef const uint8_t* hb = <const uint8_t*>_data(has_bloom, cnp.NPY_UINT8, 1)
+    cdef const uint64_t* mn = <const uint64_t*>_data(tmin, cnp.NPY_UINT64, 1)
+    cdef const uint64_t* mx = <const uint64_t*>_data(tmax, cnp.NPY_UINT64, 1)
+    cdef Py_ssize_t W = cnp.PyArray_DIM(slices, 1), Wn = (ntables + 63) >> 6, j, w, jlo, nm = len(memtables)
+    cdef Py_ssize_t total, got, mi, nc = 0
+    cdef uint64_t h[2]
+    cdef uint64_t g, step, x, word, bit
+    cdef int q
+    cdef int32_t cand[512]
+    cdef int64_t nread = 0, nbloom = 0, nrange = 0
+    cdef uint32_t slot
+    cdef Memtable m
+    cdef uint16_t head
+    if ntables < 0 or ntables > cnp.PyArray_DIM(has_bloom, 0) or ntables > cnp.PyArray_DIM(tmin, 0) \
+            or ntables > cnp.PyArray_DIM(tmax, 0) or ntables > len(tables) or Wn > W \
+            or cnp.PyArray_DIM(slices, 0) != BLOOM_NBITS_:
+        raise ValueError("lookup_one: ntables exceeds the table arrays")
+    cdef uint64_t rows[16]
+    if not 1 <= k <= 16:
+        raise ValueError(f"bloom k must be in [1, 16], got {k}")
+    murmur3_x64_128(<const uint8_t*>t, 20, 0, h)
+    slot = <uint32_t>(h[0] & (MT_HASH_SLOTS - 1))
+    g = h[0]
+    step = h[1] | 1
+    for q in range(k):  # the k probe rows are the same for every table
+        rows[q] = (((<uint64_t>(<uint32_t>(g ^ (g >> 32)))) * BLOOM_NBITS_) >> 32) * W
+        g += step
+    # walk newest first; stop below lo; skip by range, then by the bloom bits of the 64-table word
+    j = ntables - 1
+    while j >= 0:
+        if mx[j] < lo:
+            break
+        if mn[j] > hi:
+            nrange += 1
+            j -= 1
+            continue
+        w = j >> 6
+        bit = (<uint64_t>1) << (j & 63)
+        if hb[j]:
+            word = bit
+            for q in range(k):
+                word &= sl[rows[q] + w]
+                if not word:
+                    break
+            if not word:
+                nbloom += 1
+                j -= 1
+                continue
+        if nc == 512:
+            return lookup_tables(np.array([t[0], t[1], t[2], t[3], t[4]], np.uint32).reshape(1, 5), slices,
+                                 has_bloom, k, tmin, tmax, ntables, tables, memtables, lo, hi)
+        if tables[j] is None:
+            return j
+        cand[nc] = <int32_t>j
+        nc += 1
+        nread += 1
+        j -= 1
+    # count, then fill: oldest candidate first, then the memtables
+    total = 0
+    for mi in range(nc - 1, -1, -1):
+        m = <Memtable>tables[cand[mi]]
+        total += m.lookup_raw(m.find_head(t, slot), lo, hi, NULL)
+    for mi in range(nm):
+        m = <Memtable?>memtables[mi]
+        total += m.lookup_raw(m.find_head(t, slot), lo, hi, NULL)
+    out = np.empty(total, np.uint64)
+    cdef uint64_t* o = <uint64_t*>cnp.PyArray_DATA(out)
+    cdef Py_ssize_t pos = 0
+    for mi in range(nc - 1, -1, -1):
+        m = <Memtable>tables[cand[mi]]
+        got = m.lookup_raw(m.find_head(t, slot), lo, hi, o + pos)
+        if got and pos and o[pos] == o[pos - 1]:
+            memmove(o + pos, o + pos + 1, (got - 1) * 8)
+            got -= 1
+        pos += got
+    for mi in range(nm):
+        m = <Memtable>memtables[mi]
+        got = m.lookup_raw(m.find_head(t, slot), lo, hi, o + pos)
+        if got and pos and o[pos] == o[pos - 1]:
+            memmove(o + pos, o + pos + 1, (got - 1) * 8)
+            got -= 1
+        pos += got
+    if pos != total:
+        out = out[:pos]
+    return out, nread, nbloom, nrange

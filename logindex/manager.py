@@ -18,13 +18,14 @@ from logtide import Bloom4K
 from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
 from logtide.pagetag import PageTag, tag_array
 from logtide._ext import memtable as _mt
-from logtide.logindex.memtable_ring import MemtableRing, State
+from logtide.logindex.memtable_ring import MemtableRing
 from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
 from logtide.logindex.table_file import TableStore
-from logtide.logindex.table_format import BLOOM_BLOCK, BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
+from logtide.logindex.table_format import BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
 
 MAX_LSN = (1 << 64) - 1
 _BITS = 4064
+_NBITS = _BITS * 8
 
 
 class LogIndex:
@@ -32,6 +33,7 @@ class LogIndex:
 
     def __init__(self, directory: Path, mode: str, ring_size: int, max_segments: int, table_cache: int):
         self.dir = Path(directory)
+        self._meta_path = str(self.dir / META_NAME)
         self.mode = mode
         self.primary = mode == "primary"
         self.ring = MemtableRing(ring_size, max_segments)
@@ -44,6 +46,7 @@ class LogIndex:
         self._tmin = np.zeros(16, np.uint64)
         self._tmax = np.zeros(16, np.uint64)
         self._bits = np.zeros((16, _BITS), np.uint8)
+        self._slices = np.zeros((_NBITS, 1), np.uint64)   # the blooms bit-sliced: bit p of table j
         self._has_bloom = np.zeros(16, np.uint8)
         self._loaded: list = []
         self._cached: dict[int, None] = {}
@@ -52,8 +55,9 @@ class LogIndex:
         self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
         self._next_table_id = 0
         self._last_lsn = 0
-        self._stats = dict(lookups=0, tables_read=0, tables_skipped_bloom=0, tables_skipped_range=0,
-                           tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
+        self._counts = [0, 0, 0, 0]   # lookups, tables read, skipped by bloom, skipped by LSN range
+        self._view = ((None,), [], 0)
+        self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
                            inserted=0, skipped_saved=0)
         self._closed = False
 
@@ -121,7 +125,7 @@ class LogIndex:
 
     def _stat_meta(self):
         try:
-            st = os.stat(self.dir / META_NAME)
+            st = os.stat(self._meta_path)
             return st.st_ino, st.st_mtime_ns, st.st_size
         except FileNotFoundError:
             return None
@@ -137,6 +141,9 @@ class LogIndex:
         bits = np.zeros((cap, _BITS), np.uint8)
         bits[:self._n] = self._bits[:self._n]
         self._bits = bits
+        slices = np.zeros((_NBITS, (cap + 63) // 64), np.uint64)
+        slices[:, :self._slices.shape[1]] = self._slices
+        self._slices = slices
 
     def _append_table(self, tid: int, bloom: Bloom4K | None) -> None:
         """Register saved table tid, with its bloom block (read from disk when not given)."""
@@ -151,6 +158,7 @@ class LogIndex:
         if bloom is not None:
             raw = bloom.to_bytes()
             self._bits[j] = np.frombuffer(raw, np.uint8, _BITS, 32)
+            _mt.slices_add(self._slices, self._bits[j], j)
             self._has_bloom[j] = 1
             self._tmin[j], self._tmax[j] = bloom.min_lsn, bloom.max_lsn
         else:
@@ -166,6 +174,11 @@ class LogIndex:
         self._tmax[:n] = self._tmax[drop:self._n].copy()
         self._has_bloom[:n] = self._has_bloom[drop:self._n].copy()
         self._bits[:n] = self._bits[drop:self._n].copy()
+        self._bits[n:self._n] = 0
+        self._slices[:] = 0
+        for j in range(n):
+            if self._has_bloom[j]:
+                _mt.slices_add(self._slices, self._bits[j], j)
         base = self.meta.min_table_id
         for j in range(drop):
             self._cached.pop(base + j, None)
@@ -251,6 +264,8 @@ class LogIndex:
     def insert(self, tag, lsn: int) -> bool:
         """Index that the record at lsn touched page tag. False when it was already saved."""
         self._check_open()
+        if not 0 <= lsn <= MAX_LSN:
+            raise ValueError(f"an LSN is a u64, got {lsn}")
         if self.meta.has_tables and lsn <= self.meta.max_lsn:
             if lsn < self.meta.max_lsn or tuple(tag) in self._boundary_tags():
                 self._stats["skipped_saved"] += 1
@@ -410,16 +425,58 @@ class LogIndex:
 
     # -- lookup --
 
-    def _visible_tables(self) -> int:
+    def _visible_tables(self, live=None) -> int:
         """Saved tables served from disk: those older than every in-memory memtable."""
-        live = self.ring.live_tables()
+        if live is None:
+            live = self.ring.live_tables()
         if live:
             return max(0, min(self._n, live[0].table_id - self.meta.min_table_id))
         return self._n
 
     def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
         """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
-        offsets, out = self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)
+        if self._closed or not self.primary:
+            self._check_open()
+            self.refresh()
+        view = self._view
+        if view[0] != (self.ring.version, self._n, self.meta.min_table_id):
+            view = self._make_view()
+        res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax, view[2],
+                             self._loaded, view[1], self._k)
+        if type(res) is tuple and type(res[1]) is int:
+            out, read, bloom, rng = res
+            c = self._counts
+            c[0] += 1
+            c[1] += read
+            c[2] += bloom
+            c[3] += rng
+            return out
+        return self._lsns_slow(tag, min_lsn, max_lsn, res)
+
+    def _make_view(self):
+        """What lookups need from the ring, cached until the ring or the saved tables change."""
+        live = self.ring.live_tables()
+        self._view = ((self.ring.version, self._n, self.meta.min_table_id), live, self._visible_tables(live))
+        return self._view
+
+    def _lsns_slow(self, tag, min_lsn: int, max_lsn: int, res) -> np.ndarray:
+        """lsns() when candidate tables must be loaded first, or there are very many of them."""
+        view = self._view
+        for _ in range(16):
+            if type(res) is not int:
+                break
+            self._table(res)  # load the candidate table, then walk again
+            res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax,
+                                 view[2], self._loaded, view[1], self._k)
+        if type(res) is int or isinstance(res[0], str):
+            # more candidates than the table cache holds: the batch path keeps them all for the call
+            return self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)[1]
+        out, read, bloom, rng = res
+        c = self._counts
+        c[0] += 1
+        c[1] += read
+        c[2] += bloom
+        c[3] += rng
         return out
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
@@ -429,27 +486,32 @@ class LogIndex:
             self.refresh()
         tags = tag_array(tags)
         n = self._visible_tables()
-        offsets, idx, counts = _mt.scan_tables(tags, self._bits, self._has_bloom, self._k, self._tmin,
-                                               self._tmax, n, min_lsn, max_lsn)
-        uniq = np.unique(idx).tolist() if len(idx) > 1 else idx.tolist()
-        if len(uniq) <= self.table_cache:
-            tables = self._loaded   # LRU: loading these never evicts one of them
-        else:
-            tables = list(self._loaded)  # more candidates than the cache holds: keep them all for this call
-        for j in uniq:
-            tables[j] = self._table(j)
-        st = self._stats
-        st["lookups"] += len(tags)
-        st["tables_read"] += int(counts[0])
-        st["tables_skipped_bloom"] += int(counts[1])
-        st["tables_skipped_range"] += int(counts[2])
-        return _mt.gather_lsns(tags, offsets, idx, tables, self.ring.live_tables(), min_lsn, max_lsn)
+        live = self.ring.live_tables()
+        tables = self._loaded
+        while True:
+            res = _mt.lookup_tables(tags, self._slices, self._has_bloom, self._k, self._tmin, self._tmax, n,
+                                    tables, live, min_lsn, max_lsn)
+            if res[0] == "ok":
+                break
+            # load the candidate tables; a private copy of the list keeps all of them for this call
+            tables = list(tables)
+            for j in res[1].tolist():
+                tables[j] = self._table(j)
+        _, offsets, out, counts = res
+        c = self._counts
+        c[0] += len(tags)
+        c[1] += int(counts[0])
+        c[2] += int(counts[1])
+        c[3] += int(counts[2])
+        return offsets, out
 
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
         """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
         for lsns, tags in self.iter_lsn_arrays(from_lsn):
             for lsn, t in zip(lsns.tolist(), tags.tolist()):
                 yield lsn, tuple.__new__(PageTag, t)
+
+    iter_from = iter_lsn   # the DESIGN's name for the LSN iterator
 
     def iter_lsn_arrays(self, from_lsn: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """iter_lsn() as (lsns, tags) arrays, one pair per table or memtable."""
@@ -486,6 +548,7 @@ class LogIndex:
     def stats(self) -> dict:
         """Counters: lookups, tables read / skipped by bloom / skipped by LSN range, flushes, ..."""
         st = dict(self._stats)
+        st["lookups"], st["tables_read"], st["tables_skipped_bloom"], st["tables_skipped_range"] = self._counts
         walked = st["tables_read"] + st["tables_skipped_bloom"]
         st["bloom_skip_rate"] = st["tables_skipped_bloom"] / walked if walked else 0.0
         st["saved_tables"] = self._n

@@ -23,6 +23,7 @@ class MemtableRing:
         self.tables = [Memtable(0, max_segments) for _ in range(size)]
         self.state = [State.FREE] * size
         self.live: list[int] = []      # non-FREE slots, oldest table id first
+        self.version = 0               # bumped on every change of states or of the live list
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -34,6 +35,7 @@ class MemtableRing:
 
     def take(self, table_id: int) -> Memtable | None:
         """Make a FREE (or else the oldest FLUSHED) memtable ACTIVE under table_id; None if neither exists."""
+        self.version += 1
         assert self.active() is None
         slot = next((i for i, s in enumerate(self.state) if s is State.FREE), None)
         if slot is None:
@@ -48,11 +50,13 @@ class MemtableRing:
 
     def grow(self) -> None:
         """Add one FREE memtable (RO nodes, which cannot flush, grow instead of waiting)."""
+        self.version += 1
         self.tables.append(Memtable(0, self.max_segments))
         self.state.append(State.FREE)
 
     def seal(self) -> Memtable | None:
         """ACTIVE -> INACTIVE."""
+        self.version += 1
         m = self.active()
         if m is not None:
             self.state[self.live[-1]] = State.INACTIVE
@@ -63,12 +67,14 @@ class MemtableRing:
 
     def mark_flushed(self, upto_table_id: int) -> None:
         """INACTIVE memtables with table id <= upto_table_id become FLUSHED."""
+        self.version += 1
         for i in self.live:
             if self.state[i] is State.INACTIVE and self.tables[i].table_id <= upto_table_id:
                 self.state[i] = State.FLUSHED
 
     def drop_below(self, table_id: int) -> None:
         """FLUSHED memtables with a table id below table_id become FREE (their tables were truncated)."""
+        self.version += 1
         for i in list(self.live):
             if self.state[i] is State.FLUSHED and self.tables[i].table_id < table_id:
                 self.live.remove(i)

@@ -10,6 +10,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 PG_BIN = Path(os.environ.get("LOGTIDE_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -51,18 +52,19 @@ def make_pgbench_wal(workdir: Path, scale: int = 1, seconds: int = 3, clients: i
     a copy of the cluster's pg_wal directory (readable by the caller)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    run_dir = workdir / "pgrun"
-    run_dir.mkdir(exist_ok=True)
+    # the cluster runs in its own directory right under the temp root: the server user must reach it,
+    # and a parent such as /tmp/pytest-of-root may be chmod 700'ed by any pytest run meanwhile
+    run_dir = Path(tempfile.mkdtemp(prefix="logtide-pgrun-"))
     if os.geteuid() == 0:
         pw = pwd.getpwnam("postgres")
         os.chown(run_dir, pw.pw_uid, pw.pw_gid)
-        # the server user must reach run_dir through every parent
-        for parent in [workdir, *workdir.parents]:
-            if parent == Path("/"):
-                break
-            mode = os.stat(parent).st_mode
-            if not mode & 0o001:
-                os.chmod(parent, mode | 0o001)
+    try:
+        return _run_cluster(run_dir, workdir, scale, seconds, clients)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_cluster(run_dir: Path, workdir: Path, scale: int, seconds: int, clients: int) -> Path:
     data, sock = run_dir / "data", run_dir / "sock"
     port = _free_port()
     _run([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8",

@@ -70,6 +70,25 @@ def _verify_saved(path, want, since):
     return start
 
 
+def _torn_flush(path) -> bool:
+    """Did the kill land inside a flush: a temp meta file, or table/bloom bytes past the committed tables?"""
+    from logtide.logindex.meta_file import read_meta
+    from logtide.logindex.table_format import (BLOOM_BLOCK, META_NAME, SLOT_SIZE, TABLES_PER_FILE,
+                                               bloom_file_name, table_file_name)
+    if (path / (META_NAME + ".tmp")).exists():
+        return True
+    meta = read_meta(path)
+    committed = (path / META_NAME).stat().st_mtime_ns if meta else 0
+    nxt = meta.max_table_id + 1 if meta else 0
+    seg, slot = divmod(nxt, TABLES_PER_FILE)
+    for name, unit in ((table_file_name(seg), SLOT_SIZE), (bloom_file_name(seg), BLOOM_BLOCK)):
+        f = path / name
+        # written past the committed tables, after the last commit
+        if f.exists() and f.stat().st_size > slot * unit and f.stat().st_mtime_ns > committed:
+            return True
+    return False
+
+
 @pytest.mark.timeout(240)
 def test_sigkill_during_flushes_loses_nothing(tmp_path):
     script = tmp_path / "writer.py"
@@ -78,7 +97,7 @@ def test_sigkill_during_flushes_loses_nothing(tmp_path):
     tags, lsns = _stream(tmp_path)
     want = _expected(tags, lsns)
     rnd = random.Random(1121)
-    kills, starts = 0, []
+    kills, starts, torn = 0, [], 0
     while kills < KILLS:
         p = subprocess.Popen([sys.executable, str(script), str(d), str(N_RECORDS), "40"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -92,8 +111,10 @@ def test_sigkill_during_flushes_loses_nothing(tmp_path):
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         kills += 1
+        torn += _torn_flush(d)
         starts.append(_verify_saved(d, want, max(0, max(starts[-1:] or [0]) - 64)))
-    print("replay points after each kill:", starts)
+    print("replay points after each kill:", starts, "kills inside a flush:", torn)
+    assert torn >= 3, f"only {torn} of {kills} kills landed inside a flush"
     assert kills >= 20, f"only {kills} kills before the writer finished: make the stream longer"
     assert starts == sorted(starts) and starts[-1] > starts[0]
     # reopen once more and re-insert from replay_needed_from(), past where the writer got

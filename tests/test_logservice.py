@@ -11,12 +11,13 @@ from logtide.errors import InvalidArgument, LogServiceClosed, LogtideError, Reco
 
 pytestmark = pytest.mark.timeout(120)
 
-TRANSPORTS = ["inproc", "grpc"]
+TRANSPORTS = ["inproc", "grpc", "rpc-inproc"]
 
 
 @pytest.fixture(params=TRANSPORTS)
 def client(request, tmp_path):
-    """The embedded service, or a client of it through a real gRPC server on 127.0.0.1:0."""
+    """The embedded service; a client of it through a real gRPC server on 127.0.0.1:0; or that
+    client over the RPC layer's in-process transport."""
     svc = LogService.open(tmp_path / "log", max_record_size=1 << 20)
     if request.param == "inproc":
         try:
@@ -26,6 +27,18 @@ def client(request, tmp_path):
         return
     from logtide import connect_logservice
     from logtide.engine.logservice.grpc_service import LogServiceServer
+    if request.param == "rpc-inproc":
+        # the remote client over the RPC layer's in-process transport: every message is serialized
+        from logtide.engine.logservice.grpc_client import GrpcLogServiceClient
+        from logtide.engine.logservice.grpc_service import LogServiceServicer
+        from logtide.engine.rpc import InProcessTransport
+        c = GrpcLogServiceClient(transport=InProcessTransport(LogServiceServicer(svc, 64 << 20), copy=True))
+        try:
+            yield c
+        finally:
+            c.close()
+            svc.close()
+        return
     server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
     c = connect_logservice(f"127.0.0.1:{server.port}")
     try:
@@ -136,6 +149,10 @@ def test_bad_arguments_are_typed_errors(client):
     with pytest.raises(InvalidArgument):
         client.append(b"x", replica_id=-1)
     with pytest.raises(InvalidArgument):
+        client.append(b"x", replica_id=True)
+    with pytest.raises(InvalidArgument):
+        client.append(b"x", replica_id=1.0)
+    with pytest.raises(InvalidArgument):
         client.append(b"x", type=-5)
     with pytest.raises(InvalidArgument):
         client.append_many([])
@@ -219,3 +236,21 @@ def test_closed_client_refuses_calls(tmp_path):
         svc.append(b"y")
     with pytest.raises(LogServiceClosed):
         svc.read(1, 10)
+
+
+def test_append_many_of_numpy_rows(client):
+    import numpy as np
+    rows = np.arange(40 * 24, dtype=np.uint8).reshape(40, 24)
+    first = client.append_many(rows, replica_id=11)
+    recs, nxt = client.read(first, 1 << 20)
+    assert nxt == first + 40 and [r.payload for r in recs] == [r.tobytes() for r in rows]
+    assert {r.replica_id for r in recs} == {11}
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros((3, 4), dtype=np.int32))
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros(5, dtype=np.uint8))
+    with pytest.raises(InvalidArgument):
+        client.append_many(np.zeros((0, 5), dtype=np.uint8))
+    with pytest.raises(RecordTooLarge):
+        client.append_many(np.zeros((2, 1 << 20), dtype=np.uint8))
+    assert client.get_latest_lsn() == first + 39

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +56,31 @@ def payload(rnd, t, i):
     return (b"r%d-t%d-i%d|" % (rnd, t, i)) * (1 + (i * 7 + t) % 40)
 
 
+def verify(path: str, acked: dict, rnd: int) -> int:
+    """Reopen: every acknowledged record byte-identical, no LSN gap, a clean tail. Returns latest LSN."""
+    with LogService.open(path, segment_size=64 << 10) as svc:
+        latest = svc.get_latest_lsn()
+        assert latest >= max(acked, default=0)
+        lsn, seen = 1, 0
+        while lsn <= latest:
+            recs, nxt = svc.read(lsn, 1 << 20)
+            assert [r.lsn for r in recs] == list(range(lsn, nxt))  # no gap
+            for r in recs:
+                if r.lsn in acked:
+                    assert (r.replica_id, r.payload) == acked[r.lsn], f"round {rnd}: LSN {r.lsn} differs"
+                    seen += 1
+            lsn = nxt
+        assert seen == len(acked)
+        # the tail is clean: the last segment ends exactly at the last good record
+        last = svc._segments[-1]
+        assert os.path.getsize(last.path) == last.size
+    with LogService.open(path, segment_size=64 << 10) as svc:  # a second open finds nothing to cut
+        assert svc.get_latest_lsn() == latest
+    return latest
+
+
 def test_sigkill_loses_no_acknowledged_record(tmp_path):
+    """Appending threads inside the killed process; acknowledgements go out on its stdout."""
     rng = random.Random(20261121)
     path = str(tmp_path / "log")
     acked: dict[int, tuple[int, bytes]] = {}  # lsn -> (replica id, payload)
@@ -72,27 +99,73 @@ def test_sigkill_loses_no_acknowledged_record(tmp_path):
             lsn, t, i = map(int, line.split())
             assert lsn not in acked, f"LSN {lsn} acknowledged twice"
             acked[lsn] = (t, payload(rnd, t, i))
-
-        with LogService.open(path, segment_size=64 << 10) as svc:
-            latest = svc.get_latest_lsn()
-            assert latest >= max(acked, default=0)
-            lsn, seen = 1, 0
-            while lsn <= latest:
-                recs, nxt = svc.read(lsn, 1 << 20)
-                assert [r.lsn for r in recs] == list(range(lsn, nxt))  # no gap
-                for r in recs:
-                    if r.lsn in acked:
-                        assert (r.replica_id, r.payload) == acked[r.lsn], f"round {rnd}: LSN {r.lsn} differs"
-                        seen += 1
-                lsn = nxt
-            assert seen == len(acked)
-            # the tail is clean: the last segment ends exactly at the last good record
-            last = svc._segments[-1]
-            assert os.path.getsize(last.path) == last.size
+        latest = verify(path, acked, rnd)
         if rnd % 6 == 5:
             # and it accepts appends after recovery with the next LSN
             with LogService.open(path, segment_size=64 << 10) as svc:
                 lsn = svc.append(b"between rounds")
                 assert lsn == latest + 1
                 acked[lsn] = (0, b"between rounds")
-    assert len(acked) > ROUNDS * 10
+    assert len(acked) > ROUNDS * 2  # the rounds did append
+
+
+def _logtide():
+    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "logtide"]
+
+
+GRPC_ROUNDS = 20
+
+
+def test_sigkill_of_the_grpc_server(tmp_path):
+    """`logtide logservice serve` in its own process; client threads here append over gRPC and record
+    every acknowledged LSN; the server is SIGKILLed at random times."""
+    from logtide import connect_logservice
+    from logtide.errors import LogtideError
+    rng = random.Random(4)
+    path = str(tmp_path / "log")
+    acked: dict[int, tuple[int, bytes]] = {}
+    for rnd in range(GRPC_ROUNDS):
+        p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", path, "--listen", "127.0.0.1:0",
+                                           "--segment-size", str(64 << 10), "--stats-interval", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(tmp_path), text=True)
+        lock = threading.Lock()
+        threads = []
+        try:
+            line = p.stdout.readline()
+            assert " on 127.0.0.1:" in line, line
+            address = line.split(" on ")[1].split()[0]
+            client = connect_logservice(address)
+
+            def work(t):
+                i = 0
+                try:
+                    while True:
+                        data = payload(rnd, t, i)
+                        if i % 4 == 3:
+                            first = client.append_many([data, data[::-1]], replica_id=t)
+                            with lock:
+                                acked[first] = (t, data)
+                                acked[first + 1] = (t, data[::-1])
+                        else:
+                            lsn = client.append(data, replica_id=t)
+                            with lock:
+                                assert lsn not in acked
+                                acked[lsn] = (t, data)
+                        i += 1
+                except LogtideError:  # the server died under us: unacknowledged, nothing recorded
+                    return
+
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+            for th in threads:
+                th.start()
+            time.sleep(rng.uniform(0.05, 0.6))
+        finally:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)
+            for th in threads:
+                th.join(timeout=30)
+        assert not any(th.is_alive() for th in threads)
+        client.close()
+        verify(path, acked, rnd)
+    assert len(acked) > GRPC_ROUNDS

@@ -79,7 +79,7 @@ def test_reader_matches_pg_waldump(pg_wal):
 
 @pytest.mark.timeout(180)
 def test_logindex_of_pgbench_wal(pg_wal, tmp_path):
-    li = LogIndex.open(tmp_path / "idx")
+    li = LogIndex.open(tmp_path / "idx", max_segments=512)   # small memtables: many tables
     reader = build_index(pg_wal, li)
     li.flush(include_active=True)
     batch = reader.read_all()
@@ -93,7 +93,7 @@ def test_logindex_of_pgbench_wal(pg_wal, tmp_path):
         want = np.unique(batch.lsn[inverse == i])
         assert np.array_equal(found[offsets[i]:offsets[i + 1]], want)
     st = li.stats()
-    assert st["tables_read"] > 0 and st["saved_tables"] >= 2
+    assert st["tables_read"] > 0 and st["saved_tables"] >= 5
     assert st["tables_skipped_bloom"] > 0
     # an incremental-backup query: pages changed between two LSNs
     lo, hi = int(batch.lsn[len(batch.lsn) // 3]), int(batch.lsn[2 * len(batch.lsn) // 3])

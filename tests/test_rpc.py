@@ -182,3 +182,63 @@ def test_service_def_of_the_log_service():
     from logtide.engine.logservice import logservice_pb2
     svc = ServiceDef.from_proto(logservice_pb2, "LogService")
     assert svc.methods["Read"].shape == "server_stream" and svc.methods["Append"].shape == "unary"
+
+
+def test_unbindable_address_is_an_rpc_error():
+    with pytest.raises(RpcError, match="could not listen"):
+        RpcServer("256.0.0.1:1").start()
+
+
+class Ticker(DiagnosticsServicer):
+    """Count that runs until the caller goes away, and notes that it noticed."""
+
+    def __init__(self):
+        super().__init__("ticker")
+        self.stopped = threading.Event()
+
+    def Count(self, request, context):
+        try:
+            i = 0
+            while context.is_active():
+                yield pb.CountReply(i=i)
+                i += 1
+                time.sleep(0.001)
+        finally:
+            self.stopped.set()
+
+    def Echo(self, requests, context):
+        yield pb.PingReply(payload=b"hello", server=self.server_name)  # speaks first
+        for r in requests:
+            yield pb.PingReply(payload=r.payload.upper(), server=self.server_name)
+
+
+@pytest.mark.parametrize("transport", ["inproc", "grpc"])
+def test_cancel_reaches_the_servicer_and_bidi_interleaves(transport):
+    import queue
+    servicer = Ticker()
+    server = None
+    if transport == "grpc":
+        server = RpcServer()
+        server.add_service(DIAGNOSTICS, servicer)
+        server.start()
+        c = connect(DIAGNOSTICS, server.address)
+    else:
+        c = connect(DIAGNOSTICS, servicer)
+    try:
+        it = c.Count(n=0)
+        assert [next(it).i for _ in range(3)] == [0, 1, 2]
+        it.cancel()
+        assert servicer.stopped.wait(10)
+        # bidi: the servicer answers before any request, then one reply per request, in lockstep
+        q: queue.Queue = queue.Queue()
+        replies = c.Echo(iter(q.get, None))
+        assert next(replies).payload == b"hello"
+        for word in (b"a", b"bc", b"def"):
+            q.put(pb.PingRequest(payload=word))
+            assert next(replies).payload == word.upper()
+        q.put(None)
+        assert list(replies) == []
+    finally:
+        c.close()
+        if server:
+            server.stop()

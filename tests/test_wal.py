@@ -122,3 +122,13 @@ def test_frame_crc_and_bad_payload_types():
         wal.encode(1, 0, b"", ["not bytes"])
     with pytest.raises(ValueError):
         wal.scan(b"", 5, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 30), st.integers(0, 64), st.integers(1, 2**40), st.binary(max_size=12), st.data())
+def test_encode_rows_matches_encode(n, width, first, prefix, data):
+    rows = np.frombuffer(data.draw(st.binary(min_size=n * width, max_size=n * width)), dtype=np.uint8)
+    rows = rows.reshape(n, width)
+    a, sa = wal.encode_rows(first, 3, prefix, rows)
+    b, sb = wal.encode(first, 3, prefix, [r.tobytes() for r in rows])
+    assert a == b and sa.tolist() == sb.tolist()

@@ -61,7 +61,8 @@ class LogServiceClient(ABC):
 
     @abstractmethod
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
-        """Append records with consecutive LSNs in one group; returns the first LSN."""
+        """Append records with consecutive LSNs in one group; returns the first LSN. `payloads` is a
+        sequence of bytes-like objects or a 2-D uint8 numpy array (one payload per row)."""
 
     @abstractmethod
     def read(self, first_lsn: int, max_size: int) -> tuple[list[LogRecord], int]:

@@ -5,6 +5,7 @@ from typing import Iterable
 
 import numpy as np
 
+from logtide._ext import wal
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.grpc_service import LOGSERVICE
@@ -13,7 +14,7 @@ from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import _BYTES_LIKE, _lsn_arg
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
-from logtide.errors import InvalidArgument, LogServiceClosed
+from logtide.errors import CorruptLogError, InvalidArgument, LogServiceClosed
 
 _EMPTY = pb.Empty()
 
@@ -23,7 +24,7 @@ class GrpcLogServiceClient(LogServiceClient):
 
     def __init__(self, address: str | None = None, *, transport: Transport | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, timeout: float | None = None,
-                 connect_timeout: float = 10.0, chunk_size: int = 1 << 20) -> None:
+                 connect_timeout: float = 10.0, chunk_size: int = 4 << 20) -> None:
         if transport is None:
             if not isinstance(address, str) or ":" not in address:
                 raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")
@@ -58,6 +59,11 @@ class GrpcLogServiceClient(LogServiceClient):
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
         if isinstance(payloads, _BYTES_LIKE):
             raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
+        if isinstance(payloads, np.ndarray):
+            if payloads.ndim != 2 or payloads.dtype != np.uint8:
+                raise InvalidArgument(f"append_many takes a 2-D uint8 array (one payload per row), "
+                                      f"got {payloads.ndim}-D {payloads.dtype}")
+            payloads = [r.tobytes() for r in payloads]
         payloads = list(payloads)
         if not payloads:
             raise InvalidArgument("append_many needs at least one payload")
@@ -80,28 +86,26 @@ class GrpcLogServiceClient(LogServiceClient):
         req = pb.ReadRequest(first_lsn=first_lsn, max_size=min(max_size, (1 << 64) - 1), chunk_size=self._chunk)
         return list(self._rpc.invoke("Read", req))
 
+    def _frames(self, first_lsn: int, max_size: int):
+        """The read's frames in one buffer, verified (CRC, LSN sequence) as they arrived."""
+        chunks = self._chunks(first_lsn, max_size)
+        buf = chunks[0].frames if len(chunks) == 1 else b"".join(c.frames for c in chunks)
+        count = sum(c.count for c in chunks)
+        starts, types, lengths, end, status = wal.scan(buf, 0, first_lsn, count)
+        if len(starts) != count or end != len(buf):
+            raise CorruptLogError(f"read({first_lsn}): frame {len(starts)} of {count} received from the server "
+                                  f"failed verification ({wal.STATUS_NAMES[status]}) at offset {end}",
+                                  segment="<wire>", offset=end)
+        next_lsn = chunks[-1].next_lsn if chunks and chunks[-1].last else first_lsn
+        return buf, starts, types, lengths, next_lsn
+
     def read(self, first_lsn: int, max_size: int) -> tuple[list[LogRecord], int]:
-        out: list[LogRecord] = []
-        next_lsn = first_lsn
-        for c in self._chunks(first_lsn, max_size):
-            data, pos = c.data, 0
-            for k, (t, n) in enumerate(zip(c.types, c.lengths)):
-                out.append(LogRecord(c.first_lsn + k, t, data[pos:pos + n]))
-                pos += n
-            if c.last:
-                next_lsn = c.next_lsn
-        return out, next_lsn
+        buf, starts, types, lengths, next_lsn = self._frames(first_lsn, max_size)
+        return wal.decode(buf, starts, types, lengths, first_lsn, LogRecord), next_lsn
 
     def read_batch(self, first_lsn: int, max_size: int) -> RecordBatch:
-        chunks = self._chunks(first_lsn, max_size)
-        lengths = np.fromiter((n for c in chunks for n in c.lengths), dtype=np.uint32)
-        types = np.fromiter((t for c in chunks for t in c.types), dtype=np.uint32)
-        offsets = np.zeros(len(lengths), dtype=np.uint64)
-        if len(lengths) > 1:
-            np.cumsum(lengths[:-1], dtype=np.uint64, out=offsets[1:])
-        buf = chunks[0].data if len(chunks) == 1 else b"".join(c.data for c in chunks)
-        next_lsn = chunks[-1].next_lsn if chunks and chunks[-1].last else first_lsn
-        return RecordBatch(first_lsn, types, offsets, lengths, buf, next_lsn)
+        buf, starts, types, lengths, next_lsn = self._frames(first_lsn, max_size)
+        return RecordBatch(first_lsn, types, starts + np.uint64(wal.HEADER_SIZE), lengths, buf, next_lsn)
 
     def truncate(self, lsn: int) -> None:
         self._call("Truncate", pb.LsnRequest(lsn=_lsn_arg("lsn", lsn)))

@@ -4,7 +4,10 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
+
 from logtide.engine.logservice import logservice_pb2 as pb
+from logtide.engine.logservice.log_format import HEADER_SIZE
 from logtide.engine.logservice.record import LogRecord
 from logtide.engine.logservice.service import LogService
 from logtide.engine.rpc import RpcServer, ServiceDef
@@ -36,19 +39,16 @@ class LogServiceServicer:
 
     def Read(self, req: pb.ReadRequest, ctx):
         batch = self.svc.read_batch(req.first_lsn, req.max_size)
-        chunk = req.chunk_size or DEFAULT_CHUNK_SIZE
-        chunk = min(chunk, self.max_message_size // 2)
-        n, k, buf = len(batch), 0, batch.buf
-        offsets, lengths, types = batch.offsets.tolist(), batch.lengths.tolist(), batch.types.tolist()
+        chunk = min(req.chunk_size or DEFAULT_CHUNK_SIZE, self.max_message_size // 2)
+        n, buf = len(batch), batch.buf
+        starts = batch.offsets - np.uint64(HEADER_SIZE)      # frame starts within buf
+        ends = starts + np.uint64(HEADER_SIZE) + batch.lengths
+        k = 0
         while True:
-            j, size = k, 0
-            while j < n and (j == k or size + lengths[j] <= chunk):  # at least one record per chunk
-                size += lengths[j]
-                j += 1
-            data = b"".join(buf[offsets[x]:offsets[x] + lengths[x]] for x in range(k, j)) if j - k != 1 else \
-                buf[offsets[k]:offsets[k] + lengths[k]]
+            j = max(k + 1, int(np.searchsorted(ends, int(starts[k]) + chunk, "right"))) if n else 0
             last = j >= n
-            yield pb.ReadChunk(first_lsn=batch.first_lsn + k, types=types[k:j], lengths=lengths[k:j], data=data,
+            frames = buf[int(starts[k]):int(ends[j - 1])] if n else b""
+            yield pb.ReadChunk(first_lsn=batch.first_lsn + k, count=j - k, frames=frames,
                                next_lsn=batch.next_lsn if last else 0, last=last)
             if last or not ctx.is_active():
                 return

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10logservice.proto\x12\x12logtide.logservice\"\x07\n\x05\x45mpty\"P\n\rAppendRequest\x12\x10\n\x08payloads\x18\x01 \x03(\x0c\x12\x12\n\nreplica_id\x18\x02 \x01(\x04\x12\x0c\n\x04type\x18\x03 \x01(\r\x12\x0b\n\x03raw\x18\x04 \x01(\x08\"#\n\x0e\x41ppendResponse\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\"F\n\x0bReadRequest\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\x10\n\x08max_size\x18\x02 \x01(\x04\x12\x12\n\nchunk_size\x18\x03 \x01(\x04\"l\n\tReadChunk\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\r\n\x05types\x18\x02 \x03(\r\x12\x0f\n\x07lengths\x18\x03 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x10\n\x08next_lsn\x18\x05 \x01(\x04\x12\x0c\n\x04last\x18\x06 \x01(\x08\"\x19\n\nLsnRequest\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\x1a\n\x0bLsnResponse\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\x1b\n\nTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"\x1c\n\x0bTsoResponse\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\"\x92\x01\n\x0e\x43onfigResponse\x12\x0b\n\x03\x64ir\x18\x01 \x01(\t\x12\r\n\x05\x66sync\x18\x02 \x01(\t\x12\x14\n\x0csegment_size\x18\x03 \x01(\x04\x12\x17\n\x0fmax_record_size\x18\x04 \x01(\x04\x12\x1b\n\x13truncation_interval\x18\x05 \x01(\x01\x12\x18\n\x10max_message_size\x18\x06 \x01(\x04\"*\n\rReaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"\x84\x01\n\x0fReadersResponse\x12\x41\n\x07readers\x18\x01 \x03(\x0b\x32\x30.logtide.logservice.ReadersResponse.ReadersEntry\x1a.\n\x0cReadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xb5\x07\n\nLogService\x12O\n\x06\x41ppend\x12!.logtide.logservice.AppendRequest\x1a\".logtide.logservice.AppendResponse\x12H\n\x04Read\x12\x1f.logtide.logservice.ReadRequest\x1a\x1d.logtide.logservice.ReadChunk0\x01\x12\x45\n\x08Truncate\x12\x1e.logtide.logservice.LsnRequest\x1a\x19.logtide.logservice.Empty\x12M\n\x0fGetTruncatedLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12J\n\x0cGetLatestLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12I\n\x0bGetFirstLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12R\n\x0fGetTsoTimestamp\x12\x1e.logtide.logservice.TsoRequest\x1a\x1f.logtide.logservice.TsoResponse\x12J\n\tGetConfig\x12\x19.logtide.logservice.Empty\x1a\".logtide.logservice.ConfigResponse\x12N\n\x0eRegisterReader\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12N\n\x0eReportReplayed\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12P\n\x10UnregisterReader\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12M\n\x0bListReaders\x12\x19.logtide.logservice.Empty\x1a#.logtide.logservice.ReadersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10logservice.proto\x12\x12logtide.logservice\"\x07\n\x05\x45mpty\"P\n\rAppendRequest\x12\x10\n\x08payloads\x18\x01 \x03(\x0c\x12\x12\n\nreplica_id\x18\x02 \x01(\x04\x12\x0c\n\x04type\x18\x03 \x01(\r\x12\x0b\n\x03raw\x18\x04 \x01(\x08\"#\n\x0e\x41ppendResponse\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\"F\n\x0bReadRequest\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\x10\n\x08max_size\x18\x02 \x01(\x04\x12\x12\n\nchunk_size\x18\x03 \x01(\x04\"]\n\tReadChunk\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0e\n\x06\x66rames\x18\x03 \x01(\x0c\x12\x10\n\x08next_lsn\x18\x04 \x01(\x04\x12\x0c\n\x04last\x18\x05 \x01(\x08\"\x19\n\nLsnRequest\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\x1a\n\x0bLsnResponse\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"\x1b\n\nTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"\x1c\n\x0bTsoResponse\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\"\x92\x01\n\x0e\x43onfigResponse\x12\x0b\n\x03\x64ir\x18\x01 \x01(\t\x12\r\n\x05\x66sync\x18\x02 \x01(\t\x12\x14\n\x0csegment_size\x18\x03 \x01(\x04\x12\x17\n\x0fmax_record_size\x18\x04 \x01(\x04\x12\x1b\n\x13truncation_interval\x18\x05 \x01(\x01\x12\x18\n\x10max_message_size\x18\x06 \x01(\x04\"*\n\rReaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"\x84\x01\n\x0fReadersResponse\x12\x41\n\x07readers\x18\x01 \x03(\x0b\x32\x30.logtide.logservice.ReadersResponse.ReadersEntry\x1a.\n\x0cReadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\xb5\x07\n\nLogService\x12O\n\x06\x41ppend\x12!.logtide.logservice.AppendRequest\x1a\".logtide.logservice.AppendResponse\x12H\n\x04Read\x12\x1f.logtide.logservice.ReadRequest\x1a\x1d.logtide.logservice.ReadChunk0\x01\x12\x45\n\x08Truncate\x12\x1e.logtide.logservice.LsnRequest\x1a\x19.logtide.logservice.Empty\x12M\n\x0fGetTruncatedLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12J\n\x0cGetLatestLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12I\n\x0bGetFirstLsn\x12\x19.logtide.logservice.Empty\x1a\x1f.logtide.logservice.LsnResponse\x12R\n\x0fGetTsoTimestamp\x12\x1e.logtide.logservice.TsoRequest\x1a\x1f.logtide.logservice.TsoResponse\x12J\n\tGetConfig\x12\x19.logtide.logservice.Empty\x1a\".logtide.logservice.ConfigResponse\x12N\n\x0eRegisterReader\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12N\n\x0eReportReplayed\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12P\n\x10UnregisterReader\x12!.logtide.logservice.ReaderRequest\x1a\x19.logtide.logservice.Empty\x12M\n\x0bListReaders\x12\x19.logtide.logservice.Empty\x1a#.logtide.logservice.ReadersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,23 +42,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READREQUEST']._serialized_start=168
   _globals['_READREQUEST']._serialized_end=238
   _globals['_READCHUNK']._serialized_start=240
-  _globals['_READCHUNK']._serialized_end=348
-  _globals['_LSNREQUEST']._serialized_start=350
-  _globals['_LSNREQUEST']._serialized_end=375
-  _globals['_LSNRESPONSE']._serialized_start=377
-  _globals['_LSNRESPONSE']._serialized_end=403
-  _globals['_TSOREQUEST']._serialized_start=405
-  _globals['_TSOREQUEST']._serialized_end=432
-  _globals['_TSORESPONSE']._serialized_start=434
-  _globals['_TSORESPONSE']._serialized_end=462
-  _globals['_CONFIGRESPONSE']._serialized_start=465
-  _globals['_CONFIGRESPONSE']._serialized_end=611
-  _globals['_READERREQUEST']._serialized_start=613
-  _globals['_READERREQUEST']._serialized_end=655
-  _globals['_READERSRESPONSE']._serialized_start=658
-  _globals['_READERSRESPONSE']._serialized_end=790
-  _globals['_READERSRESPONSE_READERSENTRY']._serialized_start=744
-  _globals['_READERSRESPONSE_READERSENTRY']._serialized_end=790
-  _globals['_LOGSERVICE']._serialized_start=793
-  _globals['_LOGSERVICE']._serialized_end=1742
+  _globals['_READCHUNK']._serialized_end=333
+  _globals['_LSNREQUEST']._serialized_start=335
+  _globals['_LSNREQUEST']._serialized_end=360
+  _globals['_LSNRESPONSE']._serialized_start=362
+  _globals['_LSNRESPONSE']._serialized_end=388
+  _globals['_TSOREQUEST']._serialized_start=390
+  _globals['_TSOREQUEST']._serialized_end=417
+  _globals['_TSORESPONSE']._serialized_start=419
+  _globals['_TSORESPONSE']._serialized_end=447
+  _globals['_CONFIGRESPONSE']._serialized_start=450
+  _globals['_CONFIGRESPONSE']._serialized_end=596
+  _globals['_READERREQUEST']._serialized_start=598
+  _globals['_READERREQUEST']._serialized_end=640
+  _globals['_READERSRESPONSE']._serialized_start=643
+  _globals['_READERSRESPONSE']._serialized_end=775
+  _globals['_READERSRESPONSE_READERSENTRY']._serialized_start=729
+  _globals['_READERSRESPONSE_READERSENTRY']._serialized_end=775
+  _globals['_LOGSERVICE']._serialized_start=778
+  _globals['_LOGSERVICE']._serialized_end=1727
 # @@protoc_insertion_point(module_scope)

@@ -46,7 +46,7 @@ class LogRecord:
 
 def data_prefix(replica_id: int) -> bytes:
     """The 12-byte header of a user record's data."""
-    if not isinstance(replica_id, int) or not 0 <= replica_id < 1 << 64:
+    if not isinstance(replica_id, int) or isinstance(replica_id, bool) or not 0 <= replica_id < 1 << 64:
         from logtide.errors import InvalidArgument
         raise InvalidArgument(f"replica_id must be an int in [0, 2**64), got {replica_id!r}")
     return DATA_HEADER.pack(USER_ENTRY_UPDATE, replica_id)

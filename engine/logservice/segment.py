@@ -41,7 +41,7 @@ class Segment:
         """A view of count + 1 offsets; only grows, so a view taken under the lock stays valid."""
         return self._starts[: self.count + 1]
 
-    def extend(self, starts: np.ndarray, end: int) -> None:
+    def extend(self, starts, end: int) -> None:
         """Index frames just written: their absolute offsets and the new end of the file."""
         n = len(starts)
         need = self.count + n + 1
@@ -56,9 +56,13 @@ class Segment:
     def offset_of(self, lsn: int) -> int:
         return int(self._starts[lsn - self.first_lsn])
 
-    def pread(self, offset: int, size: int) -> bytes:
+    def open_reader(self) -> None:
+        """Open the read descriptor (under the service lock, so the file cannot vanish first)."""
         if self._rfd < 0:
             self._rfd = os.open(self.path, os.O_RDONLY)
+
+    def pread(self, offset: int, size: int) -> bytes:
+        self.open_reader()
         out = os.pread(self._rfd, size, offset)
         while len(out) < size:  # a short read only happens if the file shrank under us
             more = os.pread(self._rfd, size - len(out), offset + len(out))

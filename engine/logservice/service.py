@@ -9,6 +9,8 @@ import os
 import threading
 from typing import Iterable
 
+import numpy as np
+
 from logtide._ext import wal
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
@@ -27,6 +29,7 @@ from logtide.errors import (
 log = logging.getLogger("logtide.logservice")
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_PREFIXES: dict[int, bytes] = {0: data_prefix(0)}  # replica id -> the 12-byte data header
 
 
 def _lsn_arg(name: str, v: object) -> int:
@@ -55,6 +58,7 @@ class LogService(LogServiceClient):
         os.makedirs(dirpath, exist_ok=True)
         self._dir = os.path.abspath(dirpath)
         self._config = LogServiceConfig(self._dir, fsync, segment_size, max_record_size, truncation_interval)
+        self._max_payload = max_record_size - 12
         self._closed = True
         self._lock_fd = os.open(os.path.join(self._dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -132,7 +136,18 @@ class LogService(LogServiceClient):
         return t
 
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
-        self._check_open()
+        if self._closed:
+            raise LogServiceClosed("the log service is closed")
+        if payload.__class__ is bytes and type.__class__ is int and type == USER_RECORD:  # the common case
+            prefix = _PREFIXES.get(replica_id) if replica_id.__class__ is int else None
+            if prefix is None:
+                prefix = data_prefix(replica_id)  # validates
+                if len(_PREFIXES) < 4096 and replica_id.__class__ is int:
+                    _PREFIXES[replica_id] = prefix
+            if len(payload) > self._max_payload:
+                raise RecordTooLarge(f"record data of {len(payload) + 12} bytes exceeds max_record_size "
+                                     f"{self._config.max_record_size}")
+            return self._writer.append(USER_RECORD, prefix, [payload])
         if isinstance(payload, LogRecord):
             prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
         else:
@@ -149,6 +164,8 @@ class LogService(LogServiceClient):
         self._check_open()
         if isinstance(payloads, _BYTES_LIKE):
             raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
+        if isinstance(payloads, np.ndarray):
+            return self._append_rows(payloads, replica_id, type)
         payloads = list(payloads)
         if not payloads:
             raise InvalidArgument("append_many needs at least one payload")
@@ -161,6 +178,18 @@ class LogService(LogServiceClient):
                 raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size} (with the 12-byte header)")
         return self._writer.append(rtype, prefix, payloads)
+
+    def _append_rows(self, rows: np.ndarray, replica_id: int, type: int) -> int:
+        """append_many of a 2-D uint8 array: one record per row, framed without a Python object per row."""
+        if rows.ndim != 2 or rows.dtype != np.uint8:
+            raise InvalidArgument(f"append_many takes a 2-D uint8 array (one payload per row), "
+                                  f"got {rows.ndim}-D {rows.dtype}")
+        if rows.shape[0] == 0:
+            raise InvalidArgument("append_many needs at least one payload")
+        if rows.shape[1] + 12 > self._config.max_record_size:
+            raise RecordTooLarge(f"rows of {rows.shape[1]} bytes exceed max_record_size "
+                                 f"{self._config.max_record_size} (with the 12-byte header)")
+        return self._writer.append(self._type_arg(type), data_prefix(replica_id), np.ascontiguousarray(rows))
 
     # --- read ------------------------------------------------------------------------------------
 
@@ -186,6 +215,7 @@ class LogService(LogServiceClient):
             visible = min(seg.count, latest - seg.first_lsn + 1) - i
             starts = seg.starts
             k = wal.fit(starts, i, visible, max_size)
+            seg.open_reader()
             return seg, int(starts[i]), int(starts[i + k]), k
 
     def _fetch(self, first_lsn: int, max_size: int):

@@ -46,7 +46,10 @@ class RpcServer:
     def start(self) -> int:
         """Bind and start serving; returns the bound port."""
         host = self._address.rsplit(":", 1)[0]
-        port = self._server.add_insecure_port(self._address)
+        try:
+            port = self._server.add_insecure_port(self._address)
+        except RuntimeError as exc:  # grpcio raises for an address it cannot bind
+            raise RpcError(f"could not listen on {self._address}: {exc}") from None
         if not port:
             raise RpcError(f"could not listen on {self._address}")
         self._server.start()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from abc import ABC, abstractmethod
 from typing import Any, Iterable, Iterator
@@ -40,6 +41,12 @@ class ResponseStream:
 
     def cancel(self) -> None:
         self._cancel()
+
+    def __del__(self) -> None:  # dropped unfinished: stop the producer instead of leaving it blocked
+        try:
+            self._cancel()
+        except Exception:  # noqa: BLE001 - best effort at garbage collection
+            pass
 
 
 class Transport(ABC):
@@ -114,29 +121,19 @@ class InProcessTransport(Transport):
             raise mapped from exc
         return self._out(method, resp)
 
-    def _stream(self, method, result, ctx) -> ResponseStream:
-        it = iter(result)
-
-        def gen():
-            for msg in it:
-                yield self._out(method, msg)
-
-        def cancel():
-            ctx.cancel()
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-        return ResponseStream(gen(), cancel, method.path, _internal)
+    def _stream(self, method, fn, arg) -> ResponseStream:
+        """Run a streaming servicer method in its own thread, as a gRPC server would: a servicer may
+        block on its request stream while the caller is still producing requests."""
+        ctx = CallContext(self._peer)
+        pump = _Pump(lambda: fn(arg, ctx), lambda m: self._out(method, m), ctx)
+        return ResponseStream(pump, pump.cancel, method.path, _internal)
 
     def _requests(self, method, requests):
         for r in requests:
             yield self._in(method, r)
 
     def server_stream(self, method, request, timeout=None):
-        fn = self._fn(method)
-        ctx = CallContext(self._peer)
-        return self._stream(method, _LazyCall(fn, self._in(method, request), ctx), ctx)
+        return self._stream(method, self._fn(method), self._in(method, request))
 
     def client_stream(self, method, requests, timeout=None):
         fn = self._fn(method)
@@ -150,32 +147,64 @@ class InProcessTransport(Transport):
         return self._out(method, resp)
 
     def bidi(self, method, requests, timeout=None):
-        fn = self._fn(method)
-        ctx = CallContext(self._peer)
-        return self._stream(method, _LazyCall(fn, self._requests(method, requests), ctx), ctx)
+        return self._stream(method, self._fn(method), self._requests(method, requests))
 
     def close(self) -> None:
         self._closed = True
 
 
-class _LazyCall:
-    """Calls a streaming servicer method on first iteration (a generator servicer is lazy anyway)."""
+class _Pump:
+    """Iterates a servicer's response generator in a thread, handing messages over a bounded queue."""
 
-    def __init__(self, fn, arg, ctx) -> None:
-        self._fn, self._arg, self._ctx, self._it = fn, arg, ctx, None
+    _ITEM, _END, _ERROR = 0, 1, 2
+
+    def __init__(self, start, check, ctx: CallContext, depth: int = 64) -> None:
+        self._start, self._check, self._ctx = start, check, ctx
+        self._q: queue.Queue = queue.Queue(depth)
+        self._finished = False
+        threading.Thread(target=self._run, name="rpc-inproc-stream", daemon=True).start()
+
+    def _put(self, item) -> bool:
+        while self._ctx.is_active():
+            try:
+                self._q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        gen = None
+        try:
+            gen = iter(self._start())
+            for msg in gen:
+                if not self._put((self._ITEM, self._check(msg))):
+                    return
+            self._put((self._END, None))
+        except BaseException as exc:  # noqa: B902 - handed to the caller
+            self._put((self._ERROR, exc))
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._it is None:
-            self._it = iter(self._fn(self._arg, self._ctx))
-        return next(self._it)
+        if self._finished:
+            raise StopIteration
+        kind, value = self._q.get()
+        if kind == self._ITEM:
+            return value
+        self._finished = True
+        if kind == self._END:
+            raise StopIteration
+        raise value
 
-    def close(self):
-        close = getattr(self._it, "close", None)
-        if close is not None:
-            close()
+    def cancel(self) -> None:
+        self._ctx.cancel()
+        self._finished = True
 
 
 class GrpcTransport(Transport):

@@ -1,0 +1,316 @@
+"""The log service: group commit against one appender and against sqlite3 WAL (synchronous=FULL),
+sequential read from the page cache, and the gRPC transport beside the in-process one.
+
+Every append benchmark uses fsync="always": each acknowledged record is on disk."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+
+import pytest
+
+from bench.conftest import scaled
+from bench.ratios import Ratio
+
+RATIOS = [
+    Ratio("log append: 32 appenders (group commit) vs 1 appender, fsync=always, 256 B",
+          "test_append_32_threads_fsync_always", "test_append_1_thread_fsync_always", 10.0, 4),
+    Ratio("log append: 32 appenders (group commit) vs sqlite3 WAL synchronous=FULL, 32 threads, 256 B",
+          "test_append_32_threads_fsync_always", "test_sqlite_wal_full_32_threads", 3.0, 4),
+]
+
+THREADS = 32
+PAYLOAD = b"\xa5" * 256
+
+
+class _Threads:
+    """n persistent threads: run(fn) calls fn(i) in each and waits for all (no thread start-up per round)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._go = threading.Barrier(n + 1)
+        self._done = threading.Barrier(n + 1)
+        self._fn = None
+        self._errors: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._body, args=(i,), daemon=True) for i in range(n)]
+        for th in self._threads:
+            th.start()
+
+    def _body(self, i: int) -> None:
+        while True:
+            self._go.wait()
+            if self._fn is None:
+                return
+            try:
+                self._fn(i)
+            except BaseException as exc:  # noqa: B902 - re-raised by run()
+                self._errors.append(exc)
+            self._done.wait()
+
+    def run(self, fn) -> None:
+        self._fn = fn
+        self._go.wait()
+        self._done.wait()
+        if self._errors:
+            raise self._errors[0]
+
+    def close(self) -> None:
+        self._fn = None
+        self._go.wait()
+        for th in self._threads:
+            th.join()
+
+
+@pytest.fixture
+def threads():
+    pool = _Threads(THREADS)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_32_threads_fsync_always(benchmark, items, tmp_path, threads):
+    from logtide import LogService
+    per = max(4, scaled(3200, minimum=128) // THREADS)
+    n = items(per * THREADS)
+    with LogService.open(tmp_path / "log", fsync="always") as svc:
+        def run():
+            threads.run(lambda t: [svc.append(PAYLOAD, replica_id=t) for _ in range(per)])
+        g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
+        benchmark(run)
+        st = svc.stats()
+        benchmark.extra_info["figures"] = {
+            "records_per_fsync": (st["latest_lsn"] - l0) / max(1, st["groups"] - g0), "appends_per_round": n}
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_1_thread_fsync_always(benchmark, items, tmp_path):
+    from logtide import LogService
+    n = items(scaled(400, minimum=20))
+    with LogService.open(tmp_path / "log", fsync="always") as svc:
+        def run():
+            for _ in range(n):
+                svc.append(PAYLOAD)
+        benchmark(run)
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_sqlite_wal_full_32_threads(benchmark, items, tmp_path, threads):
+    per = max(2, scaled(400, minimum=64) // THREADS)
+    items(per * THREADS)
+    path = str(tmp_path / "log.sqlite")
+    with sqlite3.connect(path) as c:
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("CREATE TABLE log (lsn INTEGER PRIMARY KEY AUTOINCREMENT, replica INTEGER, payload BLOB)")
+    conns = []
+    for _ in range(THREADS):
+        c = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        c.execute("PRAGMA synchronous=FULL")  # per connection: fsync the WAL at every commit
+        conns.append(c)
+
+    def run():
+        def body(t):
+            c = conns[t]
+            for _ in range(per):
+                c.execute("INSERT INTO log (replica, payload) VALUES (?, ?)", (t, PAYLOAD))  # one txn each
+        threads.run(body)
+
+    try:
+        benchmark(run)
+    finally:
+        for c in conns:
+            c.close()
+
+
+# --- sequential read from the page cache -----------------------------------------------------------
+
+def _filled(path, record_size: int, total: int):
+    from logtide import LogService
+    svc = LogService.open(path, fsync="never", truncation_interval=0)
+    n = max(1, total // record_size)
+    batch = [os.urandom(record_size)] * 256
+    while svc.get_latest_lsn() < n:
+        svc.append_many(batch[: min(256, n - svc.get_latest_lsn())])
+    svc.sync()
+    return svc
+
+
+def _read_all_batches(client, max_size=4 << 20) -> int:
+    lsn, latest, total = 1, client.get_latest_lsn(), 0
+    while lsn <= latest:
+        b = client.read_batch(lsn, max_size)
+        total += b.data_bytes()
+        lsn = b.next_lsn
+    return total
+
+
+def _read_all_records(client, max_size=4 << 20) -> int:
+    lsn, latest, total = 1, client.get_latest_lsn(), 0
+    while lsn <= latest:
+        recs, lsn = client.read(lsn, max_size)
+        total += sum(len(r.data) for r in recs)
+    return total
+
+
+@pytest.fixture(scope="module")
+def log_4k(tmp_path_factory):
+    svc = _filled(tmp_path_factory.mktemp("read4k") / "log", 4096, scaled(128 << 20, minimum=4 << 20))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def log_256(tmp_path_factory):
+    svc = _filled(tmp_path_factory.mktemp("read256") / "log", 256, scaled(32 << 20, minimum=1 << 20))
+    yield svc
+    svc.close()
+
+
+def _mb_s(benchmark, nbytes):
+    return {"MB_per_s": nbytes / benchmark.stats.stats.min / 1e6, "data_MB": nbytes / 1e6, "goal_MB_per_s": 500.0}
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_read_batch_4k_inproc(benchmark, items, log_4k):
+    total = _read_all_batches(log_4k)
+    items(total)  # items are bytes: items/s is bytes/s
+    benchmark(_read_all_batches, log_4k)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, total)
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_read_batch_256_inproc(benchmark, items, log_256):
+    total = _read_all_batches(log_256)
+    items(total)
+    benchmark(_read_all_batches, log_256)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, total)
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_read_records_4k_inproc(benchmark, items, log_4k):
+    total = _read_all_records(log_4k)
+    items(total)
+    benchmark(_read_all_records, log_4k)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, total)
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_read_records_256_inproc(benchmark, items, log_256):
+    total = _read_all_records(log_256)
+    items(total)
+    benchmark(_read_all_records, log_256)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, total)
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_file_read_4k_ceiling(benchmark, items, log_4k):
+    """Plain reads of the same segment files in 4 MiB chunks: what the page cache gives at most."""
+    paths = sorted(os.path.join(log_4k.config().dir, f) for f in os.listdir(log_4k.config().dir)
+                   if f.endswith(".log"))
+
+    def run():
+        total = 0
+        for p in paths:
+            with open(p, "rb", buffering=0) as f:
+                while chunk := f.read(4 << 20):
+                    total += len(chunk)
+        return total
+
+    items(run())
+    benchmark(run)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, run())
+
+
+# --- gRPC beside in-process -----------------------------------------------------------------------
+# The server runs as `logtide logservice serve` in its own process, as deployed: client and server
+# do not share a GIL.
+
+class _Served:
+    def __init__(self, path, **flags):
+        import shutil
+        import subprocess
+        import sys
+        from pathlib import Path
+        exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
+        cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
+            "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
+            "--max-message-size", str(64 << 20)] + [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+        # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=str(Path(path).parent))
+        line = self.proc.stdout.readline()
+        if " on " not in line:
+            self.proc.kill()
+            raise RuntimeError(f"logservice serve did not start: {line!r}")
+        self.address = line.split(" on ")[1].split()[0]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def grpc_4k(tmp_path_factory):
+    from logtide import connect_logservice
+    path = tmp_path_factory.mktemp("grpc4k") / "log"
+    _filled(path, 4096, scaled(128 << 20, minimum=4 << 20)).close()
+    server = _Served(path)
+    client = connect_logservice(server.address, max_message_size=64 << 20)
+    yield client
+    client.close()
+    server.stop()
+
+
+@pytest.mark.benchmark(group="logservice-read")
+def test_read_batch_4k_grpc(benchmark, items, grpc_4k):
+    total = _read_all_batches(grpc_4k)
+    items(total)
+    benchmark(_read_all_batches, grpc_4k)
+    benchmark.extra_info["figures"] = _mb_s(benchmark, total)
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path, threads):
+    from logtide import connect_logservice
+    per = max(4, scaled(1600, minimum=128) // THREADS)
+    items(per * THREADS)
+    server = _Served(tmp_path / "log", fsync="always")
+    client = connect_logservice(server.address)
+    try:
+        def run():
+            threads.run(lambda t: [client.append(PAYLOAD, replica_id=t) for _ in range(per)])
+        benchmark(run)
+    finally:
+        client.close()
+        server.stop()
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_1_thread_fsync_never_inproc(benchmark, items, tmp_path):
+    """Without fsync: the per-call cost of the in-process path (framing, locking, write)."""
+    from logtide import LogService
+    n = items(scaled(20000, minimum=500))
+    with LogService.open(tmp_path / "log", fsync="never") as svc:
+        def run():
+            for _ in range(n):
+                svc.append(PAYLOAD)
+        benchmark(run)
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_1_thread_fsync_never_grpc(benchmark, items, tmp_path):
+    """The same over gRPC on 127.0.0.1: the per-call cost of the transport."""
+    from logtide import connect_logservice
+    n = items(scaled(2000, minimum=200))
+    server = _Served(tmp_path / "log", fsync="never")
+    client = connect_logservice(server.address)
+    try:
+        def run():
+            for _ in range(n):
+                client.append(PAYLOAD)
+        benchmark(run)
+    finally:
+        client.close()
+        server.stop()
