@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bench.conftest import SCALE, scaled
+from bench.conftest import SCALE
 from bench.ratios import Ratio
 
 RATIOS = [

@@ -10,7 +10,6 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-from logtide.engine.logtail.logtail_format import Entry
 
 
 @dataclass

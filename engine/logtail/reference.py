@@ -1,7 +1,6 @@
 """The reference model of a table: a dict of committed versions, read at any ts."""
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
 

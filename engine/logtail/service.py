@@ -49,7 +49,7 @@ def serve(tn, address: str = "127.0.0.1:0", **options):
     from logtide.engine.rpc import RpcServer
     server = RpcServer(address, **options)
     server.add_service(LOGTAIL, LogtailServicer(tn))
-    port = server.start()
+    server.start()
     return server, server.address
 
 

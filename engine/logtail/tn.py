@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,7 +337,7 @@ class TransactionNode:
     def _write_tombstone(self, table: str, entries: list[Entry]) -> dict:
         t = pa.concat_tables([e.batch for e in entries])
         name = f"{table}-tomb-{uuid.uuid4().hex[:16]}.parquet"
-        self.store.write_blocks(name, [t.slice(i, fmt_min(BLOCK_ROWS, t.num_rows - i))
+        self.store.write_blocks(name, [t.slice(i, min(BLOCK_ROWS, t.num_rows - i))
                                        for i in range(0, t.num_rows, BLOCK_ROWS)])
         return {"name": name, "kind": "tombstone", "blocks": [],
                 "create_ts": int(t.column(TS).to_numpy().min()), "rows": t.num_rows}
@@ -565,7 +564,3 @@ def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:
             for c in dt:
                 parts[c].append(cols[c][rows])
     return {c: np.concatenate(parts[c]) for c in dt}
-
-
-def fmt_min(a: int, b: int) -> int:
-    return a if a < b else b

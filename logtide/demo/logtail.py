@@ -3,7 +3,6 @@ one over gRPC), commit -> visible latency, and every CN's reads checked against 
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 
