@@ -58,9 +58,12 @@ def test_cut_streams_mid_push_end_in_the_same_state(tmp_path, transport):
     th = threading.Thread(target=load)
     th.start()
     try:
-        for _ in range(8):                 # cut the stream while pushes are in flight
+        for k in range(8):                 # cut the stream while pushes are in flight
             time.sleep(0.15)
             cn.stream.cut()
+            deadline = time.time() + 20    # the next cut goes to the next stream
+            while cn.reconnects <= k and time.time() < deadline:
+                time.sleep(0.01)
         time.sleep(0.2)
     finally:
         stop.set()
