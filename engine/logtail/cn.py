@@ -42,7 +42,9 @@ class ComputeNode:
         self._closed = False
         self._gen = 0                 # stream generation: subscribe waits for a response on the current one
         self._fresh: set[str] = set()  # tables subscribed on the current stream
+        self._backoff = 0.0
         self.stream = connect()
+        self._connected_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"cn-{name}", daemon=True)
         self._thread.start()
 
@@ -137,6 +139,12 @@ class ComputeNode:
                 self.stream.cut()
 
     def _reconnect(self) -> None:
+        # back off while streams die young (the TN is down), up to a second between attempts
+        if time.monotonic() - self._connected_at < 1.0:
+            self._backoff = min(1.0, max(self.reconnect_delay, self._backoff * 2))
+            time.sleep(self._backoff)
+        else:
+            self._backoff = 0.0
         while True:
             with self._cv:
                 if self._closed:
@@ -145,7 +153,8 @@ class ComputeNode:
                 stream = self._connect()
                 break
             except Exception:
-                time.sleep(self.reconnect_delay)
+                time.sleep(max(self.reconnect_delay, self._backoff))
+        self._connected_at = time.monotonic()
         with self._cv:
             self.reconnects += 1
             self._gen += 1
