@@ -766,8 +766,22 @@ def _simd(on=None) -> bool:
     return bool(bt_simd_on())
 
 
+def _strictly_increasing(keys) -> bool:
+    if len(keys) < 2:
+        return True
+    if keys.ndim == 1:
+        return bool((keys[1:] > keys[:-1]).all())
+    a, b = keys[:-1], keys[1:]
+    res = np.zeros(len(a), dtype=bool)          # row i+1 > row i, decided by the first field that differs
+    for c in range(keys.shape[1] - 1, -1, -1):
+        res = (b[:, c] > a[:, c]) | ((b[:, c] == a[:, c]) & res)
+    return bool(res.all())
+
+
 def _sorted_unique_last(keys, values):
     """Stable-sort the batch and keep the last value of each repeated key."""
+    if _strictly_increasing(keys):      # already in order (appends, row ids): nothing to do
+        return keys, values
     if keys.ndim == 1:
         order = np.argsort(keys, kind="stable")
         k = keys[order]
