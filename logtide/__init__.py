@@ -28,6 +28,12 @@ __all__ = [
     "tag_rows",
 ]
 
+# meta-service (engine/meta): the embedded service and its gRPC client
+from logtide.engine.meta import MetaService  # noqa: E402
+from logtide.engine.meta.client import connect_meta  # noqa: E402
+
+__all__ += ["MetaService", "connect_meta"]
+
 # log service (engine/logservice)
 from logtide.engine.logservice import LogRecord, LogService, connect_logservice  # noqa: E402
 from logtide.errors import CorruptLogError, InvalidRange, InvalidTruncateLsn  # noqa: E402

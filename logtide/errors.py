@@ -13,6 +13,22 @@ class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
 
 
+class MetaError(LogtideError):
+    """A meta-service request failed."""
+
+
+class MetaInvalidArgument(MetaError, ValueError, TypeError):
+    """A meta-service request is malformed: wrong type, bad operator, oversize key or value."""
+
+
+class MetaClosedError(MetaError):
+    """The meta-service (or its client, or a watch stream) has been closed."""
+
+
+class MetaUnavailableError(MetaError):
+    """The meta-service could not be reached (connection refused, deadline exceeded)."""
+
+
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
 
 class InvalidArgument(LogtideError, ValueError):
