@@ -42,3 +42,7 @@ __all__ += ["CorruptLogError", "InvalidRange", "InvalidTruncateLsn", "LogRecord"
 from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K above)
 
 __all__ += ["LogIndex"]
+
+from logtide._ext.btree import BTree  # noqa: E402
+from logtide.errors import ReadOnlySnapshotError  # noqa: E402
+__all__ += ["BTree", "ReadOnlySnapshotError"]
