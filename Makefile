@@ -52,3 +52,9 @@ clean:
 proto: venv
 	$(PIP) install -q "grpcio-tools>=1.60" $(QUIET)
 	$(PY) engine/rpc/protogen.py $(CURDIR)
+
+# the meta-service benchmark's peer: Debian's etcd-server (bench_meta.py skips etcd when it is missing)
+.PHONY: etcd
+etcd:
+	command -v etcd >/dev/null || { apt-get update -q && apt-get install -y -q etcd-server; } || \
+		echo "etcd-server could not be installed: bench_meta.py will skip the etcd peer"

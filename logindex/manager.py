@@ -18,6 +18,7 @@ from logtide import Bloom4K
 from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
 from logtide.pagetag import PageTag, tag_array
 from logtide._ext import memtable as _mt
+from logtide._ext.lookup import TableLookup
 from logtide.logindex.memtable_ring import MemtableRing
 from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
 from logtide.logindex.table_file import TableStore
@@ -48,6 +49,7 @@ class LogIndex:
         self._bits = np.zeros((16, _BITS), np.uint8)
         self._slices = np.zeros((_NBITS, 1), np.uint64)   # the blooms bit-sliced: bit p of table j
         self._has_bloom = np.zeros(16, np.uint8)
+        self._ref = np.zeros(16, np.uint8)   # the table cache's clock: set on each use of table j
         self._loaded: list = []
         self._cached: dict[int, None] = {}
         self._meta_stat = None
@@ -55,8 +57,10 @@ class LogIndex:
         self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
         self._next_table_id = 0
         self._last_lsn = 0
-        self._counts = [0, 0, 0, 0]   # lookups, tables read, skipped by bloom, skipped by LSN range
-        self._view = ((None,), [], 0)
+        self._counts = [0, 0, 0, 0]   # lsns_many: lookups, tables read, skipped by bloom, skipped by LSN range
+        self._gen = 0                 # bumped whenever the saved tables or their arrays change
+        self._lookup = TableLookup(self._table)   # the per-call lsns() path
+        self._lookup_ring = self._lookup_gen = -1
         self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
                            inserted=0, skipped_saved=0)
         self._closed = False
@@ -122,6 +126,7 @@ class LogIndex:
         if not self.primary:
             # memtables the primary has saved are FLUSHED: reusable
             self.ring.mark_flushed(meta.max_table_id)
+        self._gen += 1
 
     def _stat_meta(self):
         try:
@@ -138,6 +143,7 @@ class LogIndex:
         self._tmin = np.resize(self._tmin, cap)
         self._tmax = np.resize(self._tmax, cap)
         self._has_bloom = np.resize(self._has_bloom, cap)
+        self._ref = np.resize(self._ref, cap)
         bits = np.zeros((cap, _BITS), np.uint8)
         bits[:self._n] = self._bits[:self._n]
         self._bits = bits
@@ -164,8 +170,10 @@ class LogIndex:
         else:
             self._has_bloom[j] = 0
             self._tmin[j], self._tmax[j] = 0, MAX_LSN
+        self._ref[j] = 0
         self._loaded.append(None)
         self._n += 1
+        self._gen += 1
 
     def _shift(self, drop: int) -> None:
         """Forget the first drop saved tables (truncated)."""
@@ -173,6 +181,7 @@ class LogIndex:
         self._tmin[:n] = self._tmin[drop:self._n].copy()
         self._tmax[:n] = self._tmax[drop:self._n].copy()
         self._has_bloom[:n] = self._has_bloom[drop:self._n].copy()
+        self._ref[:n] = self._ref[drop:self._n].copy()
         self._bits[:n] = self._bits[drop:self._n].copy()
         self._bits[n:self._n] = 0
         self._slices[:] = 0
@@ -184,6 +193,7 @@ class LogIndex:
             self._cached.pop(base + j, None)
         self._loaded = self._loaded[drop:]
         self._n = n
+        self._gen += 1
 
     def _clean_leftovers(self) -> None:
         """Primary: remove files a crash left behind (truncated segments, a temp meta file)."""
@@ -216,14 +226,26 @@ class LogIndex:
             m = self.store.read_table(tid)
             self._stats["tables_loaded"] += 1
             if len(self._cached) >= self.table_cache:
-                old = next(iter(self._cached))
-                del self._cached[old]
-                oj = old - self.meta.min_table_id
-                if 0 <= oj < self._n:
-                    self._loaded[oj] = None
+                self._evict()
             self._loaded[j] = m
             self._cached[tid] = None
         return m
+
+    def _evict(self) -> None:
+        """Drop one table from the cache: the oldest not used since the clock last passed it
+        (lsns() marks use in _ref from C, without touching this dict)."""
+        base = self.meta.min_table_id
+        for _ in range(2 * len(self._cached)):
+            old = next(iter(self._cached))
+            oj = old - base
+            del self._cached[old]
+            if 0 <= oj < self._n and self._ref[oj]:
+                self._ref[oj] = 0   # a second chance: go round once more
+                self._cached[old] = None
+                continue
+            if 0 <= oj < self._n:
+                self._loaded[oj] = None
+            return
 
     # -- insert --
 
@@ -438,46 +460,16 @@ class LogIndex:
         if self._closed or not self.primary:
             self._check_open()
             self.refresh()
-        view = self._view
-        if view[0] != (self.ring.version, self._n, self.meta.min_table_id):
-            view = self._make_view()
-        res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax, view[2],
-                             self._loaded, view[1], self._k)
-        if type(res) is tuple and type(res[1]) is int:
-            out, read, bloom, rng = res
-            c = self._counts
-            c[0] += 1
-            c[1] += read
-            c[2] += bloom
-            c[3] += rng
-            return out
-        return self._lsns_slow(tag, min_lsn, max_lsn, res)
+        if self._lookup_ring != self.ring.version or self._lookup_gen != self._gen:
+            self._sync_lookup()
+        return self._lookup.lsns(tag, min_lsn, max_lsn)
 
-    def _make_view(self):
-        """What lookups need from the ring, cached until the ring or the saved tables change."""
+    def _sync_lookup(self) -> None:
+        """Hand the per-call lookup the current saved tables and memtables."""
         live = self.ring.live_tables()
-        self._view = ((self.ring.version, self._n, self.meta.min_table_id), live, self._visible_tables(live))
-        return self._view
-
-    def _lsns_slow(self, tag, min_lsn: int, max_lsn: int, res) -> np.ndarray:
-        """lsns() when candidate tables must be loaded first, or there are very many of them."""
-        view = self._view
-        for _ in range(16):
-            if type(res) is not int:
-                break
-            self._table(res)  # load the candidate table, then walk again
-            res = _mt.lookup_one(tag, min_lsn, max_lsn, self._slices, self._has_bloom, self._tmin, self._tmax,
-                                 view[2], self._loaded, view[1], self._k)
-        if type(res) is int or isinstance(res[0], str):
-            # more candidates than the table cache holds: the batch path keeps them all for the call
-            return self.lsns_many(np.array([tuple(tag)], dtype=np.uint32), min_lsn, max_lsn)[1]
-        out, read, bloom, rng = res
-        c = self._counts
-        c[0] += 1
-        c[1] += read
-        c[2] += bloom
-        c[3] += rng
-        return out
+        self._lookup.set_tables(self._slices, self._has_bloom, self._tmin, self._tmax, self._visible_tables(live),
+                                self._loaded, live, self._k, self._ref)
+        self._lookup_ring, self._lookup_gen = self.ring.version, self._gen
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
         """lsns() for many tags: (offsets int64[n+1], lsns uint64); tag i owns lsns[offsets[i]:offsets[i+1]]."""
@@ -548,7 +540,8 @@ class LogIndex:
     def stats(self) -> dict:
         """Counters: lookups, tables read / skipped by bloom / skipped by LSN range, flushes, ..."""
         st = dict(self._stats)
-        st["lookups"], st["tables_read"], st["tables_skipped_bloom"], st["tables_skipped_range"] = self._counts
+        counts = [a + b for a, b in zip(self._counts, self._lookup.counters())]
+        st["lookups"], st["tables_read"], st["tables_skipped_bloom"], st["tables_skipped_range"] = counts
         walked = st["tables_read"] + st["tables_skipped_bloom"]
         st["bloom_skip_rate"] = st["tables_skipped_bloom"] / walked if walked else 0.0
         st["saved_tables"] = self._n

@@ -28,6 +28,12 @@ __all__ = [
     "tag_rows",
 ]
 
+# meta-service (engine/meta): the embedded service and its gRPC client
+from logtide.engine.meta import MetaService  # noqa: E402
+from logtide.engine.meta.client import connect_meta  # noqa: E402
+
+__all__ += ["MetaService", "connect_meta"]
+
 # log service (engine/logservice)
 from logtide.engine.logservice import LogRecord, LogService, connect_logservice  # noqa: E402
 from logtide.errors import CorruptLogError, InvalidRange, InvalidTruncateLsn  # noqa: E402
@@ -36,3 +42,7 @@ __all__ += ["CorruptLogError", "InvalidRange", "InvalidTruncateLsn", "LogRecord"
 from logtide.logindex import LogIndex  # noqa: E402  (issue 3: needs Bloom4K above)
 
 __all__ += ["LogIndex"]
+
+from logtide._ext.btree import BTree  # noqa: E402
+from logtide.errors import ReadOnlySnapshotError  # noqa: E402
+__all__ += ["BTree", "ReadOnlySnapshotError"]

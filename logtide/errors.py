@@ -13,6 +13,22 @@ class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
 
 
+class MetaError(LogtideError):
+    """A meta-service request failed."""
+
+
+class MetaInvalidArgument(MetaError, ValueError, TypeError):
+    """A meta-service request is malformed: wrong type, bad operator, oversize key or value."""
+
+
+class MetaClosedError(MetaError):
+    """The meta-service (or its client, or a watch stream) has been closed."""
+
+
+class MetaUnavailableError(MetaError):
+    """The meta-service could not be reached (connection refused, deadline exceeded)."""
+
+
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
 
 class InvalidArgument(LogtideError, ValueError):
@@ -81,6 +97,41 @@ class LsnOrderError(LogtideError, ValueError):
 
 class ReadOnlyError(LogtideError):
     """A write was attempted on a read-only (RO mode) LogIndex."""
+
+class ReadOnlySnapshotError(ReadOnlyError, TypeError):
+    """A write reached a read-only view (a BTree snapshot)."""
+
+
+class LogtailError(LogtideError):
+    """A logtail request (TN or CN) failed."""
+
+
+class UnknownTableError(LogtailError, KeyError):
+    """The table is not in the catalog."""
+
+
+class SchemaError(LogtailError, TypeError):
+    """Rows do not match the table's columns or types."""
+
+
+class WriteConflictError(LogtailError):
+    """Another transaction committed a write to the same primary key after this one began."""
+
+
+class DuplicateKeyError(LogtailError, ValueError):
+    """An insert names a primary key that already exists."""
+
+
+class KeyNotFoundError(LogtailError, KeyError):
+    """A delete or update names a primary key that does not exist."""
+
+
+class MalformedMessageError(LogtailError, ValueError):
+    """A logtail stream message or log record could not be decoded."""
+
+
+class StreamClosedError(LogtailError):
+    """The logtail stream between a CN and the TN is gone."""
 
 
 # --- physical replication (replay/, _ext/page, _ext/redo) ---

@@ -1,0 +1,302 @@
+"""Meta-service: embedded upsert/get, and gRPC upsert/get/txn with 16 concurrent clients against etcd.
+
+Both servers run as separate processes on loopback, each clients' thread has its own channel, keys
+are 16 bytes and values 64 bytes. etcd is Debian's `etcd-server` as a single member (fsync on, the
+default); it is driven through etcd v3 KV stubs generated from bench/etcd_kv.proto (etcd's own
+field numbers; `make proto`), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
+etcd gets are serializable Ranges, its fastest read. If `etcd` is not installed the etcd benchmarks
+skip with that reason, and no ratio is computed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.conftest import scaled
+from bench.ratios import Ratio
+
+RATIOS = [
+    Ratio("meta-service gRPC upsert vs etcd put (16 clients, 64-byte values)", "test_meta_grpc_upsert",
+          "test_etcd_put", 0.5, 7),
+    Ratio("meta-service gRPC get vs etcd serializable range (16 clients)", "test_meta_grpc_get",
+          "test_etcd_get", 1.0, 7),
+    Ratio("meta-service gRPC txn vs etcd txn (16 clients; issue names no target, put's 0.5 used)",
+          "test_meta_grpc_txn", "test_etcd_txn", 0.5, 7),
+]
+
+HERE = Path(__file__).resolve().parent
+CLIENTS = 16
+N_KEYS = 1000
+VALUE = b"v" * 64
+
+
+def _key(i: int) -> str:
+    return f"bench/key/{i:06d}"      # 16 bytes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _durable() -> bool:
+    """The durable service needs the log service; without it the benchmarks say they ran in memory."""
+    try:
+        import logtide.engine.logservice  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def _ops_per_client() -> int:
+    return scaled(300, minimum=10)
+
+
+def _run_clients(make_client, work, ops: int) -> None:
+    """16 threads, each with its own client, each running `work(client, thread_index, ops)`."""
+    clients = [make_client() for _ in range(CLIENTS)]
+    errors = []
+
+    def body(i):
+        try:
+            work(clients[i], i, ops)
+        except Exception as exc:  # re-raised in the benchmark thread
+            errors.append(exc)
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(CLIENTS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for c in clients:
+        c.close()
+    if errors:
+        raise errors[0]
+
+
+# ---------------------------------------------------------------- embedded
+
+@pytest.fixture
+def embedded(tmp_path):
+    from logtide.engine.meta import MetaService
+    ms = MetaService.open(tmp_path / "meta") if _durable() else MetaService.in_memory()
+    yield ms
+    ms.close()
+
+
+@pytest.mark.benchmark(group="meta-embedded")
+def test_meta_embedded_upsert(benchmark, items, embedded):
+    """One writer: every upsert waits for its own fsync (the log's group commit needs company)."""
+    n = scaled(2_000, minimum=100)
+    keys = [_key(i % N_KEYS) for i in range(n)]
+    items(n, durable=embedded.durable)
+
+    def run():
+        for k in keys:
+            embedded.upsert(k, VALUE)
+    benchmark.pedantic(run, rounds=3, iterations=1)
+
+
+@pytest.mark.benchmark(group="meta-embedded")
+def test_meta_embedded_upsert_16_threads(benchmark, items, embedded):
+    """16 writer threads on one embedded service: concurrent upserts share fsyncs."""
+    ops = scaled(300, minimum=10)
+    items(CLIENTS * ops, durable=embedded.durable, threads=CLIENTS)
+
+    class _Same:
+        def close(self):
+            pass
+
+    def work(_, t, n):
+        for j in range(n):
+            embedded.upsert(_key((t * n + j) % N_KEYS), VALUE)
+    benchmark.pedantic(_run_clients, args=(_Same, work, ops), rounds=3, iterations=1)
+
+
+@pytest.mark.benchmark(group="meta-embedded")
+def test_meta_embedded_upsert_in_memory(benchmark, items):
+    """The state machine and proposal path alone, without a log."""
+    from logtide.engine.meta import MetaService
+    ms = MetaService.in_memory()
+    n = scaled(20_000)
+    keys = [_key(i % N_KEYS) for i in range(n)]
+    items(n)
+
+    def run():
+        for k in keys:
+            ms.upsert(k, VALUE)
+    benchmark.pedantic(run, rounds=3, iterations=1)
+
+
+@pytest.mark.benchmark(group="meta-embedded")
+def test_meta_embedded_get(benchmark, items, embedded):
+    for i in range(N_KEYS):
+        embedded.upsert(_key(i), VALUE)
+    n = scaled(100_000)
+    keys = [_key(i % N_KEYS) for i in range(n)]
+    items(n)
+
+    def run():
+        get = embedded.get
+        for k in keys:
+            get(k)
+    benchmark.pedantic(run, rounds=3, iterations=1)
+
+
+# ---------------------------------------------------------------- meta-service over gRPC
+
+@pytest.fixture(scope="module")
+def meta_server():
+    d = tempfile.mkdtemp(prefix="bench-meta-")
+    where = ["--dir", os.path.join(d, "meta")] if _durable() else ["--memory"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.Popen([sys.executable, "-m", "logtide", "meta", "serve", *where, "--listen", "127.0.0.1:0"],
+                         stdout=subprocess.PIPE, text=True, cwd="/", env=env)
+    line = p.stdout.readline()
+    if not line.startswith("meta-service listening on "):
+        p.kill()
+        raise RuntimeError(f"meta server did not start: {line!r}")
+    addr = line.split()[-1]
+    from logtide import connect_meta
+    with connect_meta(addr) as c:
+        for i in range(N_KEYS):
+            c.upsert(_key(i), VALUE)
+    yield addr, where[0]
+    p.terminate()
+    p.wait(10)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _meta_bench(benchmark, items, meta_server, work):
+    from logtide import connect_meta
+    addr, mode = meta_server
+    ops = _ops_per_client()
+    items(CLIENTS * ops, clients=CLIENTS, server=mode)
+    benchmark.pedantic(_run_clients, args=(lambda: connect_meta(addr), work, ops), rounds=3, iterations=1,
+                       warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="meta-grpc-put")
+def test_meta_grpc_upsert(benchmark, items, meta_server):
+    def work(c, t, ops):
+        for j in range(ops):
+            c.upsert(_key((t * ops + j) % N_KEYS), VALUE)
+    _meta_bench(benchmark, items, meta_server, work)
+
+
+@pytest.mark.benchmark(group="meta-grpc-get")
+def test_meta_grpc_get(benchmark, items, meta_server):
+    def work(c, t, ops):
+        for j in range(ops):
+            assert c.get(_key((t * ops + j) % N_KEYS)) is not None
+    _meta_bench(benchmark, items, meta_server, work)
+
+
+@pytest.mark.benchmark(group="meta-grpc-txn")
+def test_meta_grpc_txn(benchmark, items, meta_server):
+    from logtide.engine.meta import cond, op
+
+    def work(c, t, ops):
+        for j in range(ops):
+            k = _key((t * ops + j) % N_KEYS)
+            r = c.txn(conditions=[cond.seq(k, ">", 0)], if_then=[op.put(k, VALUE)], else_then=[op.get(k)])
+            assert r.success
+    _meta_bench(benchmark, items, meta_server, work)
+
+
+# ---------------------------------------------------------------- etcd
+
+@pytest.fixture(scope="module")
+def etcd():
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian package etcd-server): the etcd peer is not measured")
+    import grpc
+    from bench import etcd_kv_pb2 as pb, etcd_kv_pb2_grpc as pbg
+    d = tempfile.mkdtemp(prefix="bench-etcd-")
+    cport, pport = _free_port(), _free_port()
+    p = subprocess.Popen([exe, "--name", "bench", "--data-dir", os.path.join(d, "data"),
+                          "--listen-client-urls", f"http://127.0.0.1:{cport}",
+                          "--advertise-client-urls", f"http://127.0.0.1:{cport}",
+                          "--listen-peer-urls", f"http://127.0.0.1:{pport}",
+                          "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
+                          "--initial-cluster", f"bench=http://127.0.0.1:{pport}",
+                          "--log-level", "error"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    addr = f"127.0.0.1:{cport}"
+    ch = grpc.insecure_channel(addr)
+    stub = pbg.KVStub(ch)
+    end = time.monotonic() + 30
+    while True:
+        try:
+            stub.Range(pb.RangeRequest(key=b"probe"), timeout=1)
+            break
+        except grpc.RpcError:
+            if time.monotonic() > end or p.poll() is not None:
+                p.kill()
+                raise RuntimeError("etcd did not come up")
+            time.sleep(0.2)
+    for i in range(N_KEYS):
+        stub.Put(pb.PutRequest(key=_key(i).encode(), value=VALUE))
+    ch.close()
+    yield addr, pb, pbg
+    p.terminate()
+    p.wait(10)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class _EtcdClient:
+    def __init__(self, addr, pbg):
+        import grpc
+        self.channel = grpc.insecure_channel(addr)
+        self.kv = pbg.KVStub(self.channel)
+
+    def close(self):
+        self.channel.close()
+
+
+def _etcd_bench(benchmark, items, etcd, work):
+    addr, pb, pbg = etcd
+    ops = _ops_per_client()
+    items(CLIENTS * ops, clients=CLIENTS)
+    benchmark.pedantic(_run_clients, args=(lambda: _EtcdClient(addr, pbg), lambda c, t, n: work(pb, c, t, n), ops),
+                       rounds=3, iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="meta-grpc-put")
+def test_etcd_put(benchmark, items, etcd):
+    def work(pb, c, t, ops):
+        for j in range(ops):
+            c.kv.Put(pb.PutRequest(key=_key((t * ops + j) % N_KEYS).encode(), value=VALUE), timeout=30)
+    _etcd_bench(benchmark, items, etcd, work)
+
+
+@pytest.mark.benchmark(group="meta-grpc-get")
+def test_etcd_get(benchmark, items, etcd):
+    def work(pb, c, t, ops):
+        for j in range(ops):
+            r = c.kv.Range(pb.RangeRequest(key=_key((t * ops + j) % N_KEYS).encode(), serializable=True), timeout=30)
+            assert r.kvs
+    _etcd_bench(benchmark, items, etcd, work)
+
+
+@pytest.mark.benchmark(group="meta-grpc-txn")
+def test_etcd_txn(benchmark, items, etcd):
+    def work(pb, c, t, ops):
+        for j in range(ops):
+            k = _key((t * ops + j) % N_KEYS).encode()
+            req = pb.TxnRequest(
+                compare=[pb.Compare(result=pb.Compare.GREATER, target=pb.Compare.MOD, key=k, mod_revision=0)],
+                success=[pb.RequestOp(request_put=pb.PutRequest(key=k, value=VALUE))],
+                failure=[pb.RequestOp(request_range=pb.RangeRequest(key=k))])
+            assert c.kv.Txn(req, timeout=30).succeeded
+    _etcd_bench(benchmark, items, etcd, work)

@@ -1,0 +1,212 @@
+"""The compute node (CN): subscribes to tables on the TN, applies pushed logtail, serves reads at a ts.
+
+On losing its stream it reconnects and subscribes again to every table it had; each subscribe
+response rebuilds that table's state from scratch (checkpoint + logtail), so the CN ends with exactly
+the TN's state: nothing missed, nothing twice. Reads keep using the old state until the new one is in.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Callable
+
+import pyarrow as pa
+
+from logtide.engine.logtail.catalog import TableDef
+from logtide.engine.logtail.logtail_format import Entry
+from logtide.engine.logtail.partition_state import BlockCache, PartitionState
+from logtide.engine.logtail.transport import encode_request
+from logtide.engine.objectstore import ObjectStore
+from logtide.errors import LogtailError, StreamClosedError, UnknownTableError
+
+
+class ComputeNode:
+    """A CN. connect() returns a new stream to the TN (TransactionNode.connect, or a remote one)."""
+
+    def __init__(self, connect: Callable, store: ObjectStore, name: str = "cn",
+                 reconnect_delay: float = 0.01) -> None:
+        self.name = name
+        self._connect = connect
+        self.reconnect_delay = reconnect_delay
+        self.cache = BlockCache(store)
+        self.store = store
+        self.states: dict[str, PartitionState] = {}
+        self.watermarks: dict[str, int] = {}
+        self.wanted: set[str] = set()
+        self.errors: list[tuple] = []
+        self.reconnects = 0
+        self.applied_rows = 0
+        self.on_update: Callable | None = None     # called with (to_ts) after each applied update
+        self._cv = threading.Condition()
+        self._closed = False
+        self._gen = 0                 # stream generation: subscribe waits for a response on the current one
+        self._fresh: set[str] = set()  # tables subscribed on the current stream
+        self._backoff = 0.0
+        self.stream = connect()
+        self._connected_at = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"cn-{name}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        try:
+            self.stream.close()
+        except Exception:
+            pass
+        self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ API
+
+    def subscribe(self, table: str, timeout: float = 30.0) -> None:
+        """Subscribe to a table and wait until its state is in; UnknownTableError for a bad name."""
+        with self._cv:
+            n_err = len(self.errors)
+            self.wanted.add(table)
+            self._send("subscribe", table)
+            deadline = time.monotonic() + timeout
+            while table not in self._fresh:
+                for kind, msg in self.errors[n_err:]:
+                    if table in msg:
+                        self.wanted.discard(table)
+                        raise UnknownTableError(msg) if kind == "UnknownTableError" else LogtailError(msg)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"subscribe({table!r}) got no response in {timeout} s")
+                self._cv.wait(left)
+
+    def unsubscribe(self, table: str) -> None:
+        with self._cv:
+            self.wanted.discard(table)
+            self._send("unsubscribe", table)
+
+    def _send(self, op: str, table: str) -> None:
+        try:
+            self.stream.send_to_tn(encode_request(op, table))
+        except StreamClosedError:
+            pass    # the receiver reconnects and subscribes to everything wanted again
+
+    def watermark(self, table: str) -> int:
+        return self.watermarks.get(table, 0)
+
+    def wait_for(self, table: str, ts: int, timeout: float = 30.0) -> None:
+        """Block until the table's watermark reaches ts."""
+        with self._cv:
+            if table not in self.wanted:
+                raise UnknownTableError(f"{self.name} is not subscribed to {table!r}")
+            deadline = time.monotonic() + timeout
+            while self.watermarks.get(table, 0) < ts:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{table!r} watermark {self.watermarks.get(table, 0)} < {ts} after {timeout} s")
+                self._cv.wait(left)
+
+    def read(self, table: str, ts: int | None = None, *, timeout: float = 30.0,
+             use_block_index: bool = True) -> pa.Table:
+        """The table as of ts (default: the watermark), once the watermark reaches ts."""
+        if ts is None:
+            ts = self.watermark(table)
+        self.wait_for(table, ts, timeout)
+        return self.states[table].read(ts, use_block_index)
+
+    def get(self, table: str, pk: int, ts: int | None = None, *, timeout: float = 30.0) -> dict | None:
+        if ts is None:
+            ts = self.watermark(table)
+        self.wait_for(table, ts, timeout)
+        return self.states[table].get(pk, ts)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+            try:
+                msg = self.stream.cn_recv(timeout=0.2)
+            except StreamClosedError:
+                self._reconnect()
+                continue
+            if msg is None:
+                continue
+            try:
+                self._handle(msg)
+            except LogtailError as exc:   # a gap or a bad message: start over on a new stream
+                with self._cv:
+                    self.errors.append(("LogtailError", str(exc)))
+                self.stream.cut()
+
+    def _reconnect(self) -> None:
+        # back off while streams die young (the TN is down), up to a second between attempts
+        if time.monotonic() - self._connected_at < 1.0:
+            self._backoff = min(1.0, max(self.reconnect_delay, self._backoff * 2))
+            time.sleep(self._backoff)
+        else:
+            self._backoff = 0.0
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+            try:
+                stream = self._connect()
+                break
+            except Exception:
+                time.sleep(max(self.reconnect_delay, self._backoff))
+        self._connected_at = time.monotonic()
+        with self._cv:
+            self.reconnects += 1
+            self._gen += 1
+            self._fresh = set()
+            self.stream = stream
+            for t in sorted(self.wanted):
+                self._send("subscribe", t)
+
+    def _handle(self, msg) -> None:
+        kind = msg[0]
+        if kind == "subscribed":
+            resp = msg[1]
+            table = resp["table"]
+            ps = PartitionState(TableDef.from_json(resp["def"]), self.cache)
+            if resp["checkpoint"]:
+                body = json.loads(self.store.get(resp["checkpoint"]))
+                objs = body["tables"].get(table, {}).get("objects", [])
+                ps.apply([Entry("meta", body["ts"], meta={"cleanup_ts": 0, "objects": objs})])
+            ps.apply(resp["entries"])
+            with self._cv:
+                if table in self.wanted:
+                    self.states[table] = ps
+                    self.watermarks[table] = resp["to_ts"]
+                    self._fresh.add(table)
+                self._cv.notify_all()
+        elif kind == "update":
+            _, from_ts, to_ts, tables = msg
+            with self._cv:
+                live = [t for t in self._fresh]
+            for t in live:
+                ps = self.states[t]
+                if self.watermarks[t] < from_ts:
+                    raise LogtailError(f"{t}: update ({from_ts}, {to_ts}] after watermark {self.watermarks[t]}")
+                if self.watermarks[t] >= to_ts:
+                    continue        # already covered by the subscribe response
+                es = tables.get(t)
+                if es:
+                    ps.apply(es)
+                    self.applied_rows += sum(e.rows for e in es)
+            with self._cv:
+                for t in live:
+                    if self.watermarks[t] < to_ts:
+                        self.watermarks[t] = to_ts
+                self._cv.notify_all()
+            if self.on_update is not None:
+                self.on_update(to_ts)
+        elif kind == "unsubscribed":
+            with self._cv:
+                self._fresh.discard(msg[1])
+                self.states.pop(msg[1], None)
+                self.watermarks.pop(msg[1], None)
+        elif kind == "error":
+            with self._cv:
+                self.errors.append((msg[1], msg[2]))
+                self._cv.notify_all()

@@ -1,0 +1,566 @@
+"""The transaction node (TN): catalog, transactions, logtail collection, pull, push, flush, checkpoint.
+
+Every commit is durable in the log service before it is acknowledged; a TN reopened on the same log
+and object store rebuilds its state from the newest checkpoint plus the log after it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from logtide import BTree
+from logtide.engine.logtail import logtail_format as fmt
+from logtide.engine.logtail.catalog import TableDef
+from logtide.engine.logtail.logtail_format import BLOCK, DELETE, INSERT, META, OFFSET, PK, TS, Entry, Record
+from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+from logtide.engine.logtail.transport import LocalStream, decode_request
+from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
+from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
+                            SchemaError, StreamClosedError, UnknownTableError, WriteConflictError)
+
+READER_NAME = "logtail-tn"
+CHECKPOINT_PREFIX = "ckp-"
+
+
+@dataclass
+class Checkpoint:
+    ts: int
+    lsn: int
+    name: str
+
+
+class TableState:
+    """The TN side of one table."""
+
+    def __init__(self, tdef: TableDef) -> None:
+        self.tdef = tdef
+        self.pk_index = BTree()      # pk -> rowid (block * BLOCK_ROWS + offset) of the live row
+        self.pk_ts = BTree()         # pk -> ts of the last committed write to it (write-write conflicts)
+        self.next_block = 1
+        self.cur_block = 0
+        self.cur_off = BLOCK_ROWS    # forces a new block on the first insert
+        self.mem_inserts: list[Entry] = []
+        self.mem_deletes: list[Entry] = []
+        self.objects: list[dict] = []
+
+    def alloc_rowids(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        blocks = np.empty(n, dtype=np.int64)
+        offs = np.empty(n, dtype=np.int32)
+        i = 0
+        while i < n:
+            if self.cur_off >= BLOCK_ROWS:
+                self.cur_block, self.next_block, self.cur_off = self.next_block, self.next_block + 1, 0
+            take = min(n - i, BLOCK_ROWS - self.cur_off)
+            blocks[i:i + take] = self.cur_block
+            offs[i:i + take] = np.arange(self.cur_off, self.cur_off + take, dtype=np.int32)
+            self.cur_off += take
+            i += take
+        return blocks, offs
+
+    def freeze(self) -> None:
+        """New rows go to new blocks from now on."""
+        self.cur_off = BLOCK_ROWS
+
+
+class Txn:
+    """A transaction: begin() on the TN, then insert/delete/update, then commit()."""
+
+    def __init__(self, tn: "TransactionNode", start_ts: int) -> None:
+        self.tn = tn
+        self.start_ts = start_ts
+        self.ins: dict[str, dict[int, tuple]] = {}     # table -> pk -> (batch number, row index)
+        self.batches: dict[str, list] = {}             # table -> [columns dict]
+        self.dels: dict[str, set] = {}
+        self.done = False
+
+    def _table(self, table: str) -> TableState:
+        if self.done:
+            raise LogtailError("this transaction is finished")
+        return self.tn._table(table)
+
+    def insert(self, table: str, rows: dict) -> None:
+        """Insert rows given as {column: values}; every column of the table is required."""
+        st = self._table(table)
+        cols = st.tdef.coerce(rows)
+        ins = self.ins.setdefault(table, {})
+        pks = cols[st.tdef.pk]
+        if len(np.unique(pks)) != len(pks):
+            raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
+        b = len(self.batches.setdefault(table, []))
+        for i, pk in enumerate(pks.tolist()):
+            if pk in ins:
+                raise DuplicateKeyError(f"{table}: primary key {pk} inserted twice in this transaction")
+            ins[pk] = (b, i)
+        self.batches[table].append(cols)
+
+    def delete(self, table: str, pks) -> None:
+        """Delete rows by primary key."""
+        self._table(table)
+        pks = np.asarray(pks)
+        if pks.dtype.kind not in "iu":
+            raise SchemaError(f"{table}: primary keys are int64, got {pks.dtype}")
+        ins = self.ins.setdefault(table, {})
+        dels = self.dels.setdefault(table, set())
+        for pk in pks.reshape(-1).tolist():
+            if pk in ins:
+                del ins[pk]
+            else:
+                dels.add(pk)
+
+    def update(self, table: str, rows: dict) -> None:
+        """Replace whole rows, found by primary key (a delete of the old row and an insert of the new)."""
+        st = self._table(table)
+        cols = st.tdef.coerce(rows)
+        pks = cols[st.tdef.pk]
+        ins = self.ins.setdefault(table, {})
+        dels = self.dels.setdefault(table, set())
+        b = len(self.batches.setdefault(table, []))
+        for i, pk in enumerate(pks.tolist()):
+            if pk not in ins:
+                dels.add(pk)
+            ins[pk] = (b, i)
+        self.batches[table].append(cols)
+
+    def commit(self) -> int:
+        """Make the changes durable and visible; returns the commit ts."""
+        if self.done:
+            raise LogtailError("this transaction is finished")
+        self.done = True
+        return self.tn._commit(self)
+
+    def rollback(self) -> None:
+        self.done = True
+
+
+class TransactionNode:
+    """The TN. Open with TransactionNode.open(dir) or TransactionNode(log_service, object_store)."""
+
+    def __init__(self, log, store: ObjectStore, *, heartbeat_ms: float = 2.0, page_size: int = 256,
+                 max_pull_rows: int = 1 << 20) -> None:
+        self.log = log
+        self.store = store
+        self.heartbeat_s = heartbeat_ms / 1000.0
+        self.max_pull_rows = max_pull_rows
+        self.tables: dict[str, TableState] = {}
+        self.logtail = LogtailTable(page_size)
+        self.checkpoint: Checkpoint | None = None
+        self._lock = threading.RLock()          # the commit lock: ts order == log order == logtail order
+        self._cv = threading.Condition(self._lock)
+        self._flush_lock = threading.Lock()
+        self.last_ts = 0                        # newest committed ts (commits, flushes, DDL)
+        self.last_lsn = 0
+        self.last_cleanup = 0                   # cleanup ts of the last flush of every table
+        self._lsn_ts: list[tuple[int, int]] = []   # (ts, lsn) of records since the last checkpoint
+        self.pushed_ts = 0                      # every handle <= it went to every subscriber
+        self._streams: list[LocalStream] = []
+        self._closed = False
+        self._recover()
+        self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
+        self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
+        self._pusher = threading.Thread(target=self._push_loop, name="logtail-push", daemon=True)
+        self._pusher.start()
+
+    @classmethod
+    def open(cls, path, **options) -> "TransactionNode":
+        """A TN over `path`/log (log service) and `path`/objects (object store)."""
+        from logtide.engine.logservice import LogService
+        path = Path(path)
+        tn = cls(LogService.open(path / "log"), ObjectStore(path / "objects"), **options)
+        tn._owns_log = True
+        return tn
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            streams = list(self._streams)
+        self._pusher.join(timeout=5)
+        for s in streams:
+            s.close()
+        if getattr(self, "_owns_log", False):
+            self.log.close()
+
+    # ------------------------------------------------------------------ catalog
+
+    def _table(self, name: str) -> TableState:
+        try:
+            return self.tables[name]
+        except (KeyError, TypeError):
+            raise UnknownTableError(f"no table {name!r}") from None
+
+    def create_table(self, name: str, columns: dict, pk: str) -> TableDef:
+        tdef = TableDef.make(name, columns, pk)
+        with self._lock:
+            if name in self.tables:
+                raise LogtailError(f"table {name!r} exists")
+            ts = self.log.get_tso_timestamp(1)
+            self._log(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), ts)
+            self.tables[name] = TableState(tdef)
+            self.last_ts = ts
+        return tdef
+
+    def table_def(self, name: str) -> TableDef:
+        return self._table(name).tdef
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin(self) -> Txn:
+        return Txn(self, self.log.get_tso_timestamp(1))
+
+    def _log(self, rec: Record, ts: int) -> int:
+        lsn = self.log.append(fmt.encode(rec))
+        self.last_lsn = lsn
+        self._lsn_ts.append((ts, lsn))
+        return lsn
+
+    def _commit(self, txn: Txn) -> int:
+        with self._cv:
+            plans = []
+            for table in sorted(set(txn.ins) | set(txn.dels)):
+                st = self._table(table)
+                ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
+                if not ins and not dels:
+                    continue
+                ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
+                ins_pks = ins_cols[st.tdef.pk]
+                del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
+                touched = np.concatenate([ins_pks, del_pks])
+                last, found = st.pk_ts.get_many(touched)
+                if (found & (last > txn.start_ts)).any():
+                    pk = int(touched[found & (last > txn.start_ts)][0])
+                    raise WriteConflictError(f"{table}: primary key {pk} was written after this transaction began")
+                del_rowids, present = st.pk_index.get_many(del_pks)
+                if not present.all():
+                    raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+                _, exists = st.pk_index.get_many(ins_pks)
+                if exists.any():
+                    dup = ins_pks[exists]
+                    redel = np.isin(dup, del_pks)
+                    if not redel.all():
+                        raise DuplicateKeyError(f"{table}: primary key {int(dup[~redel][0])} exists")
+                plans.append((table, st, ins_cols, ins_pks, del_pks, del_rowids))
+            ts = self.log.get_tso_timestamp(1)
+            batches = []
+            for table, st, ins_cols, ins_pks, del_pks, del_rowids in plans:
+                if len(del_pks):
+                    batches.append((table, DELETE, pa.table({
+                        BLOCK: del_rowids // BLOCK_ROWS, OFFSET: (del_rowids % BLOCK_ROWS).astype(np.int32),
+                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks})))
+                if len(ins_pks):
+                    blocks, offs = st.alloc_rowids(len(ins_pks))
+                    cols = {BLOCK: blocks, OFFSET: offs, TS: np.full(len(ins_pks), ts, dtype=np.int64)}
+                    cols.update(ins_cols)
+                    batches.append((table, INSERT, pa.table(cols)))
+            if not batches:
+                return self.last_ts
+            self._log(Record(fmt.COMMIT, ts, {}, batches), ts)   # durable before anyone sees it
+            self._apply_commit(ts, batches)
+            self._cv.notify_all()
+            return ts
+
+    def _apply_commit(self, ts: int, batches: list) -> None:
+        h = Handle(ts)
+        for table, kind, t in batches:
+            st = self._table(table)
+            e = Entry(kind, ts, t)
+            h.tables.setdefault(table, []).append(e)
+            blk = t.column(BLOCK).to_numpy()
+            off = t.column(OFFSET).to_numpy().astype(np.int64)
+            if kind == DELETE:
+                pks = t.column(PK).to_numpy()
+                st.pk_index.delete_many(pks)
+                st.mem_deletes.append(e)
+            else:
+                pks = t.column(st.tdef.pk).to_numpy()
+                st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
+                st.mem_inserts.append(e)
+                top = int(blk.max())
+                if top >= st.next_block:
+                    st.next_block = top + 1
+            st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+        self.logtail.append(h)
+        self.last_ts = ts
+
+    # ------------------------------------------------------------------ flush and checkpoint
+
+    def flush(self, tables: list[str] | None = None) -> int:
+        """Write in-memory rows to objects; returns the flush's ts (its metadata goes out as logtail)."""
+        with self._flush_lock:
+            with self._cv:
+                names = sorted(self.tables) if tables is None else [self._table(t).tdef.name for t in tables]
+                start = self.log.get_tso_timestamp(1)      # the cleanup ts: everything before it is frozen
+                if tables is None:
+                    self.last_cleanup = start
+                frozen = {}
+                for name in names:
+                    st = self.tables[name]
+                    frozen[name] = (st.mem_inserts, st.mem_deletes)
+                    st.mem_inserts, st.mem_deletes = [], []
+                    st.freeze()
+            # commits go on while the objects are written
+            meta = {}
+            for name, (inserts, deletes) in frozen.items():
+                objs = []
+                if inserts:
+                    objs.append(self._write_data_object(name, inserts))
+                if deletes:
+                    objs.append(self._write_tombstone(name, deletes))
+                meta[name] = {"cleanup_ts": start, "objects": objs}
+            with self._cv:
+                ts = self.log.get_tso_timestamp(1)
+                self._log(Record(fmt.FLUSH, ts, {"meta": meta}), ts)
+                self._apply_flush(ts, meta)
+                self._cv.notify_all()
+            return ts
+
+    def _write_data_object(self, table: str, entries: list[Entry]) -> dict:
+        t = pa.concat_tables([e.batch for e in entries])
+        blk = t.column(BLOCK).to_numpy()
+        order = np.lexsort((t.column(OFFSET).to_numpy(), blk))
+        t = t.take(pa.array(order))
+        blk = blk[order]
+        bounds = np.flatnonzero(np.diff(blk)) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [len(blk)]])
+        blocks = [t.slice(int(s), int(e - s)) for s, e in zip(starts, ends)]
+        name = f"{table}-{uuid.uuid4().hex[:16]}.parquet"
+        self.store.write_blocks(name, blocks)
+        return {"name": name, "kind": "data", "blocks": [int(blk[s]) for s in starts],
+                "create_ts": int(t.column(TS).to_numpy().min()), "rows": t.num_rows}
+
+    def _write_tombstone(self, table: str, entries: list[Entry]) -> dict:
+        t = pa.concat_tables([e.batch for e in entries])
+        name = f"{table}-tomb-{uuid.uuid4().hex[:16]}.parquet"
+        self.store.write_blocks(name, [t.slice(i, min(BLOCK_ROWS, t.num_rows - i))
+                                       for i in range(0, t.num_rows, BLOCK_ROWS)])
+        return {"name": name, "kind": "tombstone", "blocks": [],
+                "create_ts": int(t.column(TS).to_numpy().min()), "rows": t.num_rows}
+
+    def _apply_flush(self, ts: int, meta: dict) -> None:
+        h = Handle(ts)
+        for name, m in meta.items():
+            st = self._table(name)
+            cleanup = m["cleanup_ts"]
+            # rows committed after the flush began stay in memory for the next flush
+            st.mem_inserts = [e for e in st.mem_inserts if e.ts >= cleanup]
+            st.mem_deletes = [e for e in st.mem_deletes if e.ts >= cleanup]
+            known = {o["name"] for o in st.objects}
+            st.objects.extend(o for o in m["objects"] if o["name"] not in known)
+            for o in m["objects"]:
+                if o["blocks"]:
+                    st.next_block = max(st.next_block, max(o["blocks"]) + 1)
+            h.tables[name] = [Entry(META, ts, meta=m)]
+        self.logtail.append(h)
+        self.last_ts = ts
+
+    def checkpoint_now(self) -> Checkpoint:
+        """Flush every table, write a checkpoint naming every object, truncate logtail table and log."""
+        self.flush()
+        with self._cv:
+            # the flush of every table froze everything before its cleanup ts: that prefix is in objects
+            ckp_ts = self.last_cleanup - 1
+            lsn = max((l for t, l in self._lsn_ts if t <= ckp_ts), default=self.checkpoint.lsn if self.checkpoint else 0)
+            body = {"ts": ckp_ts, "lsn": lsn,
+                    "tables": {n: {"def": st.tdef.to_json(), "objects": st.objects} for n, st in self.tables.items()}}
+            name = f"{CHECKPOINT_PREFIX}{ckp_ts:020d}.json"
+            self.store.put(name, json.dumps(body).encode())
+            self.checkpoint = Checkpoint(ckp_ts, lsn, name)
+            self.logtail.truncate(ckp_ts)
+            self._lsn_ts = [(t, l) for t, l in self._lsn_ts if l > lsn]
+        if lsn:
+            # the TN has replayed (and persisted) the log up to lsn: the log may drop it
+            self.log.report_replayed(READER_NAME, lsn)
+            self.log.truncate(lsn)
+        return self.checkpoint
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        ckps = self.store.list(CHECKPOINT_PREFIX)
+        from_lsn = 1
+        if ckps:
+            body = json.loads(self.store.get(ckps[-1]))
+            self.checkpoint = Checkpoint(body["ts"], body["lsn"], ckps[-1])
+            for n, t in body["tables"].items():
+                st = TableState(TableDef.from_json(t["def"]))
+                st.objects = list(t["objects"])
+                self.tables[n] = st
+            from_lsn = body["lsn"] + 1
+            self.last_ts = body["ts"]
+        latest = self.log.get_latest_lsn()
+        lsn = max(from_lsn, self.log.get_first_lsn())
+        while lsn <= latest:
+            recs, nxt = self.log.read(lsn, 8 << 20)
+            if not recs:
+                break
+            for r in recs:
+                rec = fmt.decode(r.payload)
+                if rec.kind == fmt.CREATE_TABLE:
+                    tdef = TableDef.from_json(rec.info["table"])
+                    self.tables.setdefault(tdef.name, TableState(tdef))
+                elif rec.kind == fmt.COMMIT:
+                    self._apply_commit(rec.ts, rec.batches)
+                elif rec.kind == fmt.FLUSH:
+                    self._apply_flush(rec.ts, rec.info["meta"])
+                self.last_ts = max(self.last_ts, rec.ts)
+                self._lsn_ts.append((rec.ts, r.lsn))
+                self.last_lsn = r.lsn
+            lsn = nxt
+        # the primary-key indexes also cover rows that live only in objects
+        for st in self.tables.values():
+            self._rebuild_indexes(st)
+
+    def _rebuild_indexes(self, st: TableState) -> None:
+        pk = st.tdef.pk
+        ins_parts, del_parts = [], []
+        for o in st.objects:
+            t = self.store.read_all(o["name"])
+            if o["kind"] == "data":
+                ins_parts.append((t.column(pk).to_numpy(), t.column(BLOCK).to_numpy(),
+                                  t.column(OFFSET).to_numpy(), t.column(TS).to_numpy()))
+                st.next_block = max(st.next_block, int(t.column(BLOCK).to_numpy().max()) + 1)
+            else:
+                del_parts.append((t.column(PK).to_numpy(), t.column(BLOCK).to_numpy(),
+                                  t.column(OFFSET).to_numpy(), t.column(TS).to_numpy()))
+        for e in st.mem_inserts:
+            t = e.batch
+            ins_parts.append((t.column(pk).to_numpy(), t.column(BLOCK).to_numpy(), t.column(OFFSET).to_numpy(),
+                              t.column(TS).to_numpy()))
+        for e in st.mem_deletes:
+            t = e.batch
+            del_parts.append((t.column(PK).to_numpy(), t.column(BLOCK).to_numpy(), t.column(OFFSET).to_numpy(),
+                              t.column(TS).to_numpy()))
+
+        def cat(parts, i, dt):
+            return np.concatenate([p[i].astype(dt) for p in parts]) if parts else np.empty(0, dtype=dt)
+        ipk, iblk, ioff, its = (cat(ins_parts, i, np.int64) for i in range(4))
+        dpk, dblk, doff, dts = (cat(del_parts, i, np.int64) for i in range(4))
+        irow = iblk * BLOCK_ROWS + ioff
+        live = ~np.isin(irow, dblk * BLOCK_ROWS + doff)
+        st.pk_index = BTree()
+        st.pk_index.bulk_load(ipk[live], irow[live])
+        allpk = np.concatenate([ipk, dpk])
+        allts = np.concatenate([its, dts])
+        order = np.lexsort((allts, allpk))        # the last of each pk is its newest write
+        st.pk_ts = BTree()
+        st.pk_ts.bulk_load(allpk[order], allts[order])
+
+    # ------------------------------------------------------------------ pull
+
+    def pull(self, table: str, from_ts: int, to_ts: int | None = None) -> dict:
+        """Logtail of `table` for (from_ts, to_ts]: {"checkpoint", "from_ts", "to_ts", "entries"}.
+
+        A range that starts before the checkpoint starts after it instead and names the checkpoint.
+        A response above max_pull_rows in-memory rows flushes the table first (when to_ts is open).
+        """
+        self._table(table)
+        with self._cv:      # no checkpoint may truncate between choosing the range and visiting it
+            resp = self._collect(table, from_ts, self.last_ts if to_ts is None else to_ts)
+        if to_ts is None and sum(e.rows for e in resp["entries"]) > self.max_pull_rows:
+            self.flush([table])
+            with self._cv:
+                resp = self._collect(table, from_ts, self.last_ts)
+        return resp
+
+    def _collect(self, table: str, from_ts: int, to_ts: int) -> dict:
+        ckp = None
+        if self.checkpoint is not None and from_ts < self.checkpoint.ts <= to_ts:
+            ckp = self.checkpoint.name
+            from_ts = self.checkpoint.ts
+        raw = [e for _, _, es in self.logtail.visit(from_ts, to_ts, table) for e in es]
+        # in-memory entries that a flush inside the range already put in objects are left out
+        covered = max((e.meta["cleanup_ts"] for e in raw if e.kind == META), default=0)
+        entries = [e for e in raw if e.kind == META or e.ts >= covered]
+        return {"table": table, "checkpoint": ckp, "from_ts": from_ts, "to_ts": to_ts, "entries": entries}
+
+    # ------------------------------------------------------------------ push
+
+    def connect(self, cn_name: str = "cn") -> LocalStream:
+        """A new push stream for one CN (in-process transport)."""
+        s = LocalStream(cn_name)
+        with self._cv:
+            if self._closed:
+                raise StreamClosedError("the TN is closed")
+            self._streams.append(s)
+        threading.Thread(target=self._serve_stream, args=(s,), name=f"logtail-stream-{cn_name}",
+                         daemon=True).start()
+        return s
+
+    def _serve_stream(self, s: LocalStream) -> None:
+        while True:
+            try:
+                frame = s.tn_recv()
+            except StreamClosedError:
+                break
+            try:
+                req = decode_request(frame)
+                table = req["table"]
+                with self._cv:
+                    self._table(table)
+                    if req["op"] == "subscribe":
+                        resp = self._collect(table, 0, self.pushed_ts)
+                        resp["def"] = self.tables[table].tdef.to_json()
+                        s.subscribed.add(table)
+                        s.send_to_cn(("subscribed", resp))
+                    else:
+                        s.subscribed.discard(table)
+                        s.send_to_cn(("unsubscribed", table))
+            except StreamClosedError:
+                break
+            except (MalformedMessageError, UnknownTableError) as exc:
+                try:
+                    s.send_to_cn(("error", type(exc).__name__, str(exc)))
+                except StreamClosedError:
+                    break
+        with self._cv:
+            if s in self._streams:
+                self._streams.remove(s)
+
+    def _push_loop(self) -> None:
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+                if self.last_ts <= self.pushed_ts:
+                    self._cv.wait(self.heartbeat_s)
+                if self._closed:
+                    return
+                if self.last_ts > self.pushed_ts:
+                    to_ts = self.last_ts
+                else:   # heartbeat: an empty transaction that only takes a ts, moving every watermark
+                    to_ts = self.log.get_tso_timestamp(1)
+                from_ts = self.pushed_ts
+                per_table: dict[str, list] = {}
+                if to_ts > from_ts:
+                    for _, tb, es in self.logtail.visit(from_ts, to_ts):
+                        per_table.setdefault(tb, []).extend(es)
+                self.pushed_ts = to_ts
+                if to_ts > self.last_ts:
+                    self.last_ts = to_ts
+                for s in list(self._streams):
+                    try:
+                        s.send_to_cn(("update", from_ts, to_ts,
+                                      {t: es for t, es in per_table.items() if t in s.subscribed}))
+                    except StreamClosedError:
+                        self._streams.remove(s)
+
+
+def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:
+    """The rows a transaction still inserts at commit, as one array per column."""
+    dt = tdef.dtypes()
+    if not ins:
+        return {c: np.empty(0, dtype=d) for c, d in dt.items()}
+    where = np.array(list(ins.values()), dtype=np.int64).reshape(-1, 2)
+    parts = {c: [] for c in dt}
+    for b, cols in enumerate(batches):
+        rows = where[where[:, 0] == b, 1]
+        if len(rows):
+            for c in dt:
+                parts[c].append(cols[c][rows])
+    return {c: np.concatenate(parts[c]) for c in dt}

@@ -1,0 +1,183 @@
+"""connect_meta(addr): the embedded MetaService's API over the RPC layer (gRPC or in-process)."""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+
+from logtide.engine.meta import grpc_format as G
+from logtide.engine.meta import meta_pb2 as pb
+from logtide.engine.meta.command import TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec
+from logtide.engine.meta.match_seq import ANY, MatchSeq
+from logtide.engine.meta.seqv import SeqV
+from logtide.engine.meta.txn_reply import TxnReply
+from logtide.engine.meta.watch import WatchEvent, check_filter
+from logtide.engine.meta.wire import (
+    event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
+from logtide.errors import MessageTooLarge, MetaClosedError, MetaInvalidArgument, MetaUnavailableError, RpcError
+
+
+def _call(fn, *args, **kw):
+    """Transport failures become MetaUnavailableError; typed errors from the server pass through."""
+    try:
+        return fn(*args, **kw)
+    except MessageTooLarge:
+        raise
+    except RpcError as exc:
+        if type(exc) is RpcError:
+            raise MetaUnavailableError(str(exc)) from None
+        raise
+
+
+class RemoteWatcher:
+    """A watch stream from the server: iterate it, poll with get(timeout), close() cancels it."""
+
+    _END = object()
+
+    def __init__(self, stream, ready_timeout: float = 30.0):
+        self._stream = stream
+        self._q: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._closed = False
+        self._ready = threading.Event()
+        self._failed = None
+        self._reader = threading.Thread(target=self._pump, daemon=True, name="meta-watch")
+        self._reader.start()
+        # return only once the server has registered the watch: no change can fall in between
+        if not self._ready.wait(ready_timeout):
+            self.close()
+            raise MetaUnavailableError(f"the watch was not established within {ready_timeout:g} s")
+        if self._failed is not None:   # refused before it started (bad request, server gone)
+            self.get(timeout=0)
+
+    def _pump(self) -> None:
+        try:
+            for m in self._stream:
+                if m.ready:
+                    self._ready.set()
+                    continue
+                self._q.put(event_from_pb(m))
+            self._q.put(self._END)
+        except Exception as exc:  # handed to the consumer by get()
+            if not self._ready.is_set():
+                self._failed = exc
+            self._q.put(exc)
+        finally:
+            self._ready.set()
+
+    def get(self, timeout: Optional[float] = None) -> Optional[WatchEvent]:
+        """The next event; None after `timeout` seconds with nothing; MetaClosedError at end of stream."""
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, WatchEvent):
+            return item
+        self._q.put(item)           # keep the end visible to later calls
+        if item is self._END or self._closed:
+            raise MetaClosedError("the watch stream ended")
+        if isinstance(item, RpcError) and type(item) is RpcError:
+            raise MetaUnavailableError(str(item))
+        raise item
+
+    def __iter__(self):
+        while True:
+            try:
+                yield self.get()
+            except MetaClosedError:
+                return
+
+    def close(self) -> None:
+        self._closed = True
+        self._stream.cancel()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class MetaClient:
+    """The embedded MetaService's API through an RpcClient. `leader` is the leader the last reply named."""
+
+    def __init__(self, rpc):
+        self._rpc = rpc
+        self.leader: Optional[str] = None
+
+    def _invoke(self, name: str, request, timeout: Optional[float] = None):
+        reply = _call(self._rpc.invoke, name, request, timeout=timeout)
+        self.leader = reply.leader or None
+        return reply
+
+    # ------------------------------------------------------------------ writes
+    def upsert(self, key: str, value, match_seq: MatchSeq = ANY, ttl_ms: Optional[int] = None,
+               expire_at: Optional[int] = None) -> Tuple[Optional[SeqV], Optional[SeqV]]:
+        cmd = UpsertCmd(key, value, check_match_seq(match_seq), make_spec(ttl_ms, expire_at))
+        return upsert_reply_from_pb(self._invoke("Upsert", upsert_to_pb(cmd)))
+
+    def txn(self, conditions=(), if_then=(), else_then=(), branches=None, operations=None) -> TxnReply:
+        if branches is not None and operations is not None:
+            raise MetaInvalidArgument("give branches or operations (its alias), not both")
+        br = branches if branches is not None else operations
+        cmd = TxnCmd(conditions or (), if_then or (), else_then or (), br or ())
+        return txn_reply_from_pb(self._invoke("Txn", txn_to_pb(cmd)))
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: str) -> Optional[SeqV]:
+        return seqv_from_pb(self._invoke("Get", pb.GetRequest(key=check_key(key))), "value")
+
+    def mget(self, keys: Sequence[str]) -> List[Optional[SeqV]]:
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+            raise MetaInvalidArgument(f"keys must be a list of str, got {type(keys).__name__}")
+        r = self._invoke("MGet", pb.MGetRequest(keys=[check_key(k) for k in keys]))
+        return [seqv_from_pb(m, "value") for m in r.values]
+
+    def list(self, prefix: str, limit: Optional[int] = None) -> List[Tuple[str, SeqV]]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise MetaInvalidArgument(f"limit must be None or an int >= 0, got {limit!r}")
+        req = pb.ListRequest(prefix=check_key(prefix, "prefix"))
+        if limit is not None:
+            req.limit = limit
+        return [(m.key, seqv_from_pb(m, "value")) for m in self._invoke("List", req).items]
+
+    def status(self) -> Any:
+        return self._invoke("Status", pb.StatusRequest())
+
+    @property
+    def seq(self) -> int:
+        return self.status().seq
+
+    @property
+    def applied_index(self) -> int:
+        return self.status().applied_index
+
+    # ------------------------------------------------------------------ watch
+    def watch(self, key: str, key_end: Optional[str] = None, filter: str = "all",
+              initial_flush: bool = False) -> RemoteWatcher:
+        req = pb.WatchRequest(key=check_key(key), filter=check_filter(filter), initial_flush=bool(initial_flush))
+        if key_end is not None:
+            req.key_end = check_key(key_end, "key_end")
+        # a watch lives until closed: no per-call deadline
+        return RemoteWatcher(_call(self._rpc.invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S))
+
+    def close(self) -> None:
+        self._rpc.close()
+
+    def __enter__(self) -> "MetaClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect_meta(target, timeout: float = 30.0) -> MetaClient:
+    """A client with the MetaService API: over gRPC for "host:port", in-process for a MetaService."""
+    from logtide.engine.rpc import connect
+    from logtide.engine.meta.server import META, MetaServicer
+    from logtide.engine.meta.service import MetaService
+    if isinstance(target, MetaService):
+        return MetaClient(connect(META, MetaServicer(target), copy=True))
+    if not isinstance(target, str):
+        raise MetaInvalidArgument(f"connect_meta takes 'host:port' or a MetaService, got {type(target).__name__}")
+    return MetaClient(_call(connect, META, target, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
+                            connect_timeout=min(timeout, 10.0)))

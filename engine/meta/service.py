@@ -1,0 +1,331 @@
+"""MetaService: the embedded meta-service. Every write is proposed as a log entry {time_ms, cmd},
+made durable in the log (when the service has one), then applied to the state machine.
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from logtide.engine.meta.command import (
+    TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec)
+from logtide.engine.meta.log_entry import encode_entry
+from logtide.engine.meta.match_seq import ANY, MatchSeq
+from logtide.engine.meta.seqv import SeqV
+from logtide.engine.meta.state_machine import MetaStateMachine
+from logtide.engine.meta.txn_reply import TxnReply
+from logtide.engine.meta.watch import FLUSH_MARKER, WatchEvent, Watcher, WatchHub, check_filter
+from logtide.engine.statemachine import Entry
+from logtide.errors import CorruptionError, MetaClosedError, MetaError, MetaInvalidArgument
+
+SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (docs/meta_format.md)
+LOG_DIR = "log"                     # the log-service directory holding every entry after it
+DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot lets the log be truncated)
+REPLAY_READ_BYTES = 4 << 20
+APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
+MAX_GROUP = 1024                    # proposals appended as one group at most
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Slot:
+    """One proposal: its command, and where the proposer thread leaves the reply."""
+    __slots__ = ("cmd", "done", "reply", "error")
+
+    def __init__(self, cmd):
+        self.cmd = cmd
+        self.done = threading.Event()
+        self.reply = None
+        self.error = None
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MetaService:
+    """Databend's KV semantics: seq, MatchSeq, TTL on log time, conditional transactions, watch."""
+
+    def __init__(self, sm: Optional[MetaStateMachine] = None, clock: Optional[Callable[[], int]] = None,
+                 leader: Optional[str] = None, log=None, dir: Optional[Path] = None,
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY):
+        self._sm = sm if sm is not None else MetaStateMachine()
+        self._clock = clock or wall_clock_ms
+        self._lock = threading.RLock()
+        self._queue: collections.deque = collections.deque()   # proposals waiting for the log
+        self._queue_cv = threading.Condition(threading.Lock())
+        self._stopping = False
+        self._time_lock = threading.Lock()
+        self._log = log
+        self._dir = dir
+        self._snapshot_every = snapshot_every
+        self._snapshot_lock = threading.Lock()
+        self._snapshot_index = self._sm.applied_index
+        self.snapshots_taken = 0
+        self._hub = WatchHub()
+        self._sm.subscribe(self._hub)
+        self._last_time_ms = self._sm.last_time_ms
+        self._closed = False
+        self.leader = leader     # the address of the leader, named in every RPC reply
+        self._proposer_thread = None
+        if log is not None:
+            self._proposer_thread = threading.Thread(target=self._proposer, daemon=True, name="meta-proposer")
+            self._proposer_thread.start()
+
+    @classmethod
+    def in_memory(cls, clock: Optional[Callable[[], int]] = None) -> "MetaService":
+        """A service with no log and no snapshot: its state lives and dies with the process."""
+        return cls(clock=clock)
+
+    @classmethod
+    def open(cls, path, clock: Optional[Callable[[], int]] = None, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+             fsync: str = "always") -> "MetaService":
+        """The durable service in directory `path`: load the snapshot, replay the log after it.
+
+        Every write is appended to the log (durable on return) before it is applied; every
+        `snapshot_every` entries the state is snapshotted and the log truncated below it.
+        """
+        from logtide.engine.logservice import LogService
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
+            raise MetaInvalidArgument(f"snapshot_every must be an int >= 1, got {snapshot_every!r}")
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        sm = MetaStateMachine()
+        snap = d / SNAPSHOT_FILE
+        if snap.exists():
+            with open(snap, "rb") as f:
+                sm.recover_from_snapshot(f)
+        log = LogService.open(d / LOG_DIR, fsync=fsync)
+        try:
+            cls._replay(sm, log)
+        except BaseException:
+            log.close()
+            raise
+        return cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
+
+    @staticmethod
+    def _replay(sm: MetaStateMachine, log) -> None:
+        """Apply every log entry after the snapshot's index, in LSN order."""
+        latest, truncated = log.get_latest_lsn(), log.get_truncated_lsn()
+        lsn = sm.applied_index + 1
+        if lsn <= truncated:
+            raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index} but the log is truncated "
+                                  f"up to {truncated}: entries are missing")
+        if sm.applied_index > latest:
+            raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index}, after the log's end {latest}")
+        while lsn <= latest:
+            records, nxt = log.read(lsn, REPLAY_READ_BYTES)
+            for r in records:
+                sm.update(Entry(r.lsn, r.payload))
+            if nxt <= lsn:
+                raise CorruptionError(f"meta log read at {lsn} made no progress")
+            lsn = nxt
+
+    # ------------------------------------------------------------------ proposing
+    def _now_ms(self) -> int:
+        return int(self._clock())
+
+    def _stamp(self) -> int:
+        # the proposer's clock, kept monotonic: log time never goes back
+        with self._time_lock:
+            t = max(self._now_ms(), self._last_time_ms)
+            self._last_time_ms = t
+            return t
+
+    def _propose(self, cmd):
+        if self._log is None:
+            with self._lock:
+                if self._closed:
+                    raise MetaClosedError("the meta-service is closed")
+                t = self._stamp()
+                return self._sm.apply(self._sm.applied_index + 1, t, cmd)
+        slot = _Slot(cmd)
+        with self._queue_cv:
+            if self._stopping:
+                raise MetaClosedError("the meta-service is closed")
+            self._queue.append(slot)
+            self._queue_cv.notify()
+        if not slot.done.wait(APPLY_WAIT_S):
+            raise MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s")
+        if slot.error is not None:
+            raise slot.error
+        if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
+            self.snapshot(wait=False)
+        return slot.reply
+
+    def _proposer(self) -> None:
+        """The one thread that writes the log: takes every queued proposal, appends them as one
+        group (consecutive LSNs, one fsync), applies them in LSN order, then wakes each proposer.
+        Proposals queue up while a group is being synced, so batches grow with the load."""
+        while True:
+            with self._queue_cv:
+                while not self._queue and not self._stopping:
+                    self._queue_cv.wait()
+                if not self._queue:
+                    return
+                n = min(len(self._queue), MAX_GROUP)
+                batch = [self._queue.popleft() for _ in range(n)]
+            try:
+                times = [self._stamp() for _ in batch]
+                first = self._log.append_many([encode_entry(t, s.cmd) for t, s in zip(times, batch)])
+            except Exception as exc:  # nothing of this group is acknowledged
+                for s in batch:
+                    s.error = exc
+                    s.done.set()
+                continue
+            with self._lock:
+                for i, (t, s) in enumerate(zip(times, batch)):
+                    try:
+                        s.reply = self._sm.apply(first + i, t, s.cmd)
+                    except Exception as exc:  # handed to its proposer
+                        s.error = exc
+            for s in batch:
+                s.done.set()
+
+    def snapshot(self, wait: bool = True) -> Optional[int]:
+        """Save the state to the snapshot file, then truncate the log up to it; returns its index.
+
+        The snapshot is durable (temp file, fsync, rename, fsync dir) before the log is truncated.
+        With wait=False, returns None when another snapshot is already in progress.
+        """
+        if self._log is None:
+            raise MetaError("an in-memory meta-service has no snapshot file")
+        if not self._snapshot_lock.acquire(blocking=wait):
+            return None
+        try:
+            buf = io.BytesIO()
+            with self._lock:
+                index = self._sm.save_snapshot(buf)
+            if index <= self._snapshot_index and (self._dir / SNAPSHOT_FILE).exists():
+                return self._snapshot_index
+            tmp = self._dir / (SNAPSHOT_FILE + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(buf.getvalue())
+                while view:                       # a short write is legal: finish it
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._dir / SNAPSHOT_FILE)
+            _fsync_dir(self._dir)
+            if index > self._log.get_truncated_lsn():
+                self._log.truncate(index)
+            self._snapshot_index = index
+            self.snapshots_taken += 1
+            return index
+        finally:
+            self._snapshot_lock.release()
+
+    # ------------------------------------------------------------------ writes
+    def upsert(self, key: str, value, match_seq: MatchSeq = ANY, ttl_ms: Optional[int] = None,
+               expire_at: Optional[int] = None) -> Tuple[Optional[SeqV], Optional[SeqV]]:
+        """Write, delete (DELETE) or re-meta (AS_IS) one key if match_seq holds; returns (prev, result)."""
+        return self._propose(UpsertCmd(key, value, check_match_seq(match_seq), make_spec(ttl_ms, expire_at)))
+
+    def txn(self, conditions=(), if_then=(), else_then=(), branches=None, operations=None) -> TxnReply:
+        """Run the first branch whose predicate holds, else if_then/else_then by the conditions."""
+        if branches is not None and operations is not None:
+            raise MetaInvalidArgument("give branches or operations (its alias), not both")
+        br = branches if branches is not None else operations
+        return self._propose(TxnCmd(conditions or (), if_then or (), else_then or (), br or ()))
+
+    def apply_command(self, cmd):
+        """Propose an already built command (UpsertCmd or TxnCmd): what the RPC server calls."""
+        if not isinstance(cmd, (UpsertCmd, TxnCmd)):
+            raise MetaInvalidArgument(f"not a command: {cmd!r}")
+        return self._propose(cmd)
+
+    # ------------------------------------------------------------------ reads (hide keys expired at local time)
+    def _read(self, fn, *args):
+        with self._lock:
+            if self._closed:
+                raise MetaClosedError("the meta-service is closed")
+            return fn(*args, self._now_ms())
+
+    def get(self, key: str) -> Optional[SeqV]:
+        return self._read(self._sm.get, check_key(key))
+
+    def mget(self, keys: Sequence[str]) -> List[Optional[SeqV]]:
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+            raise MetaInvalidArgument(f"keys must be a list of str, got {type(keys).__name__}")
+        return self._read(self._sm.mget, [check_key(k) for k in keys])
+
+    def list(self, prefix: str, limit: Optional[int] = None) -> List[Tuple[str, SeqV]]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise MetaInvalidArgument(f"limit must be None or an int >= 0, got {limit!r}")
+        return self._read(self._sm.list, check_key(prefix, "prefix"), limit)
+
+    @property
+    def seq(self) -> int:
+        """The last seq handed out."""
+        with self._lock:
+            return self._sm.seq
+
+    @property
+    def applied_index(self) -> int:
+        with self._lock:
+            return self._sm.applied_index
+
+    # ------------------------------------------------------------------ watch
+    def watch(self, key: str, key_end: Optional[str] = None, filter: str = "all",
+              initial_flush: bool = False) -> Watcher:
+        """Events for keys in [key, key_end) (key_end None: just `key`), from now on.
+
+        With initial_flush, the live keys of the range come first (is_initialization=True), then
+        FLUSH_MARKER. Registration and flush happen under the apply lock, so no change falls between.
+        """
+        check_key(key)
+        if key_end is not None:
+            check_key(key_end, "key_end")
+        f = check_filter(filter)
+        if not isinstance(initial_flush, bool):
+            raise MetaInvalidArgument("initial_flush must be a bool")
+        with self._lock:
+            if self._closed:
+                raise MetaClosedError("the meta-service is closed")
+            w = Watcher(key, key_end, f, on_close=self._hub.remove)
+            if initial_flush:
+                for k, v in self._sm.range(key, key_end, self._now_ms()):
+                    w.push(WatchEvent(k, None, v, True))
+                w.push(FLUSH_MARKER)
+            self._hub.add(w)
+        return w
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def durable(self) -> bool:
+        """True when writes go through a log (MetaService.open), False for in_memory()."""
+        return self._log is not None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._hub.close_all()
+        if self._log is not None:
+            with self._queue_cv:
+                self._stopping = True          # queued proposals still go through, new ones are refused
+                self._queue_cv.notify_all()
+            self._proposer_thread.join()
+            with self._snapshot_lock:
+                self._log.close()
+
+    def __enter__(self) -> "MetaService":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+

@@ -1,0 +1,107 @@
+"""`logtide logtail tn|cn`: run a transaction node or a compute node as its own process (gRPC)."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("logtail", help="logtail: a transaction node (tn) or a compute node (cn) over gRPC")
+    roles = p.add_subparsers(dest="role", required=True)
+    tn = roles.add_parser("tn", help="serve a TN over DIR (log service in DIR/log, objects in DIR/objects)")
+    tn.add_argument("dir")
+    tn.add_argument("--address", default="127.0.0.1:0", help="host:port to listen on (port 0: any)")
+    tn.add_argument("--table", default="t", help="table the load writes (id int64 pk, v int64, w float64)")
+    tn.add_argument("--load", type=int, default=0, help="commit this many random transactions per second")
+    tn.add_argument("--flush-every", type=float, default=2.0, help="seconds between flushes under load")
+    tn.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between checkpoints under load")
+    tn.set_defaults(func=run_tn)
+    cn = roles.add_parser("cn", help="subscribe to tables of a TN and report what it reads")
+    cn.add_argument("--tn", required=True, help="the TN's host:port")
+    cn.add_argument("--objects", required=True, help="the TN's object store (directory or URI)")
+    cn.add_argument("--table", action="append", required=True)
+    cn.add_argument("--seconds", type=float, default=0, help="stop after this long (0: run until killed)")
+    cn.set_defaults(func=run_cn)
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def run_tn(args: argparse.Namespace) -> int:
+    import random
+
+    import numpy as np
+
+    from logtide.engine.logtail import TransactionNode
+    from logtide.engine.logtail.service import serve
+    tn = TransactionNode.open(args.dir)
+    if args.load and args.table not in tn.tables:
+        tn.create_table(args.table, {"id": "int64", "v": "int64", "w": "float64"}, "id")
+    server, addr = serve(tn, args.address)
+    print(json.dumps({"listening": addr, "objects": tn.store.uri}), flush=True)
+    stop = _stop_event()
+    rng = random.Random(1)
+    st = tn.tables.get(args.table)
+    commits, last_flush, last_ckp, last_report = 0, time.monotonic(), time.monotonic(), time.monotonic()
+    while not stop.is_set():
+        if not args.load:
+            stop.wait(0.5)
+            continue
+        x = tn.begin()
+        ids = np.unique(np.array([rng.randrange(100_000) for _ in range(8)], dtype=np.int64))
+        _, present = st.pk_index.get_many(ids)
+        if (~present).any():
+            new = ids[~present]
+            x.insert(args.table, {"id": new, "v": new * 3, "w": new * 0.5})
+        if present.any():
+            old = ids[present]
+            if rng.random() < 0.5:
+                x.delete(args.table, old)
+            else:
+                x.update(args.table, {"id": old, "v": old + commits, "w": old * 1.5})
+        ts = x.commit()
+        commits += 1
+        now = time.monotonic()
+        if now - last_flush > args.flush_every:
+            tn.flush()
+            last_flush = now
+        if now - last_ckp > args.checkpoint_every:
+            tn.checkpoint_now()
+            last_ckp = now
+        if now - last_report > 1.0:
+            print(json.dumps({"commits": commits, "ts": ts, "rows": len(st.pk_index)}), flush=True)
+            last_report = now
+        stop.wait(1.0 / args.load)
+    server.stop(1.0)
+    tn.close()
+    tn.log.close()
+    return 0
+
+
+def run_cn(args: argparse.Namespace) -> int:
+    from logtide.engine.logtail import ComputeNode
+    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.objectstore import ObjectStore
+    cn = ComputeNode(lambda: GrpcStream(args.tn, "cli"), ObjectStore(args.objects), "cli")
+    for t in args.table:
+        cn.subscribe(t)
+    stop = _stop_event()
+    t0 = time.monotonic()
+    while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
+        stop.wait(min(1.0, args.seconds or 1.0))
+        for t in args.table:
+            ts = cn.watermark(t)
+            tab = cn.read(t, ts)
+            ids = tab.column(cn.states[t].tdef.pk).to_numpy()
+            print(json.dumps({"table": t, "ts": ts, "rows": tab.num_rows, "id_sum": int(ids.sum()),
+                              "reconnects": cn.reconnects}), flush=True)
+    cn.close()
+    return 0
+

@@ -1,0 +1,43 @@
+"""`logtide meta serve`: run the meta-service gRPC server."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("meta", help="the meta-service: KV with seq, CAS, TTL leases, transactions, watch")
+    msub = p.add_subparsers(dest="meta_cmd", required=True)
+    s = msub.add_parser("serve", help="serve a meta-service directory over gRPC")
+    where = s.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", help="the service directory (log + snapshots); created if missing")
+    where.add_argument("--memory", action="store_true", help="keep the state in memory only (lost at exit)")
+    s.add_argument("--listen", default="127.0.0.1:0", help="host:port to listen on (port 0: any free port)")
+    s.add_argument("--snapshot-every", type=int, default=None,
+                   help="take a snapshot and truncate the log after this many entries")
+    s.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from logtide.engine.meta import MetaService
+    from logtide.engine.meta.server import MetaServer
+    if args.memory:
+        service = MetaService.in_memory()
+    else:
+        kw = {} if args.snapshot_every is None else {"snapshot_every": args.snapshot_every}
+        service = MetaService.open(args.dir, **kw)
+    server = MetaServer(service, args.listen).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    # the first line names the bound address: scripts and tests read it
+    print(f"meta-service listening on {server.address}", flush=True)
+    while not stop.wait(10.0):
+        print(f"meta-service {server.address}: seq {service.seq}, applied {service.applied_index}", flush=True)
+    server.stop(1.0)
+    service.close()
+    print("meta-service stopped", flush=True)
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,146 @@
+"""BTree: errors on bad input, object references, concurrent snapshots, memory per entry."""
+import gc
+import sys
+import threading
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+from logtide import BTree, LogtideError, ReadOnlySnapshotError
+
+
+def test_bad_construction_and_keys():
+    with pytest.raises(ValueError):
+        BTree(width=4)
+    with pytest.raises(ValueError):
+        BTree(values="float")
+    t = BTree(width=3)
+    with pytest.raises(TypeError):
+        t[(1, 2)] = 5             # a key of a width-3 tree has 3 fields
+    with pytest.raises(TypeError):
+        t[1] = 5
+    with pytest.raises(TypeError):
+        t[(1, 2, "x")] = 5
+    with pytest.raises(OverflowError):
+        t[(1, 2, 2**63)] = 5
+    with pytest.raises(TypeError):
+        t.insert_many(np.zeros((4, 2), dtype=np.int64), np.zeros(4))
+    with pytest.raises(ValueError):
+        t.insert_many(np.zeros((4, 3), dtype=np.int64), np.zeros(3))
+    one = BTree()
+    with pytest.raises(TypeError):
+        one["a"] = 1
+    with pytest.raises(TypeError):
+        one[1] = "not an int"
+    with pytest.raises(KeyError):
+        one[7]
+    with pytest.raises(KeyError):
+        del one[7]
+    assert len(t) == 0 and len(one) == 0
+
+
+def test_snapshot_is_read_only_and_typed():
+    t = BTree()
+    t[1] = 1
+    s = t.snapshot()
+    for op in (lambda: s.insert(2, 2), lambda: s.__setitem__(2, 2), lambda: s.delete(1),
+               lambda: s.insert_many(np.arange(3), np.arange(3)), lambda: s.clear(),
+               lambda: s.bulk_load(np.arange(3), np.arange(3)), lambda: s.delete_many(np.arange(3))):
+        with pytest.raises(ReadOnlySnapshotError):
+            op()
+    assert issubclass(ReadOnlySnapshotError, LogtideError)
+    assert s.readonly and not t.readonly and dict(s.items()) == {1: 1}
+
+
+def test_prefix_bounds_on_composite_keys():
+    t = BTree(width=3)
+    for b in range(5):
+        for off in range(100):
+            t[(b, off, -off)] = b * 1000 + off
+    keys, vals = t.range_to_numpy((2,), (3,))
+    assert len(keys) == 100 and (keys[:, 0] == 2).all() and vals.tolist() == [2000 + i for i in range(100)]
+    assert t.floor((2, 50, 0)) == ((2, 50, -50), 2050)
+    assert t.ceiling((2, 50, -49)) == ((2, 51, -51), 2051)
+    assert t.count_range((1,), (4,)) == 300
+
+
+def test_object_values_are_released():
+    class V:
+        pass
+    objs = [V() for _ in range(3000)]
+    refs = [weakref.ref(o) for o in objs]
+    t = BTree(values="object")
+    for i, o in enumerate(objs[:1000]):
+        t[i] = o
+    arr = np.empty(2000, dtype=object)
+    arr[:] = objs[1000:]
+    t.insert_many(np.arange(1000, 3000), arr)
+    snap = t.snapshot()
+    t.delete_many(np.arange(0, 3000, 2))       # copy-on-write: the snapshot still holds them all
+    base = sys.getrefcount(objs[1])
+    del objs, arr, o
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    del snap
+    gc.collect()
+    assert all((r() is None) == (i % 2 == 0) for i, r in enumerate(refs))
+    assert base >= 2
+    t.clear()
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_snapshots_stay_stable_under_a_concurrent_batch_writer():
+    t = BTree()
+    t.insert_many(np.arange(0, 200_000, 2), np.arange(0, 200_000, 2))
+    errors = []
+    stop = threading.Event()
+
+    def reader():
+        try:
+            while not stop.is_set():
+                s = t.snapshot()
+                n = len(s)
+                k, v = s.range_to_numpy()
+                assert len(k) == n and (k == v).all() and (np.diff(k) > 0).all()
+                s.check()
+        except Exception as exc:  # surfaced to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for th in threads:
+        th.start()
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        ks = rng.integers(0, 400_000, 20_000)
+        t.insert_many(ks, ks)                      # releases the GIL while it writes
+        t.delete_many(rng.integers(0, 400_000, 10_000))
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    t.check()
+
+
+def test_memory_per_int64_entry_at_one_million():
+    n = 1_000_000
+    keys = np.random.default_rng(0).permutation(4 * n)[:n].astype(np.int64)
+    tracemalloc.start()
+    try:
+        t = BTree()
+        for k in keys.tolist():
+            t[k] = k
+        traced = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    per_entry = t.memory_bytes() / n
+    # the nodes come from PyMem_Raw*, which tracemalloc sees: the two counts agree
+    assert abs(traced - t.memory_bytes()) < 0.01 * traced
+    assert per_entry <= 24, per_entry
+    bulk = BTree()
+    bulk.bulk_load(keys, keys)
+    assert bulk.memory_bytes() / n <= per_entry
+    print(f"\nBTree int64->int64 at 1M: {per_entry:.2f} bytes/entry (per-call random inserts), "
+          f"{bulk.memory_bytes() / n:.2f} (bulk_load), depth {t.depth()}")

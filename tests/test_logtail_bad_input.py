@@ -1,0 +1,150 @@
+"""Bad input: unknown tables, malformed stream frames, wrong column types, corrupt records. Each gets a
+clear typed error, and nothing else is disturbed."""
+import numpy as np
+import pytest
+
+from logtide.engine.logtail import ComputeNode, ReferenceModel, TransactionNode
+from logtide.engine.logtail import logtail_format as fmt
+from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtideError, MalformedMessageError, SchemaError,
+                            UnknownTableError)
+
+COLS = {"id": "int64", "v": "int32", "w": "float64"}
+
+
+@pytest.fixture
+def node(tmp_path):
+    tn = TransactionNode.open(tmp_path)
+    tn.create_table("t", COLS, "id")
+    x = tn.begin()
+    x.insert("t", {"id": [1, 2, 3], "v": [10, 20, 30], "w": [0.5, 1.5, 2.5]})
+    x.commit()
+    cn = ComputeNode(lambda: tn.connect("cn"), tn.store, "cn")
+    cn.subscribe("t")
+    yield tn, cn
+    cn.close()
+    tn.close()
+    tn.log.close()
+
+
+def wait_errors(cn, n):
+    """Each malformed frame is answered with one typed error message, and the stream stays up."""
+    import time
+    deadline = time.time() + 20
+    while [k for k, _ in cn.errors].count("MalformedMessageError") < n and time.time() < deadline:
+        time.sleep(0.01)
+    assert [k for k, _ in cn.errors].count("MalformedMessageError") == n, cn.errors
+
+
+def rows(cn, ts=None):
+    return ReferenceModel.rows_of(cn.read("t", ts), "id")
+
+
+def test_subscribe_to_an_unknown_table(node):
+    tn, cn = node
+    before = rows(cn)
+    with pytest.raises(UnknownTableError):
+        cn.subscribe("nope")
+    x = tn.begin()
+    x.insert("t", {"id": [4], "v": [40], "w": [4.0]})
+    ts = x.commit()
+    assert rows(cn, ts) == {**before, 4: {"id": 4, "v": 40, "w": 4.0}}   # the stream still works
+
+
+def test_malformed_stream_frames(node):
+    tn, cn = node
+    for frame in (b"\xff\x00garbage", b'{"op": "drop", "table": "t"}', b"[1, 2]", "not bytes", b'{"op":"subscribe"}'):
+        cn.stream.send_to_tn(frame)
+    x = tn.begin()
+    x.delete("t", [1])
+    ts = x.commit()
+    cn.wait_for("t", ts)
+    assert set(rows(cn, ts)) == {2, 3}
+    wait_errors(cn, 5)
+    assert cn.reconnects == 0
+    with pytest.raises(MalformedMessageError):
+        from logtide.engine.logtail.transport import decode_request
+        decode_request(b"{")
+
+
+def test_commit_of_wrong_column_types_changes_nothing(node):
+    tn, cn = node
+    before = rows(cn)
+    bad = [
+        {"id": [9], "v": [1.5], "w": [1.0]},             # float into an int32 column
+        {"id": ["x"], "v": [1], "w": [1.0]},             # str primary key
+        {"id": [9], "v": [1 << 40], "w": [1.0]},         # does not fit int32
+        {"id": [9], "v": [1]},                           # a column missing
+        {"id": [9], "v": [1], "w": [1.0], "z": [0]},     # a column too many
+        {"id": [9, 10], "v": [1], "w": [1.0, 2.0]},      # ragged
+        [1, 2, 3],
+    ]
+    for rows_ in bad:
+        x = tn.begin()
+        with pytest.raises(SchemaError):
+            x.insert("t", rows_)
+    x = tn.begin()
+    with pytest.raises(UnknownTableError):
+        x.insert("nope", {"id": [1]})
+    with pytest.raises(SchemaError):
+        x.delete("t", ["a"])
+    assert issubclass(SchemaError, LogtideError) and issubclass(SchemaError, TypeError)
+    x = tn.begin()
+    x.insert("t", {"id": [1], "v": [1], "w": [1.0]})
+    with pytest.raises(DuplicateKeyError):
+        x.commit()
+    x = tn.begin()
+    x.delete("t", [99])
+    with pytest.raises(KeyNotFoundError):
+        x.commit()
+    x = tn.begin()
+    x.insert("t", {"id": np.array([7], dtype=np.int32), "v": np.array([7], dtype=np.int8), "w": [7]})
+    ts = x.commit()                                     # safe casts are fine
+    assert rows(cn, ts) == {**before, 7: {"id": 7, "v": 7, "w": 7.0}}
+
+
+def test_corrupt_records_and_bad_schemas():
+    with pytest.raises(MalformedMessageError):
+        fmt.decode(b"short")
+    with pytest.raises(MalformedMessageError):
+        fmt.decode(fmt.HEADER.pack(b"XXXX", fmt.COMMIT, 1, 0))
+    good = fmt.encode(fmt.Record(fmt.COMMIT, 5, {}, [("t", fmt.INSERT, __import__("pyarrow").table({"a": [1]}))]))
+    assert fmt.decode(good).batches[0][2].column("a").to_pylist() == [1]
+    with pytest.raises(MalformedMessageError):
+        fmt.decode(good[:-10])
+    from logtide.engine.logtail.catalog import TableDef
+    for cols, pk in (({"id": "int32"}, "id"), ({"id": "int64", "s": "U8"}, "id"), ({"id": "int64"}, "x"),
+                     ({"__id": "int64"}, "__id")):
+        with pytest.raises(SchemaError):
+            TableDef.make("t", cols, pk)
+
+
+def test_malformed_frames_over_grpc_and_pull(tmp_path):
+    from logtide.engine.logtail.service import pull, serve
+    from logtide.engine.logtail.transport import GrpcStream
+    tn = TransactionNode.open(tmp_path)
+    server, addr = serve(tn)
+    try:
+        tn.create_table("t", COLS, "id")
+        cn = ComputeNode(lambda: GrpcStream(addr, "g"), tn.store, "g")
+        cn.subscribe("t")
+        for frame in (b"\xff\x00garbage", b'{"op": "drop", "table": "t"}', b"[1, 2]"):
+            cn.stream.send_to_tn(frame)
+        with pytest.raises(MalformedMessageError):
+            cn.stream.send_to_tn("not bytes")
+        with pytest.raises(UnknownTableError):
+            cn.subscribe("nope")
+        x = tn.begin()
+        x.insert("t", {"id": [1], "v": [1], "w": [1.0]})
+        ts = x.commit()
+        assert rows(cn, ts) == {1: {"id": 1, "v": 1, "w": 1.0}}
+        wait_errors(cn, 3)
+        assert cn.reconnects == 0
+        resp = pull(addr, "t", 0, ts)
+        assert resp["to_ts"] == ts and sum(e.rows for e in resp["entries"]) == 1
+        with pytest.raises(UnknownTableError):
+            pull(addr, "nope")
+        cn.close()
+    finally:
+        server.stop(0.5)
+        tn.close()
+        tn.log.close()
