@@ -1,0 +1,138 @@
+"""`logtide replay primary|ro`: a primary or an RO node as its own process over one shared directory."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="physical replication: a primary or an RO node over a shared directory")
+    roles = p.add_subparsers(dest="role", required=True)
+    pp = roles.add_parser("primary", help="the read-write node: embeds the log service and serves it")
+    pp.add_argument("--dir", required=True, help="the shared directory (pages, log, logindex)")
+    pp.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on (port 0 picks one)")
+    pp.add_argument("--port-file", default=None, help="write the bound port here once serving")
+    pp.add_argument("--checkpoint-interval", type=float, default=1.0)
+    pp.set_defaults(func=_guarded(run_primary))
+    rp = roles.add_parser("ro", help="a read-only node: lazy replay of the primary's WAL meta")
+    rp.add_argument("--dir", required=True, help="the shared directory")
+    rp.add_argument("--primary", required=True, help="host:port of the primary")
+    rp.add_argument("--listen", default="127.0.0.1:0")
+    rp.add_argument("--port-file", default=None)
+    rp.add_argument("--node-id", type=int, default=1)
+    rp.add_argument("--mode", choices=("lazy", "eager"), default="lazy")
+    rp.set_defaults(func=_guarded(run_ro))
+
+
+def _guarded(fn):
+    """Report a logtide error (log in use, primary unreachable, corrupt state) as one line, exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        from logtide.errors import LogtideError
+        try:
+            return fn(args)
+        except LogtideError as exc:
+            print(f"logtide replay {args.role}: {type(exc).__name__}: {exc}", flush=True)
+            return 2
+    return run
+
+
+def _write_port(path: str | None, port: int) -> None:
+    if path:
+        tmp = path + ".tmp"
+        Path(tmp).write_text(str(port))
+        os.replace(tmp, path)
+
+
+class Holder:
+    """The node a process serves; promotion replaces an RO node by a primary."""
+
+    def __init__(self, node, server, log_service=None, link=None):
+        self.node = node
+        self.server = server
+        self.log_service = log_service
+        self.link = link
+        self.lock = threading.Lock()
+
+    def status(self) -> dict:
+        from logtide.replay.primary import Primary
+        node = self.node
+        role = "primary" if isinstance(node, Primary) else "ro"
+        return {"role": role, **node.stats()}
+
+    def promote(self) -> None:
+        from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+        from logtide.replay.primary import Primary
+        from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
+        with self.lock:
+            if isinstance(self.node, Primary):
+                return
+            ro = self.node
+            primary = ro.promote()   # closes the link, opens the shared log, redoes the WAL
+            self.node = primary
+            self.log_service = primary.log_service
+            self.server.add_service(LOGSERVICE, LogServiceServicer(primary.log_service, self.server.max_message_size))
+            self.server.add_service(REPLICATION, ReplicationServicer(primary))
+
+
+def _serve(holder: Holder, what: str) -> int:
+    stop = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *a: stop.set())
+    last = 0.0
+    while not stop.wait(0.2):
+        if time.monotonic() - last >= 5:
+            last = time.monotonic()
+            st = holder.status()
+            keys = ("role", "write_lsn", "applied_lsn", "consistent_lsn", "truncated_lsn")
+            print(f"[{what}] " + " ".join(f"{k}={st[k]}" for k in keys if k in st), flush=True)
+    holder.server.stop(grace=0.5)
+    holder.node.close()
+    return 0
+
+
+def run_primary(args: argparse.Namespace) -> int:
+    from logtide.engine.logservice import LogService
+    from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+    from logtide.engine.rpc import RpcServer
+    from logtide.replay.primary import LOG_DIR, Primary
+    from logtide.replay.transport_grpc import REPLAY_NODE, REPLICATION, NodeServicer, ReplicationServicer
+    d = Path(args.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    log_service = LogService.open(d / LOG_DIR)
+    primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval)
+    server = RpcServer(args.listen, max_message_size=64 << 20)
+    holder = Holder(primary, server, log_service)
+    server.add_service(LOGSERVICE, LogServiceServicer(log_service, server.max_message_size))
+    server.add_service(REPLICATION, ReplicationServicer(primary))
+    server.add_service(REPLAY_NODE, NodeServicer(holder))
+    port = server.start()
+    print(f"primary serving on {server.address} (recovered {primary.recovered_records} WAL records, "
+          f"write LSN {primary.write_lsn})", flush=True)
+    _write_port(args.port_file, port)
+    rc = _serve(holder, "primary")
+    log_service.close()
+    return rc
+
+
+def run_ro(args: argparse.Namespace) -> int:
+    from logtide.engine.logservice import connect_logservice
+    from logtide.engine.rpc import RpcServer
+    from logtide.replay.ro_node import ReadOnlyNode
+    from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
+    remote_log = connect_logservice(args.primary)
+    ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
+    link = GrpcLink(ro, args.primary)
+    server = RpcServer(args.listen, max_message_size=64 << 20)
+    holder = Holder(ro, server, None, link)
+    server.add_service(REPLAY_NODE, NodeServicer(holder))
+    port = server.start()
+    print(f"RO node {args.node_id} ({args.mode}) serving on {server.address}, following {args.primary} "
+          f"from LSN {ro.applied_lsn + 1}", flush=True)
+    _write_port(args.port_file, port)
+    rc = _serve(holder, f"ro{args.node_id}")
+    remote_log.close()
+    return rc

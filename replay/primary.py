@@ -1,0 +1,525 @@
+"""Primary: executes tuple writes, logs them as WAL on the log service, streams WAL meta to RO nodes.
+
+Write path: under the WAL insert lock, the page(s) are pinned and locked, the record is appended
+to the log service (durable on return), the change is applied to the buffered page(s) with the
+record's LSN, and the WAL meta goes to the meta queue and the primary's LogIndex. Checkpoints
+flush dirty pages through the double-write PageStore, but only pages whose LSN every RO node has
+applied (an RO node must never read a page from its own future), then advance the consistent LSN,
+and truncate the log and the LogIndex below min(consistent LSN, every RO node's min used LSN).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from logtide._ext import page as pg
+from logtide._ext import xlogwriter as xw
+from logtide.errors import InvalidArgument, LogtideError, ReplicaError
+from logtide.replay.batch_replay import block_refs, replay_into_pool
+from logtide.replay.buffer_pool import BufferPool
+from logtide.replay.control_file import Control, read_control, write_control
+from logtide.replay.meta_queue import MetaQueue
+from logtide.replay.meta_stream import decode_feedback
+from logtide.replay.mini_trans import MiniTransLocks
+from logtide.replay.page_index import PageIndex
+from logtide.replay.page_store import PageStore
+from logtide.replay.wal_log import WalLog
+
+log = logging.getLogger("logtide.replay.primary")
+
+SPC, DB = 1663, 5   # every relation lives in one tablespace and database, as in a fresh PostgreSQL
+PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
+
+
+class TupleNotFoundError(LogtideError, KeyError):
+    """No live tuple at that (block, slot)."""
+
+
+def rel_tag(rel: int, block: int) -> tuple:
+    return (SPC, DB, rel, 0, block)
+
+
+def _check_rel(rel) -> None:
+    if not isinstance(rel, int) or isinstance(rel, bool) or not 0 <= rel <= 0xFFFFFFFF:
+        raise InvalidArgument(f"rel must be a u32 int, got {rel!r}")
+
+
+def _page_tag(tag) -> tuple:
+    """A PageTag as five ints, or InvalidArgument."""
+    try:
+        t = tuple(int(v) for v in tag)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}") from None
+    if len(t) != 5 or not all(0 <= v <= 0xFFFFFFFF for v in t):
+        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}")
+    return t
+
+
+def _tid(tid) -> tuple[int, int]:
+    """A tuple id (block, slot) as two ints, or InvalidArgument."""
+    try:
+        block, off = (int(v) for v in tid)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"a tid is (block, slot), got {tid!r}") from None
+    if not 0 <= block <= 0xFFFFFFFF or not 1 <= off <= 0xFFFF:
+        raise InvalidArgument(f"a tid is (block u32, slot 1..65535), got {tid!r}")
+    return block, off
+
+
+@dataclass
+class ReplicaState:
+    apply_lsn: int
+    min_used_lsn: int
+    seen: float
+
+
+class Primary:
+    """The read-write node. `Primary.open(dir)` embeds the log service; pass `log=` to share one."""
+
+    def __init__(self, directory: str | os.PathLike, log=None, *, pool_pages: int = 2048,
+                 checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._own_log = log is None
+        if log is None:
+            from logtide.engine.logservice import LogService
+            log = LogService.open(self.dir / LOG_DIR)
+        self.log_service = log
+        self.wal = WalLog(log)
+        self.store = PageStore(self.dir / PAGES_DIR, writer=True)
+        self.logindex_segments = logindex_segments
+        self.index = PageIndex.open(self.dir / INDEX_DIR, "primary", logindex_segments)
+        self.pool = BufferPool(pool_pages, evict_dirty=self._write_out)
+        self.locks = MiniTransLocks()
+        self.queue = MetaQueue()
+        self._wal_lock = threading.RLock()
+        self._ckpt_lock = threading.Lock()
+        self._rel_blocks: dict[int, int] = {}
+        self.replicas: dict[int, ReplicaState] = {}
+        self._replica_lock = threading.Lock()
+        self.write_lsn = 0
+        self.consistent_lsn = 0
+        self.truncated_lsn = 0
+        self.checkpoints = 0
+        self._closed = False
+        ctl = read_control(self.dir)
+        self._xid = ctl.next_xid
+        self.consistent_lsn = ctl.consistent_lsn
+        self.recovered_records = self._recover(ctl)
+        self._stop = threading.Event()
+        self._ckpt_thread = None
+        if start and checkpoint_interval > 0:
+            self._ckpt_thread = threading.Thread(target=self._checkpoint_loop, args=(checkpoint_interval,),
+                                                 name="checkpointer", daemon=True)
+            self._ckpt_thread.start()
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, **options) -> "Primary":
+        """Open (or create) the primary of `directory`, recovering from its log."""
+        return cls(directory, **options)
+
+    # ------------------------------------------------------------------ recovery
+    def _load(self, tag, frame) -> None:
+        self.store.read_into(tag, frame)
+
+    def _recover(self, ctl: Control) -> int:
+        """Redo the WAL after the checkpoint's consistent LSN onto the stored pages, and index the
+        WAL the LogIndex has not saved yet. Returns the records redone."""
+        for spc, db, rel, fork in self.store.relations():
+            if (spc, db, fork) == (SPC, DB, 0):
+                self._rel_blocks[rel] = self.store.nblocks(spc, db, rel, fork)
+        latest = self.wal.latest_lsn()
+        self.write_lsn = latest  # all of it is durable: recovered pages may be flushed
+        first = self.wal.first_lsn()
+        index_from = max(self.index.replay_needed_from(), first)
+        redo_from = max(ctl.consistent_lsn + 1, first)
+        n = 0
+        lsn = min(index_from, redo_from)
+        while lsn <= latest:
+            recs = self.wal.read(lsn, 4 << 20)
+            if not recs:
+                break
+            lsns = np.fromiter((l for l, _ in recs), dtype=np.uint64, count=len(recs))
+            offs = np.zeros(len(recs) + 1, dtype=np.int64)
+            np.cumsum([len(r) for _, r in recs], out=offs[1:])
+            blob = np.frombuffer(b"".join(r for _, r in recs), dtype=np.uint8)
+            tags, rec = block_refs(blob, offs)
+            rl = lsns[rec]
+            keep = rl >= index_from
+            self.index.add(tags[keep], rl[keep])
+            xids = blob[(offs[:-1, None] + np.arange(4, 8)).reshape(-1)].view("<u4")
+            self._xid = max(self._xid, int(xids.max()) + 1)
+            ours = (tags[:, 0] == SPC) & (tags[:, 1] == DB) & (tags[:, 3] == 0)
+            for r in np.unique(tags[ours, 2]).tolist():
+                top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
+                self._rel_blocks[r] = max(self._rel_blocks.get(r, 0), top)
+            todo = rl >= redo_from
+            replay_into_pool(self.pool, self._load, blob, offs, lsns, tags[todo], rec[todo])
+            n += int((lsns >= redo_from).sum())
+            lsn = recs[-1][0] + 1
+        low = self.pool.min_rec_lsn()
+        self.consistent_lsn = max(self.consistent_lsn, latest if low == 0 else low - 1)
+        return n
+
+    # ------------------------------------------------------------------ writes
+    def _next_xid(self) -> int:
+        x = self._xid & 0xFFFFFFFF
+        self._xid += 1
+        return x
+
+    def _publish(self, lsn: int, rec: bytes, tags: list[tuple]) -> None:
+        self.queue.push(lsn, xw.wal_meta(rec))
+        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.full(len(tags), lsn, np.uint64))
+        self.write_lsn = lsn
+
+    def _target_block(self, rel: int, size: int, avoid: int = -1) -> tuple[int, bool]:
+        """The block a new tuple of `size` bytes goes to: the relation's last block if it fits, else a new one."""
+        n = self._rel_blocks.get(rel, 0)
+        if n and n - 1 != avoid:
+            tag = rel_tag(rel, n - 1)
+            f, _ = self.pool.pin(tag, self._load)
+            try:
+                page = self.pool.frames[f]
+                if not pg.is_new(page) and pg.fits(page, size):
+                    return n - 1, False
+            finally:
+                self.pool.unpin(f)
+        self._rel_blocks[rel] = n + 1
+        return n, True
+
+    def _check(self, rel: int, data) -> bytes:
+        if self._closed:
+            raise LogtideError("the primary is closed")
+        _check_rel(rel)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"a tuple is bytes, not {type(data).__name__}")
+        data = bytes(data)
+        if not 1 <= len(data) <= pg.MAX_TUPLE:
+            raise InvalidArgument(f"a tuple is 1..{pg.MAX_TUPLE} bytes, got {len(data)}")
+        return data
+
+    def insert(self, rel: int, data: bytes) -> tuple[int, int]:
+        """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
+        data = self._check(rel, data)
+        with self._wal_lock:
+            block, init = self._target_block(rel, len(data))
+            tag = rel_tag(rel, block)
+            with self.locks.page(tag):
+                f, _ = self.pool.pin(tag, self._load)
+                try:
+                    page = self.pool.frames[f]
+                    off = 1 if init else pg.nslots(page) + 1
+                    rec = xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=self.write_lsn, init=init)
+                    lsn = self.wal.append(rec)
+                    if init:
+                        pg.init(page)
+                    pg.add(page, off, data)
+                    pg.set_lsn(page, lsn)
+                    self.pool.mark_dirty(f, lsn)
+                finally:
+                    self.pool.unpin(f)
+            self._publish(lsn, rec, [tag])
+        return block, off
+
+    def insert_many(self, rel: int, tuples) -> list[tuple[int, int]]:
+        """Batch insert: one WAL record per tuple, appended in one group commit; their tids.
+
+        The records' LSNs follow the write LSN (the primary is its log's only writer), so the pages
+        are changed first, stamped with those LSNs, and may not be flushed before the append is durable.
+        """
+        datas = [self._check(rel, d) for d in tuples]
+        if not datas:
+            return []
+        with self._wal_lock:
+            base = self.write_lsn
+            recs, tags, tids = [], [], []
+            for i, data in enumerate(datas):
+                lsn = base + 1 + i
+                block, init = self._target_block(rel, len(data))
+                tag = rel_tag(rel, block)
+                with self.locks.page(tag):
+                    f, _ = self.pool.pin(tag, self._load)
+                    try:
+                        page = self.pool.frames[f]
+                        off = 1 if init else pg.nslots(page) + 1
+                        recs.append(xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init))
+                        if init:
+                            pg.init(page)
+                        pg.add(page, off, data)
+                        pg.set_lsn(page, lsn)
+                        self.pool.mark_dirty(f, lsn)
+                    finally:
+                        self.pool.unpin(f)
+                tags.append(tag)
+                tids.append((block, off))
+            try:
+                first = self.wal.append_many(recs)
+            except BaseException:
+                self._closed = True  # pages hold changes the log does not: stop; a restart redoes the log
+                raise
+            if first != base + 1:
+                self._closed = True
+                raise LogtideError(f"the primary's log was appended to by someone else (LSN {first}, expected "
+                                   f"{base + 1}); stopping")
+            for i, rec in enumerate(recs):
+                self._publish(base + 1 + i, rec, [tags[i]])
+        return tids
+
+    def _live(self, rel: int, tid) -> tuple[tuple, int]:
+        _check_rel(rel)
+        block, off = _tid(tid)
+        if block >= self._rel_blocks.get(rel, 0):
+            raise TupleNotFoundError(f"no tuple {rel}:{tid}")
+        return rel_tag(rel, block), off
+
+    def update(self, rel: int, tid, data: bytes) -> tuple[int, int]:
+        """Replace the tuple at `tid`; returns the new tid (same page if it fits, else another page)."""
+        data = self._check(rel, data)
+        with self._wal_lock:
+            otag, ooff = self._live(rel, tid)
+            f, _ = self.pool.pin(otag, self._load)
+            try:
+                opage = self.pool.frames[f]
+                if pg.get(opage, ooff) is None:
+                    raise TupleNotFoundError(f"no live tuple {rel}:{tuple(tid)}")
+                same = pg.fits(opage, len(data))
+            finally:
+                self.pool.unpin(f)
+            if same:
+                nblock, init = otag[4], False
+            else:
+                nblock, init = self._target_block(rel, len(data), avoid=otag[4])
+            ntag = rel_tag(rel, nblock)
+            tags = [ntag] if same else [ntag, otag]
+            with self.locks.record(tags):
+                fn, _ = self.pool.pin(ntag, self._load)
+                fo = fn if same else self.pool.pin(otag, self._load)[0]
+                try:
+                    npage = self.pool.frames[fn]
+                    noff = 1 if init else pg.nslots(npage) + 1
+                    rec = xw.heap_update(ntag, noff, data, otag, ooff, xid=self._next_xid(), prev=self.write_lsn,
+                                         init=init)
+                    lsn = self.wal.append(rec)
+                    pg.kill(self.pool.frames[fo], ooff)
+                    if init:
+                        pg.init(npage)
+                    pg.add(npage, noff, data)
+                    for fr in {fn, fo}:
+                        pg.set_lsn(self.pool.frames[fr], lsn)
+                        self.pool.mark_dirty(fr, lsn)
+                finally:
+                    self.pool.unpin(fn)
+                    if fo != fn:
+                        self.pool.unpin(fo)
+            self._publish(lsn, rec, tags)
+        return nblock, noff
+
+    def delete(self, rel: int, tid) -> None:
+        """Delete the tuple at `tid`."""
+        if self._closed:
+            raise LogtideError("the primary is closed")
+        with self._wal_lock:
+            tag, off = self._live(rel, tid)
+            with self.locks.page(tag):
+                f, _ = self.pool.pin(tag, self._load)
+                try:
+                    page = self.pool.frames[f]
+                    if pg.get(page, off) is None:
+                        raise TupleNotFoundError(f"no live tuple {rel}:{tuple(tid)}")
+                    rec = xw.heap_delete(tag, off, xid=self._next_xid(), prev=self.write_lsn)
+                    lsn = self.wal.append(rec)
+                    pg.kill(page, off)
+                    pg.set_lsn(page, lsn)
+                    self.pool.mark_dirty(f, lsn)
+                finally:
+                    self.pool.unpin(f)
+            self._publish(lsn, rec, [tag])
+
+    # ------------------------------------------------------------------ reads
+    def read_page(self, tag) -> tuple[bytes, int]:
+        """The page's bytes and the write LSN they reflect."""
+        tag = _page_tag(tag)
+        with self.locks.page(tag):
+            lsn = self.write_lsn
+            f, _ = self.pool.pin(tag, self._load)
+            try:
+                return self.pool.frames[f].tobytes(), lsn
+            finally:
+                self.pool.unpin(f)
+
+    def get(self, rel: int, tid) -> bytes | None:
+        """The live tuple at `tid`, or None."""
+        _check_rel(rel)
+        block, off = _tid(tid)
+        if block >= self._rel_blocks.get(rel, 0):
+            return None
+        return pg.get(self.read_page(rel_tag(rel, block))[0], off)
+
+    def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:
+        """Every live tuple of `rel` as ((block, slot), bytes)."""
+        for b in range(self._rel_blocks.get(rel, 0)):
+            for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items():
+                yield (b, off), t
+
+    def nblocks(self, rel: int) -> int:
+        return self._rel_blocks.get(rel, 0)
+
+    def relations(self) -> dict[int, int]:
+        return dict(self._rel_blocks)
+
+    # ------------------------------------------------------------------ replicas
+    def subscribe(self, node_id: int, index_from: int = 0) -> tuple[int, int]:
+        """Register an RO node; returns (start LSN, ready LSN).
+
+        The node is streamed WAL meta from the start LSN: the consistent LSN + 1 (every change before
+        it is on storage), or `index_from` when that is lower and not 0 (a running node re-attaching
+        with its min used LSN). It may serve reads once it has applied the ready LSN (every page on
+        storage is at or below it). Until it reports, the flush limit stays at the consistent LSN.
+        """
+        with self._wal_lock, self._replica_lock:
+            start = self.consistent_lsn + 1
+            if index_from:
+                start = min(start, index_from)
+            start = max(start, self.wal.first_lsn())
+            self.replicas[node_id] = ReplicaState(min(self.consistent_lsn, start - 1), start, time.monotonic())
+            ready = self.write_lsn  # no stored page is newer
+            try:
+                self.log_service.register_reader(f"ro-{node_id}", start - 1)
+            except LogtideError:
+                pass  # already registered: it keeps its replayed LSN
+            return start, ready
+
+    def unsubscribe(self, node_id: int) -> None:
+        """Forget an RO node: it no longer holds back flushing or truncation."""
+        with self._replica_lock:
+            self.replicas.pop(node_id, None)
+        try:
+            self.log_service.unregister_reader(f"ro-{node_id}")
+        except LogtideError:
+            pass
+
+    def feedback(self, message: bytes) -> None:
+        """An RO node's (apply LSN, min used LSN) report (a meta_stream feedback message)."""
+        fb = decode_feedback(message)
+        with self._replica_lock:
+            st = self.replicas.get(fb.node_id)
+            if st is None:
+                raise ReplicaError(f"RO node {fb.node_id} is not subscribed")
+            st.apply_lsn = max(st.apply_lsn, min(fb.apply_lsn, self.write_lsn))
+            st.min_used_lsn = max(st.min_used_lsn, min(fb.min_used_lsn, st.apply_lsn + 1))
+            st.seen = time.monotonic()
+        try:
+            self.log_service.report_replayed(f"ro-{fb.node_id}", max(0, min(fb.min_used_lsn - 1,
+                                                                              self.wal.latest_lsn())))
+        except LogtideError:
+            pass
+
+    def flush_limit(self) -> int:
+        """The highest page LSN that may be written to storage: every RO node has applied it."""
+        with self._replica_lock:
+            if not self.replicas:
+                return 1 << 64
+            return min(st.apply_lsn for st in self.replicas.values())
+
+    def truncation_point(self) -> int:
+        """Log and LogIndex entries at or below this LSN are no longer needed by anyone: below the
+        consistent LSN, every RO node's min used LSN, and the LogIndex's last saved LSN (a restart
+        or a new RO node indexes the WAL from there)."""
+        with self._replica_lock:
+            low = min(self.consistent_lsn, self.index.max_saved_lsn - 1)
+            for st in self.replicas.values():
+                low = min(low, st.min_used_lsn - 1)
+            return max(0, low)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _write_out(self, tag, page) -> bool:
+        """Buffer-pool eviction of a dirty page: only when every RO node has applied its LSN."""
+        if pg.get_lsn(page) > min(self.flush_limit(), self.write_lsn):
+            return False  # an RO node has not applied it, or its WAL is not durable yet
+        self.store.write(tag, page)
+        return True
+
+    def checkpoint(self) -> int:
+        """Flush what may be flushed, advance the consistent LSN, truncate; returns the consistent LSN."""
+        with self._ckpt_lock:
+            write_lsn = self.write_lsn
+            limit = min(self.flush_limit(), write_lsn)  # RO nodes have applied it, and its WAL is durable
+            batch = []
+            for tag, f in self.pool.dirty():
+                with self.locks.page(tag):
+                    if self.pool.frame_tag[f] != tag:
+                        continue
+                    copy, version = self.pool.copy_frame(f)
+                if pg.get_lsn(copy) <= limit:
+                    batch.append((tag, f, copy, version))
+            if batch:
+                self.store.write_many([b[0] for b in batch], [b[2] for b in batch])
+                for tag, f, copy, version in batch:
+                    self.pool.clear_dirty(f, version)
+            low = self.pool.min_rec_lsn()
+            consistent = write_lsn if low == 0 else min(write_lsn, low - 1)
+            if consistent > self.consistent_lsn:
+                write_control(self.dir, Control(consistent, self._xid))
+                self.consistent_lsn = consistent
+            self.index.flush()
+            with self._replica_lock:
+                acked = min([st.apply_lsn for st in self.replicas.values()], default=self.write_lsn)
+            self.queue.trim(acked + 1)  # every node has these; a new one reads the log
+            point = self.truncation_point()
+            if point > self.truncated_lsn:
+                self.wal.truncate(point)
+                self.index.truncate(point + 1)
+                self.truncated_lsn = point
+            self.checkpoints += 1
+            return self.consistent_lsn
+
+    def _checkpoint_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.checkpoint()
+            except Exception:  # a failed checkpoint is retried; writes go on
+                log.exception("checkpoint failed")
+
+    # ------------------------------------------------------------------ lifecycle
+    def crash(self) -> None:
+        """Stop without flushing anything (tests of promotion and recovery)."""
+        self._closed = True
+        self._stop.set()
+        self.queue.close()
+        if self._ckpt_thread:
+            self._ckpt_thread.join()
+        self.store.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop.set()
+        if self._ckpt_thread:
+            self._ckpt_thread.join()
+        try:
+            self.checkpoint()
+        finally:
+            self._closed = True
+            self.queue.close()
+            self.index.close()
+            self.store.close()
+            if self._own_log:
+                self.log_service.close()
+
+    def __enter__(self) -> "Primary":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stats(self) -> dict:
+        return {"write_lsn": self.write_lsn, "consistent_lsn": self.consistent_lsn,
+                "truncated_lsn": self.truncated_lsn, "checkpoints": self.checkpoints,
+                "pages_written": self.store.pages_written, "replicas": {k: vars(v) for k, v in self.replicas.items()}}

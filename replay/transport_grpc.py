@@ -1,0 +1,151 @@
+"""The gRPC transport: the WAL-meta stream and the feedback between processes (replication.proto).
+
+The primary serves `Replication` (Subscribe, StreamMeta, Feedback); an RO node's GrpcLink
+subscribes, feeds every streamed message to the node's receiver, and reconnects from its applied
+LSN when the stream breaks. Every replay process also serves `ReplayNode` (tuple reads and
+writes, page reads, status, promotion) for clients and tests.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from logtide.engine.rpc import ServiceDef, connect
+from logtide.errors import LogtideError, ReplicaError
+from logtide.replay import replication_pb2 as pb
+from logtide.replay.wal_sender import meta_frames
+
+log = logging.getLogger("logtide.replay.grpc")
+
+REPLICATION = ServiceDef.from_proto(pb, "Replication")
+REPLAY_NODE = ServiceDef.from_proto(pb, "ReplayNode")
+
+
+class ReplicationServicer:
+    def __init__(self, primary):
+        self.primary = primary
+
+    def Subscribe(self, req: pb.SubscribeRequest, ctx) -> pb.SubscribeReply:
+        start, ready = self.primary.subscribe(req.node_id, req.index_from)
+        return pb.SubscribeReply(start_lsn=start, ready_lsn=ready)
+
+    def StreamMeta(self, req: pb.StreamRequest, ctx):
+        stop = threading.Event()
+        if req.node_id not in self.primary.replicas:
+            raise ReplicaError(f"RO node {req.node_id} is not subscribed")
+        for frame in meta_frames(self.primary, max(1, req.from_lsn), stop):
+            if not ctx.is_active():
+                break
+            yield pb.Frame(data=frame)
+
+    def Feedback(self, req: pb.Frame, ctx) -> pb.FeedbackReply:
+        self.primary.feedback(req.data)
+        return pb.FeedbackReply(truncated_lsn=self.primary.truncated_lsn, consistent_lsn=self.primary.consistent_lsn)
+
+
+class GrpcLink:
+    """Connects an RO node to a primary at `address` over gRPC."""
+
+    def __init__(self, ro, address: str, retry_s: float = 0.2):
+        self.ro = ro
+        self.address = address
+        self._retry_s = retry_s
+        self._stop = threading.Event()
+        self._stream = None
+        self.client = connect(REPLICATION, address)
+        r = self.client.Subscribe(node_id=ro.node_id, index_from=ro.resume_from())
+        ro._link = self
+        ro.attach(r.start_lsn, r.ready_lsn, self._feedback)
+        self.reconnects = 0
+        self._thread = threading.Thread(target=self._run, name=f"receiver-ro{ro.node_id}", daemon=True)
+        self._thread.start()
+
+    def _feedback(self, message: bytes) -> None:
+        self.client.Feedback(data=message)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.ro.error is None:
+            try:
+                self._stream = self.client.StreamMeta(node_id=self.ro.node_id, from_lsn=self.ro.applied_lsn + 1)
+                for f in self._stream:
+                    if self._stop.is_set():
+                        return
+                    self.ro.receive(f.data)
+            except LogtideError as exc:
+                if self._stop.is_set():
+                    return
+                if isinstance(exc, ReplicaError):  # the primary forgot us (it restarted): subscribe again
+                    try:
+                        self.client.Subscribe(node_id=self.ro.node_id, index_from=self.ro.resume_from())
+                    except LogtideError:
+                        pass
+                log.info("RO node %s: WAL-meta stream broke (%s); reconnecting", self.ro.node_id, exc)
+            self.reconnects += 1
+            self._stop.wait(self._retry_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._stream is not None:
+            try:
+                self._stream.cancel()
+            except Exception:
+                pass
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self.client.close()
+
+
+def connect_grpc(ro, address: str) -> GrpcLink:
+    """Subscribe `ro` to the primary serving Replication at `address`."""
+    return GrpcLink(ro, address)
+
+
+class NodeServicer:
+    """ReplayNode over a Primary or a ReadOnlyNode (`holder.node`); promotion swaps the node."""
+
+    def __init__(self, holder):
+        self.holder = holder
+
+    def _primary(self):
+        from logtide.replay.primary import Primary
+        node = self.holder.node
+        if not isinstance(node, Primary):
+            raise ReplicaError("this node is read-only")
+        return node
+
+    def Insert(self, req: pb.TupleRequest, ctx) -> pb.TupleReply:
+        p = self._primary()
+        block, slot = p.insert(req.rel, req.data)
+        return pb.TupleReply(block=block, slot=slot, found=True, lsn=p.write_lsn)
+
+    def Update(self, req: pb.TupleRequest, ctx) -> pb.TupleReply:
+        p = self._primary()
+        block, slot = p.update(req.rel, (req.block, req.slot), req.data)
+        return pb.TupleReply(block=block, slot=slot, found=True, lsn=p.write_lsn)
+
+    def Delete(self, req: pb.TupleRequest, ctx) -> pb.TupleReply:
+        p = self._primary()
+        p.delete(req.rel, (req.block, req.slot))
+        return pb.TupleReply(block=req.block, slot=req.slot, found=False, lsn=p.write_lsn)
+
+    def Get(self, req: pb.TupleRequest, ctx) -> pb.TupleReply:
+        node = self.holder.node
+        data = node.get(req.rel, (req.block, req.slot))
+        lsn = getattr(node, "applied_lsn", None)
+        return pb.TupleReply(block=req.block, slot=req.slot, data=data or b"", found=data is not None,
+                             lsn=node.write_lsn if lsn is None else lsn)
+
+    def ReadPage(self, req: pb.PageRequest, ctx) -> pb.PageReply:
+        if len(req.tag) != 5:
+            from logtide.errors import InvalidRequest
+            raise InvalidRequest("a PageTag has 5 fields")
+        page, lsn = self.holder.node.read_page(tuple(req.tag))
+        return pb.PageReply(page=page, lsn=lsn)
+
+    def Status(self, req, ctx) -> pb.StatusReply:
+        return pb.StatusReply(json=json.dumps(self.holder.status(), default=str))
+
+    def Promote(self, req, ctx) -> pb.StatusReply:
+        self.holder.promote()
+        return pb.StatusReply(json=json.dumps(self.holder.status(), default=str))
