@@ -46,7 +46,7 @@ bench: install
 clean:
 	rm -rf build dist *.egg-info build.log $(VENV)
 
-# regenerate *_pb2.py / *_pb2_grpc.py beside every .proto (the generated modules are committed)
+# regenerate *_pb2.py beside every .proto (the generated modules are committed)
 .PHONY: proto
 # (run as a script: it needs only grpc_tools, not an installed logtide)
 proto: venv

@@ -1,4 +1,4 @@
-"""Regenerate the *_pb2.py / *_pb2_grpc.py modules beside every .proto file of the repository.
+"""Regenerate the *_pb2.py module beside every .proto file of the repository.
 
     python engine/rpc/protogen.py [ROOT]      (or `make proto`; also `python -m logtide.engine.rpc.protogen`)
 
@@ -37,12 +37,11 @@ def generate(proto: Path) -> list[Path]:
     import grpc_tools
     include = str(Path(grpc_tools.__file__).parent / "_proto")
     folder = proto.parent
-    args = ["protoc", f"-I{folder}", f"-I{include}", f"--python_out={folder}", f"--grpc_python_out={folder}",
-            str(proto)]
+    args = ["protoc", f"-I{folder}", f"-I{include}", f"--python_out={folder}", str(proto)]
     if protoc.main(args) != 0:
         raise RuntimeError(f"protoc failed on {proto}")
     stem = proto.stem
-    outs = [folder / f"{stem}_pb2.py", folder / f"{stem}_pb2_grpc.py"]
+    outs = [folder / f"{stem}_pb2.py"]  # services are read from its descriptor: no stub modules
     for out in outs:
         out.write_text(relative_imports(out.read_text()))
     return outs
