@@ -16,3 +16,42 @@ if not os.path.realpath(logtide.__file__).startswith(_SITE) and not os.environ.g
 def rng():
     import numpy as np
     return np.random.default_rng(20261121)
+
+
+@pytest.fixture
+def bench_run(tmp_path):
+    """Run bench modules at a small scale in a subprocess; returns (benchmarks by name, ratio rows).
+
+    The rows are the modules' RATIOS computed by bench.report from that run, so a smoke test of a
+    benchmark proves the whole path from timing to ratio, not just that the code runs.
+    """
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+
+    def run(*modules: str, timeout: int = 600, max_time: str | None = "0.05"):
+        raw = tmp_path / "raw.json"
+        cmd = [str(Path(sys.executable).with_name("pytest")), *(str(root / "bench" / f"{m}.py") for m in modules),
+               "-o", "python_files=bench_*.py", "-o", "testpaths=bench", "-p", "no:cacheprovider",
+               "--import-mode=importlib", "--benchmark-only", "--benchmark-min-rounds=1",
+               f"--benchmark-json={raw}", "-q"]
+        if max_time:
+            cmd.append(f"--benchmark-max-time={max_time}")
+        p = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, BENCH_SCALE="0.01"), capture_output=True,
+                           text=True, timeout=timeout)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        benchmarks = {b["name"]: b for b in json.loads(raw.read_text())["benchmarks"]}
+        sys.path.insert(0, str(root))
+        try:
+            import importlib
+            from bench import report
+            ratios = [r for m in modules for r in getattr(importlib.import_module(f"bench.{m}"), "RATIOS", [])]
+            rows = report.compute(benchmarks, ratios)
+        finally:
+            if str(root) in sys.path:  # bench/__init__ takes the source tree off sys.path itself
+                sys.path.remove(str(root))
+        return benchmarks, rows
+
+    return run
