@@ -344,7 +344,8 @@ class LogIndex:
         if carry is not None and carry[0] == lsn and tuple(tag) in carry[1]:
             return False  # this record already put the page into the previous memtable
         m = self._active()
-        self._note_inserted(lsn)
+        if self._mem_from is None:
+            self._note_inserted(lsn)
         st = m.insert(tag, lsn)
         while st == _mt.FULL or st == _mt.PREFIX_CHANGE:
             self._seal_carry(m, lsn)
