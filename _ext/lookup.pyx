@@ -8,11 +8,13 @@ are searched in place, and the LSNs are gathered into one uint64 array. No Pytho
 per table or per LSN; the only object per call is the result array.
 
     lk = TableLookup(load)        # load(j) -> Memtable: saved table j, read into the table cache
-    lk.set_tables(slices, has_bloom, tmin, tmax, ntables, tables, memtables, k, referenced)
+    lk.set_tables(slices, has_bloom, tmin, tmax, ntables, tables, memtables, k, referenced, split)
     lk.lsns(tag, min_lsn, max_lsn) -> np.ndarray[uint64], ascending
     lk.counters() -> (lookups, tables read, skipped by bloom, skipped by LSN range)
 
-The manager calls set_tables() again whenever the saved tables or the memtable ring change.
+The saved tables serve LSNs <= split and the memtables LSNs >= split (a tag's LSN at the split, found
+in both, is kept once). The manager calls set_tables() again whenever the saved tables, the memtable
+ring or the split change.
 """
 from operator import index as _index
 
@@ -178,6 +180,7 @@ cdef class TableLookup:
     cdef list tables, memtables
     cdef int k
     cdef int64_t n_lookups, n_read, n_bloom, n_range
+    cdef uint64_t split
 
     def __init__(self, load):
         self._load = load
@@ -186,13 +189,16 @@ cdef class TableLookup:
         self.ntables = 0
         self.W = 0
         self.k = 1
+        self.split = 0xFFFFFFFFFFFFFFFF
         self._nobloom = np.zeros(1, np.uint64)
         self.nb = <const uint64_t*>cnp.PyArray_DATA(self._nobloom)
 
     def set_tables(self, cnp.ndarray slices, cnp.ndarray has_bloom, cnp.ndarray tmin, cnp.ndarray tmax,
-                   Py_ssize_t ntables, list tables, list memtables, int k, cnp.ndarray referenced):
+                   Py_ssize_t ntables, list tables, list memtables, int k, cnp.ndarray referenced,
+                   uint64_t split=0xFFFFFFFFFFFFFFFF):
         """Serve saved tables 0..ntables-1 (tables[j]: the cached Memtable or None; referenced[j] is
-        set on every use, for the cache's clock) and then memtables (oldest first, all newer)."""
+        set on every use, for the cache's clock) up to LSN split, and then memtables (oldest first)
+        from LSN split on."""
         cdef Py_ssize_t j
         cdef const uint8_t* hb = <const uint8_t*>_data(has_bloom, cnp.NPY_UINT8, 1)
         cdef const uint64_t* mn = <const uint64_t*>_data(tmin, cnp.NPY_UINT64, 1)
@@ -230,6 +236,7 @@ cdef class TableLookup:
         self.tables = tables
         self.memtables = list(memtables)
         self.k = k
+        self.split = split
 
     def counters(self):
         """(lookups, tables read, tables skipped by bloom, tables skipped by LSN range)."""
@@ -263,6 +270,8 @@ cdef class TableLookup:
         cdef uint16_t sid, tail
         cdef uint8_t* p
         cdef list keep = None
+        cdef uint64_t thi = max_lsn if max_lsn < self.split else self.split    # the tables' upper end
+        cdef uint64_t mlo = min_lsn if min_lsn > self.split else self.split    # the memtables' lower end
         _tag_fields(tag, t)
         murmur3_x64_128(<const uint8_t*>t, 20, 0, h)
         slot = <uint32_t>(h[0] & (MT_HASH_SLOTS - 1))
@@ -270,7 +279,7 @@ cdef class TableLookup:
         # whose max LSN is below min_lsn; tables whose min LSN is above max_lsn are skipped.
         if self.monotone and not self.any_nobloom:
             jlo = _first_ge(self.mx, n, min_lsn)
-            jhi = _first_gt(self.mn, n, max_lsn)
+            jhi = _first_gt(self.mn, n, thi)
             if jhi < jlo:
                 jhi = jlo
         else:
@@ -278,7 +287,7 @@ cdef class TableLookup:
             while jlo > 0 and self.mx[jlo - 1] >= min_lsn:
                 jlo -= 1
             jhi = n
-            while jhi > jlo and self.mn[jhi - 1] > max_lsn:
+            while jhi > jlo and self.mn[jhi - 1] > thi:
                 jhi -= 1
         inrange = 0
         o.p = buf
@@ -303,7 +312,7 @@ cdef class TableLookup:
                     if not self.monotone or self.any_nobloom:
                         # the LSN range of each table, one by one (a table without a bloom has [0, MAX])
                         for j in range(64):
-                            if word & ((<uint64_t>1) << j) and self.mn[w * 64 + j] > max_lsn:
+                            if word & ((<uint64_t>1) << j) and self.mn[w * 64 + j] > thi:
                                 word &= ~((<uint64_t>1) << j)
                                 nrange_mid += 1
                     inrange += lt_popcount64_(word)
@@ -360,7 +369,11 @@ cdef class TableLookup:
             for c in range(nsrc):
                 d = (<Memtable>srcs[c]).d
                 heads[c] = 0
-                if d.n_order and max_lsn >= d.min_lsn and min_lsn <= d.max_lsn:
+                if c < nc and (thi < min_lsn or thi < d.min_lsn or min_lsn > d.max_lsn):
+                    continue
+                if c >= nc and (max_lsn < mlo or max_lsn < d.min_lsn or mlo > d.max_lsn):
+                    continue
+                if d.n_order:
                     heads[c] = 1
                     lt_prefetch(&d.hash[slot])
             for c in range(nsrc):
@@ -388,7 +401,10 @@ cdef class TableLookup:
                                 _prefetch_seg(d, tail)
             for c in range(nsrc):
                 if heads[c]:
-                    _gather(<Memtable>srcs[c], heads[c], min_lsn, max_lsn, &o)
+                    if c < nc:
+                        _gather(<Memtable>srcs[c], heads[c], min_lsn, thi, &o)
+                    else:
+                        _gather(<Memtable>srcs[c], heads[c], mlo, max_lsn, &o)
             out = cnp.PyArray_EMPTY(1, <cnp.npy_intp*>&o.n, cnp.NPY_UINT64, 0)
             if o.n:
                 memcpy(cnp.PyArray_DATA(out), o.p, o.n * 8)

@@ -655,9 +655,10 @@ cdef struct _Cands:
 @cython.wraparound(False)
 def lookup_tables(tags, const uint64_t[:, ::1] slices, const uint8_t[::1] has_bloom, int k,
                   const uint64_t[::1] tmin, const uint64_t[::1] tmax, Py_ssize_t ntables, list tables,
-                  list memtables, uint64_t lo, uint64_t hi):
-    """LSNs of each tag in [lo, hi] from saved tables 0..ntables-1 (blooms as bit slices) and then
-    the in-memory memtables (oldest first, all newer than the tables).
+                  list memtables, uint64_t lo, uint64_t hi, uint64_t split=0xFFFFFFFFFFFFFFFF):
+    """LSNs of each tag in [lo, hi] from saved tables 0..ntables-1 (blooms as bit slices) up to LSN
+    split, and then from the in-memory memtables (oldest first) from LSN split on; a tag's LSN at the
+    split, found in both, is kept once.
 
     Walks tables newest first: the walk stops at a table whose max LSN is below lo; a table whose
     min LSN is above hi, or whose bloom lacks the tag, is skipped. Returns either
@@ -672,6 +673,8 @@ def lookup_tables(tags, const uint64_t[:, ::1] slices, const uint8_t[::1] has_bl
     cdef int64_t nread = 0, nbloom = 0, nrange = 0, inrange = 0
     cdef int64_t[::1] oo
     cdef uint32_t slot
+    cdef uint64_t thi = hi if hi < split else split    # the tables' upper end
+    cdef uint64_t mlo = lo if lo > split else split    # the memtables' lower end
     if ntables < 0 or ntables > tmin.shape[0] or ntables > tmax.shape[0] or ntables > has_bloom.shape[0] \
             or ntables > len(tables) or (ntables + 63) // 64 > slices.shape[1]:
         raise ValueError("lookup_tables: ntables exceeds the table arrays")
@@ -686,7 +689,7 @@ def lookup_tables(tags, const uint64_t[:, ::1] slices, const uint8_t[::1] has_bl
     cdef uint64_t[::1] kp = keep
     cdef uint64_t[::1] nb = nobloom
     for j in range(jlo, ntables):
-        if tmin[j] > hi:
+        if tmin[j] > thi or thi < lo:
             nrange += n
         else:
             kp[j >> 6] |= (<uint64_t>1) << (j & 63)
@@ -753,9 +756,10 @@ def lookup_tables(tags, const uint64_t[:, ::1] slices, const uint8_t[::1] has_bl
             slot = tag_slot(&t[i, 0])
             c0 = co[i]
             for c in range(co[i + 1] - 1, c0 - 1, -1):
-                _gather_one(<Memtable>tables[cands.p[c]], &t[i, 0], slot, lo, hi, &b, oo[i])
-            for mi in range(nm):
-                _gather_one(<Memtable?>memtables[mi], &t[i, 0], slot, lo, hi, &b, oo[i])
+                _gather_one(<Memtable>tables[cands.p[c]], &t[i, 0], slot, lo, thi, &b, oo[i])
+            if mlo <= hi:
+                for mi in range(nm):
+                    _gather_one(<Memtable?>memtables[mi], &t[i, 0], slot, mlo, hi, &b, oo[i])
             oo[i + 1] = b.n
         out = np.empty(b.n, dtype=np.uint64)
         if b.n:

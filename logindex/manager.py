@@ -57,10 +57,15 @@ class LogIndex:
         self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
         self._next_table_id = 0
         self._last_lsn = 0
+        # the LSN from which the memtables hold every row this index inserted (None: none inserted).
+        # Lookups take LSNs up to the split (see _split) from the saved tables and from there on from
+        # the memtables; rows skipped as saved, and memtables released for reuse, raise it.
+        self._mem_from: int | None = None
         self._counts = [0, 0, 0, 0]   # lsns_many: lookups, tables read, skipped by bloom, skipped by LSN range
         self._gen = 0                 # bumped whenever the saved tables or their arrays change
         self._lookup = TableLookup(self._table)   # the per-call lsns() path
         self._lookup_ring = self._lookup_gen = -1
+        self._lookup_split = MAX_LSN
         self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
                            inserted=0, skipped_saved=0)
         self._closed = False
@@ -124,9 +129,42 @@ class LogIndex:
             self._last_lsn = max(self._last_lsn, meta.max_lsn)
         self.ring.drop_below(meta.min_table_id)
         if not self.primary:
-            # memtables the primary has saved are FLUSHED: reusable
-            self.ring.mark_flushed(meta.max_table_id)
+            # memtables whose rows the primary has all saved are FLUSHED: reusable
+            self.ring.mark_flushed_covered(self._covered)
         self._gen += 1
+
+    def _covered(self, m: _mt.Memtable) -> bool:
+        """RO: every row of memtable m is in the saved tables this index has loaded. The RO's memtables
+        do not line up with the primary's tables (the primary may save a memtable before it is full,
+        or an RO may start anywhere), so this is decided by LSN, never by table id."""
+        if not len(m):
+            return True
+        if not self.meta.has_tables or not self._n or m.max_lsn > self.meta.max_lsn:
+            return False
+        if m.max_lsn < self.meta.max_lsn:
+            return True
+        # the last saved record may be split: only its pages in the saved tables are covered
+        _, arr = m.order_arrays(m.max_lsn)
+        return set(map(tuple, arr.tolist())) <= self._boundary_tags()
+
+    def _split(self) -> int:
+        """Lookups serve LSNs <= split from the saved tables and LSNs >= split from the memtables
+        (a tag's LSN at the split, found in both, is kept once). The saved tables hold every row up to
+        the meta's max LSN; the memtables every row this index inserted from the split on."""
+        if self._mem_from is None:
+            return MAX_LSN
+        return max(self._mem_from, self.ring.released_lsn)
+
+    def _note_skipped(self, lsn: int) -> None:
+        """A row at lsn (<= the saved max LSN) was not put in a memtable: the tables serve it."""
+        if self._mem_from is not None and lsn > self._mem_from:
+            self._mem_from = lsn
+            self._gen += 1
+
+    def _note_inserted(self, lsn: int) -> None:
+        if self._mem_from is None:
+            self._mem_from = lsn
+            self._gen += 1
 
     def _stat_meta(self):
         try:
@@ -207,12 +245,17 @@ class LogIndex:
         if removed:
             fsync_dir(self.dir)
 
-    def refresh(self) -> bool:
-        """RO: re-read the meta file if the primary replaced it; True when it changed."""
+    def refresh(self, force: bool = False) -> bool:
+        """RO: re-read the meta file if the primary replaced it (force: even if its stat looks the
+        same, as a replaced file may reuse the inode within one timestamp tick); True when it changed."""
         st = self._stat_meta()
-        if st == self._meta_stat:
+        if st == self._meta_stat and not force:
             return False
-        self._load_meta(read_meta(self.dir))
+        meta = read_meta(self.dir)
+        if force and (meta or Meta()) == self.meta:
+            self._meta_stat = st
+            return False
+        self._load_meta(meta)
         return True
 
     def _table(self, j: int) -> _mt.Memtable:
@@ -265,13 +308,15 @@ class LogIndex:
     def _switch(self) -> _mt.Memtable:
         """Seal the active memtable and activate the next one."""
         self.ring.seal()
+        if not self.primary:
+            self.ring.mark_flushed_covered(self._covered)
         m = self.ring.take(self._next_table_id)
         if m is None:
             if self.primary:
                 # the ring is exhausted: flush the inactive memtables, oldest first, under one commit
                 self._flush_tables(self.ring.inactive())
             else:
-                self.refresh()  # the primary may have saved some: they become reusable
+                self.refresh(force=True)  # the primary may have saved some: they become reusable
             m = self.ring.take(self._next_table_id)
             if m is None:  # an RO node ahead of the primary's flushes keeps its memtables
                 self.ring.grow()
@@ -291,6 +336,7 @@ class LogIndex:
         if self.meta.has_tables and lsn <= self.meta.max_lsn:
             if lsn < self.meta.max_lsn or tuple(tag) in self._boundary_tags():
                 self._stats["skipped_saved"] += 1
+                self._note_skipped(lsn)
                 return False
         if lsn < self._last_lsn:
             raise LsnOrderError(f"LSN {lsn} is below the last indexed LSN {self._last_lsn}")
@@ -298,6 +344,8 @@ class LogIndex:
         if carry is not None and carry[0] == lsn and tuple(tag) in carry[1]:
             return False  # this record already put the page into the previous memtable
         m = self._active()
+        if self._mem_from is None:
+            self._note_inserted(lsn)
         st = m.insert(tag, lsn)
         while st == _mt.FULL or st == _mt.PREFIX_CHANGE:
             self._seal_carry(m, lsn)
@@ -327,6 +375,8 @@ class LogIndex:
                 for i in at:
                     keep[i] = tuple(tags[i].tolist()) not in bt
             skipped = int(len(lsns) - keep.sum())
+            if skipped:
+                self._note_skipped(int(lsns[~keep].max()))
             tags, lsns = tags[keep], lsns[keep]
             self._stats["skipped_saved"] += skipped
             if not len(lsns):
@@ -346,6 +396,7 @@ class LogIndex:
                 i += 1
                 continue
             m = self._active()
+            self._note_inserted(int(lsns[i]))
             before = len(m)
             j, st = m.insert_many(tags, lsns, i)
             self._stats["inserted"] += len(m) - before
@@ -447,13 +498,12 @@ class LogIndex:
 
     # -- lookup --
 
-    def _visible_tables(self, live=None) -> int:
-        """Saved tables served from disk: those older than every in-memory memtable."""
-        if live is None:
-            live = self.ring.live_tables()
-        if live:
-            return max(0, min(self._n, live[0].table_id - self.meta.min_table_id))
-        return self._n
+    def _served_tables(self, split: int) -> int:
+        """Saved tables 0..n-1 that may hold LSNs <= split (a table without a bloom may hold any)."""
+        n = self._n
+        while n and self._tmin[n - 1] > split:
+            n -= 1
+        return n
 
     def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
         """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
@@ -466,9 +516,9 @@ class LogIndex:
 
     def _sync_lookup(self) -> None:
         """Hand the per-call lookup the current saved tables and memtables."""
-        live = self.ring.live_tables()
-        self._lookup.set_tables(self._slices, self._has_bloom, self._tmin, self._tmax, self._visible_tables(live),
-                                self._loaded, live, self._k, self._ref)
+        split = self._split()
+        self._lookup.set_tables(self._slices, self._has_bloom, self._tmin, self._tmax, self._served_tables(split),
+                                self._loaded, self.ring.live_tables(), self._k, self._ref, split)
         self._lookup_ring, self._lookup_gen = self.ring.version, self._gen
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
@@ -477,12 +527,13 @@ class LogIndex:
         if not self.primary:
             self.refresh()
         tags = tag_array(tags)
-        n = self._visible_tables()
+        split = self._split()
+        n = self._served_tables(split)
         live = self.ring.live_tables()
         tables = self._loaded
         while True:
             res = _mt.lookup_tables(tags, self._slices, self._has_bloom, self._k, self._tmin, self._tmax, n,
-                                    tables, live, min_lsn, max_lsn)
+                                    tables, live, min_lsn, max_lsn, split)
             if res[0] == "ok":
                 break
             # load the candidate tables; a private copy of the list keeps all of them for this call
@@ -510,15 +561,25 @@ class LogIndex:
         self._check_open()
         if not self.primary:
             self.refresh()
-        for j in range(self._visible_tables()):
+        split = self._split()
+        at_split = set()   # pages the tables gave at the split LSN: the memtables do not repeat them
+        for j in range(self._served_tables(split)):
             if self._tmax[j] < from_lsn:
                 continue
             lsns, tags = self._table(j).order_arrays(from_lsn)
+            k = int(np.searchsorted(lsns, split, "right"))
+            lsns, tags = lsns[:k], tags[:k]
+            if len(lsns) and lsns[-1] == split:
+                at_split.update(map(tuple, tags[lsns == split].tolist()))
             if len(lsns):
                 yield lsns, tags
         for m in self.ring.live_tables():
-            if len(m) and m.max_lsn >= from_lsn:
-                lsns, tags = m.order_arrays(from_lsn)
+            if len(m) and m.max_lsn >= from_lsn and m.max_lsn >= split:
+                lsns, tags = m.order_arrays(max(from_lsn, split))
+                if at_split and len(lsns) and lsns[0] == split:
+                    keep = np.array([not (l == split and tuple(t) in at_split)
+                                     for l, t in zip(lsns.tolist(), tags.tolist())], bool)
+                    lsns, tags = lsns[keep], tags[keep]
                 if len(lsns):
                     yield lsns, tags
 

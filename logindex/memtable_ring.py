@@ -24,6 +24,7 @@ class MemtableRing:
         self.state = [State.FREE] * size
         self.live: list[int] = []      # non-FREE slots, oldest table id first
         self.version = 0               # bumped on every change of states or of the live list
+        self.released_lsn = 0          # the largest LSN of a memtable that left the live list
 
     def __len__(self) -> int:
         return len(self.tables)
@@ -42,7 +43,7 @@ class MemtableRing:
             slot = next((i for i in self.live if self.state[i] is State.FLUSHED), None)
             if slot is None:
                 return None
-            self.live.remove(slot)
+            self._release(slot)
         self.tables[slot].reset(table_id)
         self.state[slot] = State.ACTIVE
         self.live.append(slot)
@@ -65,6 +66,24 @@ class MemtableRing:
     def inactive(self) -> list[Memtable]:
         return [self.tables[i] for i in self.live if self.state[i] is State.INACTIVE]
 
+    def _release(self, slot: int) -> None:
+        """A FLUSHED memtable leaves the live list: its rows are now served by the saved tables only."""
+        m = self.tables[slot]
+        if len(m):
+            self.released_lsn = max(self.released_lsn, m.max_lsn)
+        self.live.remove(slot)
+
+    def mark_flushed_covered(self, covered) -> None:
+        """RO: the oldest INACTIVE memtables for which covered(memtable) holds become FLUSHED, in
+        order, stopping at the first that is not covered."""
+        self.version += 1
+        for i in self.live:
+            if self.state[i] is State.FLUSHED:
+                continue
+            if self.state[i] is not State.INACTIVE or not covered(self.tables[i]):
+                return
+            self.state[i] = State.FLUSHED
+
     def mark_flushed(self, upto_table_id: int) -> None:
         """INACTIVE memtables with table id <= upto_table_id become FLUSHED."""
         self.version += 1
@@ -77,7 +96,7 @@ class MemtableRing:
         self.version += 1
         for i in list(self.live):
             if self.state[i] is State.FLUSHED and self.tables[i].table_id < table_id:
-                self.live.remove(i)
+                self._release(i)
                 self.state[i] = State.FREE
 
     def live_tables(self) -> list[Memtable]:
