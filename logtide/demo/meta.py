@@ -25,7 +25,6 @@ NODES = {
     "ro-1": {"role": "ro", "addr": "127.0.0.1:7003"},
     "ro-2": {"role": "ro", "addr": "127.0.0.1:7004"},
     "cn-1": {"role": "cn", "addr": "127.0.0.1:7005"},
-    "spark-driver": {"role": "spark", "addr": "127.0.0.1:7006"},
 }
 TTL_MS = 2000
 
