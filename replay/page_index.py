@@ -1,11 +1,11 @@
 """PageIndex: replay's use of the LogIndex, serialized for the threads that share it.
 
-The primary keeps the LogIndex of the shared directory (primary mode: it flushes full memtables to
-table files under the meta file, and truncates whole table files). Each RO node keeps its own
-LogIndex in a private local directory: it indexes the WAL meta it receives from its start LSN,
-flushes and truncates it at its own min used LSN, and never touches the shared one. (Issue 3's RO
-mode, which follows the primary's meta file and reuses saved tables, skipped rows the primary had
-already saved while the node's matching memtable was still live: lookups then missed LSNs.)
+The primary keeps the LogIndex of the shared directory in primary mode (it flushes full memtables
+to table files and the meta file, and truncates whole table files). An RO node opens the same
+directory in RO mode: it indexes the WAL meta it receives into its own memtables, reads the
+primary's table files for older entries, never writes tables, and reuses a memtable once the
+primary's meta file shows every LSN of it saved (matched by LSN coverage, not by table id, so the
+node's memtables need not line up with the primary's tables).
 """
 from __future__ import annotations
 
@@ -67,6 +67,13 @@ class PageIndex:
         if not outl:
             return np.empty(0, dtype=np.uint64), np.empty((0, 5), dtype=np.uint32)
         return np.concatenate(outl), np.concatenate(outt)
+
+    def refresh(self) -> bool:
+        """RO: re-read the primary's meta file; True when it changed (saved memtables become reusable)."""
+        if self.li.primary:
+            return False
+        with self._lock:
+            return self.li.refresh()
 
     def truncate(self, lsn: int) -> int:
         """Primary: remove table files whose entries are all below `lsn`; returns files removed."""

@@ -379,8 +379,8 @@ class Primary:
         """Register an RO node; returns (start LSN, ready LSN).
 
         The node is streamed WAL meta from the start LSN: the consistent LSN + 1 (every change before
-        it is on storage), or `index_from` when that is lower and not 0 (a running node re-attaching
-        with its min used LSN). It may serve reads once it has applied the ready LSN (every page on
+        it is on storage), or `index_from` when that is lower and not 0 (a fresh node's LogIndex
+        `replay_needed_from()`, or a running node re-attaching with its min used LSN). It may serve reads once it has applied the ready LSN (every page on
         storage is at or below it). Until it reports, the flush limit stays at the consistent LSN.
         """
         with self._wal_lock, self._replica_lock:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -37,29 +35,13 @@ from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
-from logtide.replay.primary import DB, PAGES_DIR, SPC, _check_rel, _page_tag, _tid, rel_tag
+from logtide.replay.primary import DB, INDEX_DIR, PAGES_DIR, SPC, _check_rel, _page_tag, _tid, rel_tag
 from logtide.replay.wal_log import WalLog
 from logtide.replay.xlog_buffer import XlogBuffer
 
 log = logging.getLogger("logtide.replay.ro")
 
 LAZY, EAGER = "lazy", "eager"
-
-
-def _remove_stale_index_dirs() -> None:
-    """Remove the private LogIndex directories of RO nodes whose process is gone (killed with SIGKILL)."""
-    import glob
-    import re
-    for d in glob.glob(os.path.join(tempfile.gettempdir(), "logtide-ro*-pid*-logindex-*")):
-        m = re.search(r"-pid(\d+)-logindex-", os.path.basename(d))
-        if not m:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            shutil.rmtree(d, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, another user's
 
 
 def _unique_tags(tags: np.ndarray) -> np.ndarray:
@@ -90,12 +72,7 @@ class ReadOnlyNode:
         self.mode = mode
         self.wal = WalLog(log_service)
         self.store = PageStore(self.dir / PAGES_DIR)
-        # The node's own LogIndex, in a private local directory: it indexes from its start LSN and
-        # truncates itself at its min used LSN. (Following the primary's tables in RO mode lost rows:
-        # rows the primary had saved while this node's matching memtable was still live were skipped.)
-        _remove_stale_index_dirs()
-        self._index_dir = tempfile.mkdtemp(prefix=f"logtide-ro{node_id}-pid{os.getpid()}-logindex-")
-        self.index = PageIndex.open(self._index_dir, "primary", logindex_segments)
+        self.index = PageIndex.open(self.dir / INDEX_DIR, "ro", logindex_segments)
         # eager pages are newer than storage and cannot be written back: they must stay resident
         self.pool = BufferPool(pool_pages, evict_dirty=(lambda tag, page: False) if mode == EAGER else None)
         self.locks = MiniTransLocks()
@@ -151,10 +128,10 @@ class ReadOnlyNode:
                 t.start()
 
     def resume_from(self) -> int:
-        """What to subscribe with: the LSN the primary must keep the WAL from for this node. A fresh
-        node asks for nothing older than the primary's consistent LSN + 1 (0); a running one gives its
-        min used LSN."""
-        return self.min_used_lsn() if self._started else 0
+        """What to subscribe with: the LSN the primary must keep the WAL from for this node (0 = from
+        the start of the log). A fresh node needs the WAL its LogIndex must index again; a running one
+        its min used LSN."""
+        return self.min_used_lsn() if self._started else self.index.replay_needed_from()
 
     def receive(self, message: bytes) -> int:
         """The receiver: verify a WAL-meta batch message and queue it; returns its record count.
@@ -426,8 +403,8 @@ class ReadOnlyNode:
             return
         try:
             self._send_feedback(self.feedback_message())
-            self.index.flush()
-            self.index.truncate(self.min_used_lsn())
+            # learn which memtables the primary has saved since: they become reusable
+            self.index.refresh()
             self.xlog.drop_below(self.min_used_lsn())
         except Exception as exc:  # the primary may be down; the next round retries
             log.warning("RO node %s: feedback failed: %s", self.node_id, exc)
@@ -462,7 +439,6 @@ class ReadOnlyNode:
             self._link.close()
         self.store.close()
         self.index.close()
-        shutil.rmtree(self._index_dir, ignore_errors=True)
 
     def __enter__(self) -> "ReadOnlyNode":
         return self

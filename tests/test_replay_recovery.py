@@ -1,7 +1,6 @@
-"""Restarts with small LogIndex memtables (many saved tables): an RO node that restarts indexes again
-from the primary's consistent LSN; a primary that crashes recovers from its control file, page store
-and log (and re-indexes what its LogIndex had not saved). Every page is checked against a
-from-scratch WAL replay."""
+"""Restarts with small LogIndex memtables (many saved tables): an RO node that restarts uses the
+primary's saved tables (RO mode) and re-indexes from the last saved LSN; a primary that crashes recovers from
+its control file, page store and log. Every page is checked against a from-scratch WAL replay."""
 import random
 
 import pytest
@@ -58,6 +57,7 @@ def test_ro_and_primary_restarts_with_saved_logindex_tables(tmp_path):
         primary.checkpoint()
         assert primary.index.stats()["saved_tables"] > 10
         ro = ReadOnlyNode(tmp_path, log, node_id=1, pool_pages=8, feedback_interval=0.05, logindex_segments=SEG)
+        assert ro.index.replay_needed_from() > 0   # it starts from the primary's saved tables
         link = connect_inprocess(primary, ro)
         _ops(primary, rng, 100, tids)
         _check_all(ro, primary, log)
