@@ -795,6 +795,25 @@ def _sorted_unique_last(keys, values):
     return np.ascontiguousarray(k[keep]), values[order][keep]
 
 
+cdef inline int _store(BTTree* t, const int64_t* k, object value) except -1:
+    """tree_insert of a Python value: an object tree holds a reference to each value it stores."""
+    cdef int64_t v, old = 0
+    cdef int r
+    if t.objvals:
+        Py_INCREF(value)
+        v = <int64_t><Py_ssize_t><PyObject*>value
+    else:
+        v = value
+    r = tree_insert(t, k, v, &old)
+    if r < 0:
+        if t.objvals:
+            Py_DECREF(value)
+        raise MemoryError()
+    if r == 0 and t.objvals:
+        Py_DECREF(<object><PyObject*><Py_ssize_t>old)
+    return r
+
+
 cdef class BTree:
     """An ordered map from int64 keys (or tuples of up to 3 int64, compared in order) to values.
 
@@ -903,46 +922,19 @@ cdef class BTree:
     def insert(self, key, value) -> bool:
         """Set key to value; True when the key is new."""
         cdef int64_t k[BT_MAXW]
-        cdef int64_t v, old = 0
-        cdef int r
         self._check_write()
         self._key(key, k, True)
-        if self.t.objvals:
-            Py_INCREF(value)
-            v = <int64_t><Py_ssize_t><PyObject*>value
-        else:
-            v = value
-        r = tree_insert(&self.t, k, v, &old)
-        if r < 0:
-            if self.t.objvals:
-                Py_DECREF(value)
-            raise MemoryError()
-        if r == 0 and self.t.objvals:
-            Py_DECREF(<object><PyObject*><Py_ssize_t>old)
-        return r == 1
+        return _store(&self.t, k, value) == 1
 
     def __setitem__(self, key, value):
         cdef int64_t k[BT_MAXW]
-        cdef int64_t v, old = 0
-        cdef int r
         if self._ro or self.busy:
             self._check_write()
         if self.t.kw == 1 and not isinstance(key, tuple):
             k[0] = key
         else:
             self._key(key, k, True)
-        if self.t.objvals:
-            Py_INCREF(value)
-            v = <int64_t><Py_ssize_t><PyObject*>value
-        else:
-            v = value
-        r = tree_insert(&self.t, k, v, &old)
-        if r < 0:
-            if self.t.objvals:
-                Py_DECREF(value)
-            raise MemoryError()
-        if r == 0 and self.t.objvals:
-            Py_DECREF(<object><PyObject*><Py_ssize_t>old)
+        _store(&self.t, k, value)
 
     def get(self, key, default=None):
         """The value of key, or default."""
