@@ -55,6 +55,8 @@ class CallStream:
         self.inflight: dict[int, _Slot] = {}
         self.broken: BaseException | None = None
         self._next_id = 1
+        self.batches_sent = 0                 # CallBatch messages and calls sent (calls per batch: the batching)
+        self.calls_sent = 0
         self._call = channel.stream_stream(PIPELINE_PATH)(self._requests())
         self._reader = threading.Thread(target=self._read, name="rpc-pipeline-reply", daemon=True)
         self._reader.start()
@@ -99,14 +101,17 @@ class CallStream:
                 if self.broken is not None:
                     return
                 calls, self._pending = self._pending, []
+            self.calls_sent += len(calls)
             msg, size = pb.CallBatch(max_reply_bytes=self._max_reply), 0
             for call_id, path, data in calls:
                 n = len(data) + len(path) + _CALL_OVERHEAD
                 if size and size + n > MAX_BATCH_BYTES:
+                    self.batches_sent += 1
                     yield msg.SerializeToString()
                     msg, size = pb.CallBatch(max_reply_bytes=self._max_reply), 0
                 msg.calls.add(id=call_id, method=path, request=data)
                 size += n
+            self.batches_sent += 1
             yield msg.SerializeToString()
 
     def _read(self) -> None:
@@ -157,6 +162,11 @@ class PipelinedTransport(Transport):
         self._lock = threading.Lock()
         self._stream: CallStream | None = None
         self._closed = False
+
+    @property
+    def stream(self) -> CallStream | None:
+        """The current call stream (None before the first pipelined call)."""
+        return self._stream
 
     def _submit(self, path: str, data: bytes) -> tuple[CallStream, int, _Slot]:
         while True:
