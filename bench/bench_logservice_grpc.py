@@ -20,6 +20,8 @@ from bench.ratios import Ratio
 RATIOS = [
     Ratio("log service over gRPC (pipelined stream) vs in-process, 32 client threads, 256 B, fsync=always",
           "test_append_grpc[32]", "test_append_inproc[32]", 0.5, 13),
+    Ratio("the same on a grpc.aio server vs in-process (the sync/asyncio comparison; same target)",
+          "test_append_grpc_aio[32]", "test_append_inproc[32]", 0.5, 13),
 ]
 
 CLIENTS = (1, 4, 16, 32)
@@ -67,15 +69,18 @@ class Threads:
 class Served:
     """`logtide logservice serve` on a directory, in its own process."""
 
-    def __init__(self, path, **flags) -> None:
+    def __init__(self, path, fsync: str = "always", aio: bool = False) -> None:
         import shutil
         import subprocess
         import sys
         from pathlib import Path
-        exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-        cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
-            "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0"] + \
-            [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+        if aio:   # the pipeline on a grpc.aio server (the comparison in docs/rpc.md)
+            cmd = [sys.executable, str(Path(__file__).with_name("aio_pipeline_server.py")), str(path), fsync]
+        else:
+            exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
+            cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
+                "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
+                "--fsync", fsync]
         # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
@@ -115,13 +120,11 @@ def test_append_inproc(benchmark, items, tmp_path, clients):
         pool.close()
 
 
-@pytest.mark.benchmark(group="logservice-grpc-append")
-@pytest.mark.parametrize("clients", CLIENTS)
-def test_append_grpc(benchmark, items, tmp_path, clients):
+def _grpc_bench(benchmark, items, tmp_path, clients: int, aio: bool) -> None:
     from logtide import connect_logservice
     per = _per_thread(clients)
-    n = items(per * clients, clients=clients)
-    server = Served(tmp_path / "log", fsync="always")
+    n = items(per * clients, clients=clients, server="grpc.aio" if aio else "grpc (sync)")
+    server = Served(tmp_path / "log", fsync="always", aio=aio)
     client = connect_logservice(server.address)
     pool = Threads(clients)
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
@@ -144,9 +147,24 @@ def test_append_grpc(benchmark, items, tmp_path, clients):
         server.stop()
 
 
+@pytest.mark.benchmark(group="logservice-grpc-append")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_append_grpc(benchmark, items, tmp_path, clients):
+    """The pipeline on the synchronous gRPC server (what RpcServer runs)."""
+    _grpc_bench(benchmark, items, tmp_path, clients, aio=False)
+
+
+@pytest.mark.benchmark(group="logservice-grpc-append")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_append_grpc_aio(benchmark, items, tmp_path, clients):
+    """The same pipeline on an asyncio server (bench/aio_pipeline_server.py): the comparison."""
+    _grpc_bench(benchmark, items, tmp_path, clients, aio=True)
+
+
 def plot(benchmarks: dict, outdir) -> list:
     """Appends per second against client threads: over gRPC and in-process."""
     from bench.throughput_plot import throughput_plot
     return throughput_plot(benchmarks, outdir, "logservice_grpc_throughput.png",
-                           {"gRPC (pipelined)": "test_append_grpc", "in-process": "test_append_inproc"},
+                           {"gRPC, sync server": "test_append_grpc", "gRPC, grpc.aio server": "test_append_grpc_aio",
+                            "in-process": "test_append_inproc"},
                            "log service: durable 256 B appends (fsync=always)", "appends/s")
