@@ -1,8 +1,8 @@
 """The server side of the call pipeline: runs batches of unary calls that arrive on one stream.
 
 Every RpcServer serves `/logtide.rpc.Pipeline/Calls` for the unary methods of its services. Each
-CallBatch read from a stream runs as one job on a small pool, so a batch waiting for durability
-does not hold up the next one; a servicer method `batch_<Method>(requests, context)` (optional)
+stream has a reader thread that runs every CallBatch as it arrives (the asyncio variant hands
+batches to a small pool); a servicer method `batch_<Method>(requests, context)` (optional)
 takes every call of that method in a batch at once (one group append, one fsync). Replies are
 written as they finish, coalesced into ReplyBatch messages.
 """
@@ -25,6 +25,9 @@ from logtide.errors import InvalidRequest, LogtideError
 log = logging.getLogger("logtide.rpc")
 
 PIPELINE_PATH = "/logtide.rpc.Pipeline/Calls"
+# a synchronous gRPC server holds one worker thread per open stream (one per connected client):
+# RpcServer adds this many workers for them (threads start only when used)
+MAX_PIPELINE_STREAMS = 128
 # replies are coalesced up to this many bytes per ReplyBatch (a larger single reply travels alone)
 MAX_REPLY_BATCH_BYTES = 256 << 10
 # per-reply framing allowance (id, code, field tags) when checking sizes
@@ -51,7 +54,7 @@ def error_reply(call_id: int, exc: BaseException, path: str) -> pb.PipelinedRepl
 
 
 class PipelineDispatcher:
-    """The pipelinable (unary) methods of one server and the pool their batches run on."""
+    """The pipelinable (unary) methods of one server (and the pool the asyncio handler runs batches on)."""
 
     def __init__(self, max_message_size: int, workers: int = 8) -> None:
         self.max_message_size = max_message_size
@@ -129,23 +132,10 @@ class PipelineDispatcher:
     def _serve(self, raws, context):
         ctx = CallContext(context.peer(), dict(context.invocation_metadata() or ()), context)
         out: queue.SimpleQueue = queue.SimpleQueue()
-        state = {"open": 1}                   # the reader plus each running batch; 0: the stream is done
-        lock = threading.Lock()
-
-        def done() -> None:
-            with lock:
-                state["open"] -= 1
-                last = state["open"] == 0
-            if last:
-                out.put(_END)
-
-        def job(batch: pb.CallBatch) -> None:
-            try:
-                out.put(self.run(batch, ctx))
-            finally:
-                done()
 
         def reader() -> None:
+            # runs each batch as it arrives: the next one queues at the client meanwhile (and its
+            # appends then share the next fsync), with no hand-off to another thread
             try:
                 for raw in raws:
                     try:
@@ -153,17 +143,11 @@ class PipelineDispatcher:
                     except (DecodeError, ValueError) as exc:
                         out.put(InvalidRequest(f"{PIPELINE_PATH}: malformed CallBatch: {exc}"))
                         return
-                    with lock:
-                        state["open"] += 1
-                    try:
-                        self.pool.submit(job, batch)
-                    except RuntimeError:      # the server is stopping
-                        done()
-                        return
+                    out.put(self.run(batch, ctx))
             except Exception:  # noqa: BLE001 - the client went away or the server stops: end the stream
                 pass
             finally:
-                done()
+                out.put(_END)
 
         threading.Thread(target=reader, name="rpc-pipeline-reader", daemon=True).start()
         while True:

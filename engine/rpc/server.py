@@ -10,7 +10,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
-from logtide.engine.rpc.pipeline_server import PIPELINE_PATH, PipelineDispatcher
+from logtide.engine.rpc.pipeline_server import MAX_PIPELINE_STREAMS, PIPELINE_PATH, PipelineDispatcher
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.errors import InvalidRequest, LogtideError, RpcError
@@ -29,7 +29,9 @@ class RpcServer:
         # every unary method is also served on the call pipeline (docs/rpc.md, "Pipelined calls")
         self.pipeline = PipelineDispatcher(max_message_size)
         self._methods[PIPELINE_PATH] = self.pipeline.handler()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        # each open pipeline stream holds a worker for its lifetime: room for that many beside the calls
+        workers = max_workers + MAX_PIPELINE_STREAMS
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
                                    handlers=[_Router(self._methods)], options=[
                                        ("grpc.max_send_message_length", max_message_size),
                                        ("grpc.max_receive_message_length", max_message_size),
