@@ -22,7 +22,7 @@ from logtide.engine.rpc import pipeline_pb2 as ppb
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
-from logtide.errors import (InvalidRange, InvalidRequest, MessageTooLarge, RemoteError, RpcDeadlineExceeded, RpcError,
+from logtide.errors import (InvalidRange, MessageTooLarge, RemoteError, RpcDeadlineExceeded, RpcError,
                             RpcStreamBroken)
 
 pytestmark = pytest.mark.timeout(120)
