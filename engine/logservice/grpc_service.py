@@ -41,7 +41,8 @@ class LogServiceServicer:
 
     def batch_Append(self, reqs: list, ctx) -> list:
         """The pipeline's batch of Append calls: one-payload appends of the same record type
-        become one group (consecutive LSNs, one fsync); each call still gets its own LSN or error. Raw, multi-payload and oversize appends run one by one, as unary calls would."""
+        become one group (consecutive LSNs, one fsync); each call still gets its own LSN or error.
+        Raw, multi-payload and oversize appends run one by one, as unary calls would."""
         out: list = [None] * len(reqs)
         groups: dict[int, list[int]] = {}
         limit = self.svc.config().max_record_size - _PREFIX_SIZE
