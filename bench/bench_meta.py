@@ -1,7 +1,9 @@
-"""Meta-service: embedded upsert/get, and gRPC upsert/get/txn with 16 concurrent clients against etcd.
+"""Meta-service: embedded upsert/get, and gRPC upsert/get/txn from 1, 4, 16 and 32 client threads against etcd.
 
-Both servers run as separate processes on loopback, each clients' thread has its own channel, keys
-are 16 bytes and values 64 bytes. etcd is Debian's `etcd-server` as a single member (fsync on, the
+Both servers run as separate processes on loopback; keys are 16 bytes and values 64 bytes. The
+meta-service's client threads share one client, whose calls are pipelined on its one stream
+(docs/rpc.md); each etcd client thread has its own channel, as before. The meta rounds also record
+the CPU time per call of the client process and of the server process. etcd is Debian's `etcd-server` as a single member (fsync on, the
 default); it is driven through etcd v3 KV stubs generated from bench/etcd_kv.proto (etcd's own
 field numbers; `make proto`), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
 etcd gets are serializable Ranges, its fastest read. If `etcd` is not installed the etcd benchmarks
@@ -25,16 +27,17 @@ from bench.conftest import scaled
 from bench.ratios import Ratio
 
 RATIOS = [
-    Ratio("meta-service gRPC upsert vs etcd put (16 clients, 64-byte values)", "test_meta_grpc_upsert",
-          "test_etcd_put", 0.5, 7),
-    Ratio("meta-service gRPC get vs etcd serializable range (16 clients)", "test_meta_grpc_get",
-          "test_etcd_get", 1.0, 7),
-    Ratio("meta-service gRPC txn vs etcd txn (16 clients; issue names no target, put's 0.5 used)",
-          "test_meta_grpc_txn", "test_etcd_txn", 0.5, 7),
+    Ratio("meta-service gRPC upsert vs etcd put (16 client threads, 64-byte values)", "test_meta_grpc_upsert[16]",
+          "test_etcd_put[16]", 1.0, 13),
+    Ratio("meta-service gRPC get vs etcd serializable range (16 client threads)", "test_meta_grpc_get[16]",
+          "test_etcd_get[16]", 1.5, 13),
+    Ratio("meta-service gRPC txn vs etcd txn (16 client threads; no target of its own, put's 1.0 used)",
+          "test_meta_grpc_txn[16]", "test_etcd_txn[16]", 1.0, 13),
 ]
 
 HERE = Path(__file__).resolve().parent
-CLIENTS = 16
+CLIENTS = 16                       # the embedded 16-thread benchmark
+CLIENT_COUNTS = (1, 4, 16, 32)     # the gRPC and etcd benchmarks, for the throughput plot
 N_KEYS = 1000
 VALUE = b"v" * 64
 
@@ -58,13 +61,13 @@ def _durable() -> bool:
         return False
 
 
-def _ops_per_client() -> int:
-    return scaled(300, minimum=10)
+def _ops_per_client(clients: int = CLIENTS) -> int:
+    return max(10, scaled(4800, minimum=160) // clients)
 
 
-def _run_clients(make_client, work, ops: int) -> None:
-    """16 threads, each with its own client, each running `work(client, thread_index, ops)`."""
-    clients = [make_client() for _ in range(CLIENTS)]
+def _run_clients(make_client, work, ops: int, n: int = CLIENTS) -> None:
+    """n threads, each with the client make_client() gives it, each running `work(client, thread_index, ops)`."""
+    clients = [make_client() for _ in range(n)]
     errors = []
 
     def body(i):
@@ -72,7 +75,7 @@ def _run_clients(make_client, work, ops: int) -> None:
             work(clients[i], i, ops)
         except Exception as exc:  # re-raised in the benchmark thread
             errors.append(exc)
-    ts = [threading.Thread(target=body, args=(i,)) for i in range(CLIENTS)]
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(n)]
     for t in ts:
         t.start()
     for t in ts:
@@ -170,39 +173,73 @@ def meta_server():
     with connect_meta(addr) as c:
         for i in range(N_KEYS):
             c.upsert(_key(i), VALUE)
-    yield addr, where[0]
+    yield addr, where[0], p.pid
     p.terminate()
     p.wait(10)
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _meta_bench(benchmark, items, meta_server, work):
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Shared:
+    """The one client every thread uses (closed after the round, not by each thread)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def __call__(self):
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+def _meta_bench(benchmark, items, meta_server, work, clients: int):
     from logtide import connect_meta
-    addr, mode = meta_server
-    ops = _ops_per_client()
-    items(CLIENTS * ops, clients=CLIENTS, server=mode)
-    benchmark.pedantic(_run_clients, args=(lambda: connect_meta(addr), work, ops), rounds=3, iterations=1,
-                       warmup_rounds=1)
+    addr, mode, pid = meta_server
+    ops = _ops_per_client(clients)
+    n = items(clients * ops, clients=clients, server=mode)
+    cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
+
+    def run():
+        with connect_meta(addr) as c:
+            c0, s0 = time.process_time(), _cpu_s(pid)
+            _run_clients(_Shared(c), lambda sh, t, k: work(sh.client, t, k), ops, clients)
+            cpu["client"] += time.process_time() - c0
+            cpu["server"] += _cpu_s(pid) - s0
+            cpu["rounds"] += 1
+    benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=1)
+    calls = n * cpu["rounds"]
+    benchmark.extra_info["figures"] = {"client_cpu_us_per_call": 1e6 * cpu["client"] / calls,
+                                       "server_cpu_us_per_call": 1e6 * cpu["server"] / calls}
 
 
 @pytest.mark.benchmark(group="meta-grpc-put")
-def test_meta_grpc_upsert(benchmark, items, meta_server):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_meta_grpc_upsert(benchmark, items, meta_server, clients):
     def work(c, t, ops):
         for j in range(ops):
             c.upsert(_key((t * ops + j) % N_KEYS), VALUE)
-    _meta_bench(benchmark, items, meta_server, work)
+    _meta_bench(benchmark, items, meta_server, work, clients)
 
 
 @pytest.mark.benchmark(group="meta-grpc-get")
-def test_meta_grpc_get(benchmark, items, meta_server):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_meta_grpc_get(benchmark, items, meta_server, clients):
     def work(c, t, ops):
         for j in range(ops):
             assert c.get(_key((t * ops + j) % N_KEYS)) is not None
-    _meta_bench(benchmark, items, meta_server, work)
+    _meta_bench(benchmark, items, meta_server, work, clients)
 
 
 @pytest.mark.benchmark(group="meta-grpc-txn")
-def test_meta_grpc_txn(benchmark, items, meta_server):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_meta_grpc_txn(benchmark, items, meta_server, clients):
     from logtide.engine.meta import cond, op
 
     def work(c, t, ops):
@@ -210,7 +247,7 @@ def test_meta_grpc_txn(benchmark, items, meta_server):
             k = _key((t * ops + j) % N_KEYS)
             r = c.txn(conditions=[cond.seq(k, ">", 0)], if_then=[op.put(k, VALUE)], else_then=[op.get(k)])
             assert r.success
-    _meta_bench(benchmark, items, meta_server, work)
+    _meta_bench(benchmark, items, meta_server, work, clients)
 
 
 # ---------------------------------------------------------------- etcd
@@ -278,33 +315,36 @@ class _EtcdClient:
         self.channel.close()
 
 
-def _etcd_bench(benchmark, items, etcd, work):
+def _etcd_bench(benchmark, items, etcd, work, clients: int):
     addr, pb = etcd
-    ops = _ops_per_client()
-    items(CLIENTS * ops, clients=CLIENTS)
-    benchmark.pedantic(_run_clients, args=(lambda: _EtcdClient(addr, pb), lambda c, t, n: work(pb, c, t, n), ops),
-                       rounds=3, iterations=1, warmup_rounds=1)
+    ops = _ops_per_client(clients)
+    items(clients * ops, clients=clients)
+    benchmark.pedantic(_run_clients, args=(lambda: _EtcdClient(addr, pb), lambda c, t, n: work(pb, c, t, n), ops,
+                                           clients), rounds=3, iterations=1, warmup_rounds=1)
 
 
 @pytest.mark.benchmark(group="meta-grpc-put")
-def test_etcd_put(benchmark, items, etcd):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_etcd_put(benchmark, items, etcd, clients):
     def work(pb, c, t, ops):
         for j in range(ops):
             c.kv.Put(pb.PutRequest(key=_key((t * ops + j) % N_KEYS).encode(), value=VALUE), timeout=30)
-    _etcd_bench(benchmark, items, etcd, work)
+    _etcd_bench(benchmark, items, etcd, work, clients)
 
 
 @pytest.mark.benchmark(group="meta-grpc-get")
-def test_etcd_get(benchmark, items, etcd):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_etcd_get(benchmark, items, etcd, clients):
     def work(pb, c, t, ops):
         for j in range(ops):
             r = c.kv.Range(pb.RangeRequest(key=_key((t * ops + j) % N_KEYS).encode(), serializable=True), timeout=30)
             assert r.kvs
-    _etcd_bench(benchmark, items, etcd, work)
+    _etcd_bench(benchmark, items, etcd, work, clients)
 
 
 @pytest.mark.benchmark(group="meta-grpc-txn")
-def test_etcd_txn(benchmark, items, etcd):
+@pytest.mark.parametrize("clients", CLIENT_COUNTS)
+def test_etcd_txn(benchmark, items, etcd, clients):
     def work(pb, c, t, ops):
         for j in range(ops):
             k = _key((t * ops + j) % N_KEYS).encode()
@@ -313,4 +353,17 @@ def test_etcd_txn(benchmark, items, etcd):
                 success=[pb.RequestOp(request_put=pb.PutRequest(key=k, value=VALUE))],
                 failure=[pb.RequestOp(request_range=pb.RangeRequest(key=k))])
             assert c.kv.Txn(req, timeout=30).succeeded
-    _etcd_bench(benchmark, items, etcd, work)
+    _etcd_bench(benchmark, items, etcd, work, clients)
+
+
+def plot(benchmarks: dict, outdir) -> list:
+    """Calls per second against client threads: the meta-service over gRPC and etcd."""
+    from bench.throughput_plot import throughput_plot
+    out = []
+    for what, meta, etcd in (("put", "test_meta_grpc_upsert", "test_etcd_put"),
+                             ("get", "test_meta_grpc_get", "test_etcd_get"),
+                             ("txn", "test_meta_grpc_txn", "test_etcd_txn")):
+        out += throughput_plot(benchmarks, outdir, f"meta_grpc_{what}_throughput.png",
+                               {"meta-service (pipelined gRPC)": meta, "etcd": etcd},
+                               f"meta-service vs etcd: {what}", "calls/s")
+    return out

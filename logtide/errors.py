@@ -83,6 +83,14 @@ class MessageTooLarge(RpcError, RecordTooLarge):
 class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
 
+
+class RpcDeadlineExceeded(RpcError):
+    """A call got no reply within its deadline (the server is stopped, overloaded or unreachable)."""
+
+
+class RpcStreamBroken(RpcError):
+    """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
+
 class CorruptRecordError(CorruptionError):
     """A WAL record (PostgreSQL XLogRecord layout) failed its length, header or CRC-32C checks."""
 

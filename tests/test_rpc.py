@@ -49,7 +49,7 @@ class Faulty(DiagnosticsServicer):
             yield pb.CountReply(i=i)
 
 
-@pytest.fixture(params=["inproc", "grpc"])
+@pytest.fixture(params=["inproc", "grpc", "grpc-pipelined"])
 def client(request):
     servicer = Faulty()
     if request.param == "inproc":
@@ -60,7 +60,8 @@ def client(request):
     server.add_service(DIAGNOSTICS, servicer)
     port = server.start()
     assert port > 0
-    with connect(DIAGNOSTICS, f"127.0.0.1:{port}", max_message_size=4 << 20) as c:
+    with connect(DIAGNOSTICS, f"127.0.0.1:{port}", max_message_size=4 << 20,
+                 pipelined=request.param == "grpc-pipelined") as c:
         yield c
     server.stop()
 

@@ -13,6 +13,7 @@ from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import _BYTES_LIKE, _lsn_arg
 from logtide.engine.rpc import RpcClient
+from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
 from logtide.errors import CorruptLogError, InvalidArgument, LogServiceClosed
 
@@ -28,8 +29,9 @@ class GrpcLogServiceClient(LogServiceClient):
         if transport is None:
             if not isinstance(address, str) or ":" not in address:
                 raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")
-            transport = GrpcTransport(address, max_message_size=max_message_size, timeout=timeout,
-                                      connect_timeout=connect_timeout)
+            # unary calls of every thread share one pipelined stream (docs/rpc.md, "Pipelined calls")
+            transport = PipelinedTransport(GrpcTransport(address, max_message_size=max_message_size,
+                                                         timeout=timeout, connect_timeout=connect_timeout))
         self._rpc = RpcClient(LOGSERVICE, transport)
         self._chunk = chunk_size
         self._closed = False

@@ -8,7 +8,7 @@ import numpy as np
 
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.log_format import HEADER_SIZE
-from logtide.engine.logservice.record import LogRecord
+from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import LogService
 from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
@@ -18,6 +18,8 @@ log = logging.getLogger("logtide.logservice")
 
 LOGSERVICE = ServiceDef.from_proto(pb, "LogService")
 DEFAULT_CHUNK_SIZE = 1 << 20
+# a user record's data prefix: payloads within max_record_size minus this never fail a group append
+_PREFIX_SIZE = len(data_prefix(0))
 _EMPTY = pb.Empty()
 
 
@@ -36,6 +38,36 @@ class LogServiceServicer:
         if len(req.payloads) == 1:
             return pb.AppendResponse(first_lsn=self.svc.append(req.payloads[0], req.replica_id, req.type))
         return pb.AppendResponse(first_lsn=self.svc.append_many(list(req.payloads), req.replica_id, req.type))
+
+    def batch_Append(self, reqs: list, ctx) -> list:
+        """The pipeline's batch of Append calls: one-payload appends of the same record type
+        become one group (consecutive LSNs, one fsync); each call still gets its own LSN or error.
+        Raw, multi-payload and oversize appends run one by one, as unary calls would."""
+        out: list = [None] * len(reqs)
+        groups: dict[int, list[int]] = {}
+        limit = self.svc.config().max_record_size - _PREFIX_SIZE
+        for i, r in enumerate(reqs):
+            if not r.raw and len(r.payloads) == 1 and len(r.payloads[0]) <= limit:
+                groups.setdefault(r.type, []).append(i)
+            else:
+                out[i] = self._one(r)
+        for rtype, idx in groups.items():
+            try:
+                first = self.svc.append_each([reqs[i].payloads[0] for i in idx],
+                                             [reqs[i].replica_id for i in idx], rtype)
+            except Exception as exc:  # noqa: BLE001 - nothing of the group was acknowledged
+                for i in idx:
+                    out[i] = exc
+                continue
+            for k, i in enumerate(idx):
+                out[i] = pb.AppendResponse(first_lsn=first + k)
+        return out
+
+    def _one(self, req: pb.AppendRequest):
+        try:
+            return self.Append(req, None)
+        except Exception as exc:  # noqa: BLE001 - this call's reply
+            return exc
 
     def Read(self, req: pb.ReadRequest, ctx):
         batch = self.svc.read_batch(req.first_lsn, req.max_size)

@@ -179,6 +179,28 @@ class LogService(LogServiceClient):
                                      f"{self._config.max_record_size} (with the 12-byte header)")
         return self._writer.append(rtype, prefix, payloads)
 
+    def append_each(self, payloads: list, replica_ids: list, type: int = USER_RECORD) -> int:
+        """Append payloads[k] as a record of replica replica_ids[k], all as one group (consecutive
+        LSNs, durable together); returns the first LSN. What a server does with the appends of many
+        clients that arrive together."""
+        self._check_open()
+        if len(payloads) != len(replica_ids) or not payloads:
+            raise InvalidArgument("append_each needs as many replica ids as payloads, and at least one")
+        rtype = self._type_arg(type)
+        limit = self._config.max_record_size
+        datas = []
+        for i, (p, rid) in enumerate(zip(payloads, replica_ids)):
+            if not isinstance(p, _BYTES_LIKE):
+                raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
+            prefix = _PREFIXES.get(rid) if rid.__class__ is int else None
+            if prefix is None:
+                prefix = data_prefix(rid)  # validates
+            if len(prefix) + memoryview(p).nbytes > limit:
+                raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
+                                     f"{limit} (with the 12-byte header)")
+            datas.append(prefix + bytes(p))
+        return self._writer.append(rtype, b"", datas)
+
     def _append_rows(self, rows: np.ndarray, replica_id: int, type: int) -> int:
         """append_many of a 2-D uint8 array: one record per row, framed without a Python object per row."""
         if rows.ndim != 2 or rows.dtype != np.uint8:

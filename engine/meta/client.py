@@ -14,7 +14,9 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import MessageTooLarge, MetaClosedError, MetaInvalidArgument, MetaUnavailableError, RpcError
+from logtide.errors import (
+    MessageTooLarge, MetaClosedError, MetaInvalidArgument, MetaUnavailableError, RpcDeadlineExceeded, RpcError,
+    RpcStreamBroken)
 
 
 def _call(fn, *args, **kw):
@@ -24,9 +26,13 @@ def _call(fn, *args, **kw):
     except MessageTooLarge:
         raise
     except RpcError as exc:
-        if type(exc) is RpcError:
+        if type(exc) in _UNAVAILABLE:
             raise MetaUnavailableError(str(exc)) from None
         raise
+
+
+# transport failures (not typed errors from the server): unreachable, deadline passed, stream broken
+_UNAVAILABLE = (RpcError, RpcDeadlineExceeded, RpcStreamBroken)
 
 
 class RemoteWatcher:
@@ -75,7 +81,7 @@ class RemoteWatcher:
         self._q.put(item)           # keep the end visible to later calls
         if item is self._END or self._closed:
             raise MetaClosedError("the watch stream ended")
-        if isinstance(item, RpcError) and type(item) is RpcError:
+        if isinstance(item, RpcError) and type(item) in _UNAVAILABLE:
             raise MetaUnavailableError(str(item))
         raise item
 
@@ -180,4 +186,4 @@ def connect_meta(target, timeout: float = 30.0) -> MetaClient:
     if not isinstance(target, str):
         raise MetaInvalidArgument(f"connect_meta takes 'host:port' or a MetaService, got {type(target).__name__}")
     return MetaClient(_call(connect, META, target, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                            connect_timeout=min(timeout, 10.0)))
+                            connect_timeout=min(timeout, 10.0), pipelined=True))

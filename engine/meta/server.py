@@ -38,6 +38,32 @@ class MetaServicer:
     def Txn(self, request: pb.TxnRequest, context) -> pb.TxnReply:
         return txn_reply_to_pb(self.leader, self.service.apply_command(txn_from_pb(request)))
 
+    def batch_Upsert(self, requests: list, context) -> list:
+        """The pipeline's batch of Upserts, proposed together: one group, one fsync."""
+        leader = self.leader
+        return [r if isinstance(r, Exception) else upsert_reply_to_pb(leader, *r)
+                for r in self._apply_many(requests, upsert_from_pb)]
+
+    def batch_Txn(self, requests: list, context) -> list:
+        """The pipeline's batch of Txns, proposed together: one group, one fsync."""
+        leader = self.leader
+        return [r if isinstance(r, Exception) else txn_reply_to_pb(leader, r)
+                for r in self._apply_many(requests, txn_from_pb)]
+
+    def _apply_many(self, requests: list, decode) -> list:
+        out: list = [None] * len(requests)
+        cmds, where = [], []
+        for i, req in enumerate(requests):
+            try:
+                cmds.append(decode(req))
+                where.append(i)
+            except Exception as exc:  # noqa: BLE001 - that call's reply
+                out[i] = exc
+        if cmds:
+            for i, r in zip(where, self.service.apply_commands(cmds)):
+                out[i] = r
+        return out
+
     def Get(self, request: pb.GetRequest, context) -> pb.GetReply:
         out = pb.GetReply(leader=self.leader)
         seqv_to_pb(self.service.get(request.key), out.value)

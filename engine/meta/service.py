@@ -246,6 +246,37 @@ class MetaService:
             raise MetaInvalidArgument(f"not a command: {cmd!r}")
         return self._propose(cmd)
 
+    def apply_commands(self, cmds: Sequence) -> list:
+        """apply_command of many commands queued at once, so they share one group (one fsync); each
+        item of the result is that command's reply or the error it failed with."""
+        for c in cmds:
+            if not isinstance(c, (UpsertCmd, TxnCmd)):
+                raise MetaInvalidArgument(f"not a command: {c!r}")
+        if self._log is None:
+            out = []
+            for c in cmds:
+                try:
+                    out.append(self._propose(c))
+                except Exception as exc:  # noqa: BLE001 - that command's result
+                    out.append(exc)
+            return out
+        slots = [_Slot(c) for c in cmds]
+        with self._queue_cv:
+            if self._stopping:
+                raise MetaClosedError("the meta-service is closed")
+            self._queue.extend(slots)
+            self._queue_cv.notify()
+        deadline = time.monotonic() + APPLY_WAIT_S
+        out = []
+        for s in slots:
+            if not s.done.wait(max(0.0, deadline - time.monotonic())):
+                out.append(MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s"))
+            else:
+                out.append(s.error if s.error is not None else s.reply)
+        if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
+            self.snapshot(wait=False)
+        return out
+
     # ------------------------------------------------------------------ reads (hide keys expired at local time)
     def _read(self, fn, *args):
         with self._lock:

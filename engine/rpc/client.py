@@ -40,8 +40,13 @@ class RpcClient:
         self.close()
 
 
-def connect(service: ServiceDef, target: Any, **options: Any) -> RpcClient:
-    """A client of `service`: over gRPC when target is "host:port", in-process when it is a servicer."""
+def connect(service: ServiceDef, target: Any, *, pipelined: bool = False, **options: Any) -> RpcClient:
+    """A client of `service`: over gRPC when target is "host:port", in-process when it is a servicer.
+    pipelined=True carries the unary calls of many threads on one stream (engine/rpc/pipeline.py)."""
     if isinstance(target, str):
-        return RpcClient(service, GrpcTransport(target, **options))
+        transport = GrpcTransport(target, **options)
+        if pipelined:
+            from logtide.engine.rpc.pipeline import PipelinedTransport
+            transport = PipelinedTransport(transport)
+        return RpcClient(service, transport)
     return RpcClient(service, InProcessTransport(target, **options))

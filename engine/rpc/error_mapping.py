@@ -68,9 +68,13 @@ def from_rpc_error(err: grpc.RpcError, method: str) -> BaseException:
     code = err.code() if hasattr(err, "code") else None
     details = (err.details() if hasattr(err, "details") else None) or str(err)
     meta = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
-    name = meta.get(ERROR_TYPE_KEY)
-    if name:
-        return make_error(name, details)
+    return from_status(code, meta.get(ERROR_TYPE_KEY), details, method)
+
+
+def from_status(code: grpc.StatusCode | None, error_type: str | None, details: str, method: str) -> BaseException:
+    """The typed error of a status (code, error type name, details): a unary call's or a pipelined call's."""
+    if error_type:
+        return make_error(error_type, details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return E.MessageTooLarge(f"{method}: {details}")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -78,3 +82,11 @@ def from_rpc_error(err: grpc.RpcError, method: str) -> BaseException:
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return E.RpcError(f"{method}: {code.name}: {details}")
     return E.RemoteError(f"{method}: {code.name if code else 'error'}: {details}")
+
+
+_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def code_of(number: int) -> grpc.StatusCode | None:
+    """The status code of its wire number."""
+    return _BY_NUMBER.get(number)

@@ -216,6 +216,8 @@ class GrpcTransport(Transport):
         self._grpc = grpc
         self.address = address
         self._timeout = timeout
+        self.timeout = timeout                  # the default per-call deadline (None: none)
+        self.max_message_size = max_message_size
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
@@ -270,6 +272,11 @@ class GrpcTransport(Transport):
     def bidi(self, method, requests, timeout=None):
         call = self._callable(method)((self._check(method, r) for r in requests), timeout=timeout or self._timeout)
         return ResponseStream(call, call.cancel, method.path, self._map)
+
+    @property
+    def channel(self):
+        """The grpc.Channel (the call pipeline opens its stream on it)."""
+        return self._channel
 
     def close(self) -> None:
         self._channel.close()

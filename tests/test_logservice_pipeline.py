@@ -1,0 +1,75 @@
+"""The log service's batched Append (what the call pipeline runs for a batch of concurrent appends)
+against a simple model: each request appended on its own. Same records, same errors, each call
+its own LSN."""
+from __future__ import annotations
+
+import tempfile
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logtide import LogService
+from logtide.engine.logservice import logservice_pb2 as pb
+from logtide.engine.logservice.grpc_service import LogServiceServicer
+from logtide.engine.logservice.record import LogRecord
+from logtide.errors import LogtideError
+
+MAX_RECORD = 200
+
+request = st.one_of(
+    # the common case: one payload, any replica id and type (the last replica id is out of range)
+    st.builds(lambda p, r, t: pb.AppendRequest(payloads=[p], replica_id=r, type=t),
+              st.binary(max_size=MAX_RECORD), st.sampled_from([0, 1, 7, (1 << 64) - 1]),
+              st.sampled_from([0, 1, 5])),
+    st.builds(lambda ps, r: pb.AppendRequest(payloads=ps, replica_id=r),
+              st.lists(st.binary(max_size=50), min_size=2, max_size=4), st.sampled_from([0, 3])),
+    st.builds(lambda d, t: pb.AppendRequest(payloads=[d], type=t, raw=True),
+              st.binary(max_size=MAX_RECORD + 20), st.sampled_from([0, 9])),
+    st.just(pb.AppendRequest(raw=True)),                        # a raw append without its record
+)
+
+
+def _records(svc: LogService) -> dict[int, LogRecord]:
+    latest = svc.get_latest_lsn()
+    return {r.lsn: r for r in svc.read(1, 1 << 30)[0]} if latest else {}
+
+
+def _expected(req: pb.AppendRequest) -> list[tuple[int, bytes]]:
+    """The (type, data) of the records one request appends."""
+    if req.raw:
+        return [(req.type, req.payloads[0])]
+    return [(req.type, LogRecord.user(p, req.replica_id).data) for p in req.payloads]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(request, min_size=1, max_size=12))
+def test_batched_append_matches_appending_one_by_one(reqs):
+    with tempfile.TemporaryDirectory() as d:
+        model = LogService.open(f"{d}/model", fsync="never", max_record_size=MAX_RECORD)
+        fast = LogService.open(f"{d}/fast", fsync="never", max_record_size=MAX_RECORD)
+        try:
+            model_servicer = LogServiceServicer(model, 1 << 20)
+            want = []
+            for r in reqs:
+                try:
+                    want.append(model_servicer.Append(r, None).first_lsn)
+                except LogtideError as exc:
+                    want.append(exc)
+            got = LogServiceServicer(fast, 1 << 20).batch_Append(reqs, None)
+            assert len(got) == len(reqs)
+            records = _records(fast)
+            seen = set()
+            for r, w, g in zip(reqs, want, got):
+                if isinstance(w, Exception):    # the same typed error, and nothing appended for it
+                    assert type(g) is type(w), (r, g, w)
+                    continue
+                assert isinstance(g, pb.AppendResponse), (r, g)
+                for k, (t, data) in enumerate(_expected(r)):
+                    rec = records[g.first_lsn + k]
+                    assert (rec.type, rec.data) == (t, data)
+                    seen.add(g.first_lsn + k)
+            # exactly the acknowledged records, and as many as the model holds
+            assert seen == set(records) and len(records) == model.get_latest_lsn()
+        finally:
+            model.close()
+            fast.close()
