@@ -2,6 +2,14 @@
 
 Every commit is durable in the log service before it is acknowledged; a TN reopened on the same log
 and object store rebuilds its state from the newest checkpoint plus the log after it.
+
+Commits are pipelined (group commit). Under the commit lock a commit is checked for conflicts, takes
+its commit ts, reserves its row ids and primary keys (so later commits check against it exactly as
+if it were already committed) and queues its log record. Without the lock, one committer at a time
+appends every queued record with one `append_many` (one fsync), then publishes them in ts order:
+in-memory rows, logtail table, `last_ts`. Queue order is ts order, so log order is ts order and the
+durable log is always a ts-prefix of what was reserved: a crash loses a suffix of unacknowledged
+commits, never part of one and never one an acknowledged commit depends on.
 """
 from __future__ import annotations
 
@@ -15,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 
 from logtide import BTree
+from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import BLOCK, DELETE, INSERT, META, OFFSET, PK, TS, Entry, Record
 from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
 from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
@@ -33,6 +43,14 @@ class Checkpoint:
     ts: int
     lsn: int
     name: str
+
+
+@dataclass
+class _Queued:
+    """A log record waiting for its group: its ts, payload, and what publishing it does."""
+    ts: int
+    payload: bytes
+    publish: object      # callable() run under the commit lock once the record is durable
 
 
 class TableState:
@@ -150,7 +168,7 @@ class TransactionNode:
         self.tables: dict[str, TableState] = {}
         self.logtail = LogtailTable(page_size)
         self.checkpoint: Checkpoint | None = None
-        self._lock = threading.RLock()          # the commit lock: ts order == log order == logtail order
+        self._lock = threading.RLock()          # the commit lock: ts order == queue order == log order
         self._cv = threading.Condition(self._lock)
         self._flush_lock = threading.Lock()
         self.last_ts = 0                        # newest committed ts (commits, flushes, DDL)
@@ -160,6 +178,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
+        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -176,6 +195,8 @@ class TransactionNode:
         return tn
 
     def close(self) -> None:
+        if self.committer.failed is None:
+            self.committer.drain()      # commits already queued are made durable and acknowledged
         with self._cv:
             self._closed = True
             self._cv.notify_all()
@@ -200,9 +221,9 @@ class TransactionNode:
             if name in self.tables:
                 raise LogtailError(f"table {name!r} exists")
             ts = self.log.get_tso_timestamp(1)
-            self._log(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), ts)
-            self.tables[name] = TableState(tdef)
-            self.last_ts = ts
+            self.tables[name] = TableState(tdef)   # commits to it queue behind its record
+            ticket = self._queue(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), self._publish_ts)
+        self.committer.wait(ticket)
         return tdef
 
     def table_def(self, name: str) -> TableDef:
@@ -213,11 +234,22 @@ class TransactionNode:
     def begin(self) -> Txn:
         return Txn(self, self.log.get_tso_timestamp(1))
 
-    def _log(self, rec: Record, ts: int) -> int:
-        lsn = self.log.append(fmt.encode(rec))
-        self.last_lsn = lsn
-        self._lsn_ts.append((ts, lsn))
-        return lsn
+    def _queue(self, rec: Record, publish) -> int:
+        """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
+        return self.committer.enqueue(_Queued(rec.ts, fmt.encode(rec), lambda: publish(rec.ts)))
+
+    def _write_group(self, group: list[_Queued]) -> None:
+        """The committer's flush: one append (one fsync) for the group, then publish it in ts order."""
+        first = self.log.append_many([q.payload for q in group])
+        with self._cv:
+            for k, q in enumerate(group):
+                self.last_lsn = first + k
+                self._lsn_ts.append((q.ts, first + k))
+                q.publish()
+            self._cv.notify_all()
+
+    def _publish_ts(self, ts: int) -> None:
+        self.last_ts = ts
 
     def _commit(self, txn: Txn) -> int:
         with self._cv:
@@ -259,31 +291,41 @@ class TransactionNode:
                     batches.append((table, INSERT, pa.table(cols)))
             if not batches:
                 return self.last_ts
-            self._log(Record(fmt.COMMIT, ts, {}, batches), ts)   # durable before anyone sees it
-            self._apply_commit(ts, batches)
-            self._cv.notify_all()
-            return ts
+            self._reserve_commit(ts, batches)   # later commits see its keys: conflicts stay exact
+            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), lambda ts: self._publish_commit(ts, batches))
+        self.committer.wait(ticket)   # durable (and published) before it is acknowledged
+        return ts
 
     def _apply_commit(self, ts: int, batches: list) -> None:
+        """Recovery: a logged commit, reserved and published at once."""
+        self._reserve_commit(ts, batches)
+        self._publish_commit(ts, batches)
+
+    def _reserve_commit(self, ts: int, batches: list) -> None:
+        """The commit's primary keys and row ids, for the checks of the commits after it."""
+        for table, kind, t in batches:
+            st = self._table(table)
+            if kind == DELETE:
+                pks = t.column(PK).to_numpy()
+                st.pk_index.delete_many(pks)
+            else:
+                pks = t.column(st.tdef.pk).to_numpy()
+                blk = t.column(BLOCK).to_numpy()
+                off = t.column(OFFSET).to_numpy().astype(np.int64)
+                st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
+                top = int(blk.max())
+                if top >= st.next_block:
+                    st.next_block = top + 1
+            st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+
+    def _publish_commit(self, ts: int, batches: list) -> None:
+        """A durable commit becomes visible: in-memory rows, the logtail table, last_ts (in ts order)."""
         h = Handle(ts)
         for table, kind, t in batches:
             st = self._table(table)
             e = Entry(kind, ts, t)
             h.tables.setdefault(table, []).append(e)
-            blk = t.column(BLOCK).to_numpy()
-            off = t.column(OFFSET).to_numpy().astype(np.int64)
-            if kind == DELETE:
-                pks = t.column(PK).to_numpy()
-                st.pk_index.delete_many(pks)
-                st.mem_deletes.append(e)
-            else:
-                pks = t.column(st.tdef.pk).to_numpy()
-                st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
-                st.mem_inserts.append(e)
-                top = int(blk.max())
-                if top >= st.next_block:
-                    st.next_block = top + 1
-            st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+            (st.mem_deletes if kind == DELETE else st.mem_inserts).append(e)
         self.logtail.append(h)
         self.last_ts = ts
 
@@ -295,14 +337,20 @@ class TransactionNode:
             with self._cv:
                 names = sorted(self.tables) if tables is None else [self._table(t).tdef.name for t in tables]
                 start = self.log.get_tso_timestamp(1)      # the cleanup ts: everything before it is frozen
+                for name in names:
+                    self.tables[name].freeze()     # commits after `start` write to new blocks
+                ticket = self.committer.queued     # every commit with a ts below `start` is queued
+            self.committer.wait(ticket)            # ... and now published
+            with self._cv:
                 if tables is None:
                     self.last_cleanup = start
                 frozen = {}
                 for name in names:
                     st = self.tables[name]
-                    frozen[name] = (st.mem_inserts, st.mem_deletes)
-                    st.mem_inserts, st.mem_deletes = [], []
-                    st.freeze()
+                    frozen[name] = ([e for e in st.mem_inserts if e.ts < start],
+                                    [e for e in st.mem_deletes if e.ts < start])
+                    st.mem_inserts = [e for e in st.mem_inserts if e.ts >= start]
+                    st.mem_deletes = [e for e in st.mem_deletes if e.ts >= start]
             # commits go on while the objects are written
             meta = {}
             for name, (inserts, deletes) in frozen.items():
@@ -314,9 +362,8 @@ class TransactionNode:
                 meta[name] = {"cleanup_ts": start, "objects": objs}
             with self._cv:
                 ts = self.log.get_tso_timestamp(1)
-                self._log(Record(fmt.FLUSH, ts, {"meta": meta}), ts)
-                self._apply_flush(ts, meta)
-                self._cv.notify_all()
+                ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda ts: self._apply_flush(ts, meta))
+            self.committer.wait(ticket)
             return ts
 
     def _write_data_object(self, table: str, entries: list[Entry]) -> dict:
@@ -533,13 +580,19 @@ class TransactionNode:
                     return
                 if self.last_ts > self.pushed_ts:
                     to_ts = self.last_ts
-                else:   # heartbeat: an empty transaction that only takes a ts, moving every watermark
+                elif self.committer.pending() == 0:
+                    # heartbeat: an empty transaction that only takes a ts, moving every watermark;
+                    # only with nothing in flight, or a queued commit's ts would fall below it
                     to_ts = self.log.get_tso_timestamp(1)
+                else:
+                    continue
                 from_ts = self.pushed_ts
                 per_table: dict[str, list] = {}
                 if to_ts > from_ts:
                     for _, tb, es in self.logtail.visit(from_ts, to_ts):
                         per_table.setdefault(tb, []).extend(es)
+                    # one batch per table and kind per message, not one per commit
+                    per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
                 self.pushed_ts = to_ts
                 if to_ts > self.last_ts:
                     self.last_ts = to_ts
