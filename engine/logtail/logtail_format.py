@@ -60,9 +60,12 @@ class Record:
     batches: list = field(default_factory=list)   # [(table, kind, pa.Table)]
 
 
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()   # built once: new_stream would look up its defaults per call
+
+
 def ipc_bytes(t: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, t.schema) as w:
+    with pa.ipc.new_stream(sink, t.schema, options=_IPC_OPTIONS) as w:
         w.write_table(t)
     return sink.getvalue().to_pybytes()
 

@@ -47,10 +47,9 @@ class Checkpoint:
 
 @dataclass
 class _Queued:
-    """A log record waiting for its group: its ts, payload, and what publishing it does."""
-    ts: int
-    payload: bytes
-    publish: object      # callable() run under the commit lock once the record is durable
+    """A log record waiting for its group, and what publishing it does."""
+    rec: Record          # a commit's batches may still be {column: numpy array} (see _write_group)
+    publish: object      # callable(rec) run under the commit lock once the record is durable
 
 
 class TableState:
@@ -108,10 +107,11 @@ class Txn:
         cols = st.tdef.coerce(rows)
         ins = self.ins.setdefault(table, {})
         pks = cols[st.tdef.pk]
-        if len(np.unique(pks)) != len(pks):
+        pk_list = pks.tolist()
+        if len(set(pk_list)) != len(pk_list):
             raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
         b = len(self.batches.setdefault(table, []))
-        for i, pk in enumerate(pks.tolist()):
+        for i, pk in enumerate(pk_list):
             if pk in ins:
                 raise DuplicateKeyError(f"{table}: primary key {pk} inserted twice in this transaction")
             ins[pk] = (b, i)
@@ -236,40 +236,57 @@ class TransactionNode:
 
     def _queue(self, rec: Record, publish) -> int:
         """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
-        return self.committer.enqueue(_Queued(rec.ts, fmt.encode(rec), lambda: publish(rec.ts)))
+        return self.committer.enqueue(_Queued(rec, publish))
 
     def _write_group(self, group: list[_Queued]) -> None:
-        """The committer's flush: one append (one fsync) for the group, then publish it in ts order."""
-        first = self.log.append_many([q.payload for q in group])
+        """The committer's flush: build and encode the group's batches (outside the commit lock,
+        where pyarrow may drop the GIL without stalling other commits), append the group with one
+        `append_many` (one fsync), then publish it in ts order."""
+        payloads = []
+        for q in group:
+            q.rec.batches = [(tb, kind, pa.table(t) if isinstance(t, dict) else t) for tb, kind, t in q.rec.batches]
+            payloads.append(fmt.encode(q.rec))
+        first = self.log.append_many(payloads)
         with self._cv:
             for k, q in enumerate(group):
                 self.last_lsn = first + k
-                self._lsn_ts.append((q.ts, first + k))
-                q.publish()
-            self._cv.notify_all()
+                self._lsn_ts.append((q.rec.ts, first + k))
+                q.publish(q.rec)
+        # the pusher is not woken here: it sends what was published at its next tick (heartbeat
+        # interval), one message for every group of that interval, instead of a wake-up per group
 
-    def _publish_ts(self, ts: int) -> None:
-        self.last_ts = ts
+    def _publish_ts(self, rec: Record) -> None:
+        self.last_ts = rec.ts
 
     def _commit(self, txn: Txn) -> int:
+        # what the transaction writes, per table: its own data, gathered before the commit lock
+        work = []
+        for table in sorted(set(txn.ins) | set(txn.dels)):
+            st = self._table(table)
+            ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
+            if not ins and not dels:
+                continue
+            ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
+            ins_pks = ins_cols[st.tdef.pk]
+            del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
+            touched = np.concatenate([ins_pks, del_pks]) if len(del_pks) else ins_pks
+            work.append((table, st, ins_cols, ins_pks, del_pks, touched))
+        if not work:
+            return self.last_ts
         with self._cv:
             plans = []
-            for table in sorted(set(txn.ins) | set(txn.dels)):
-                st = self._table(table)
-                ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
-                if not ins and not dels:
-                    continue
-                ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
-                ins_pks = ins_cols[st.tdef.pk]
-                del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
-                touched = np.concatenate([ins_pks, del_pks])
+            for table, st, ins_cols, ins_pks, del_pks, touched in work:
                 last, found = st.pk_ts.get_many(touched)
-                if (found & (last > txn.start_ts)).any():
-                    pk = int(touched[found & (last > txn.start_ts)][0])
-                    raise WriteConflictError(f"{table}: primary key {pk} was written after this transaction began")
-                del_rowids, present = st.pk_index.get_many(del_pks)
-                if not present.all():
-                    raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+                late = found & (last > txn.start_ts)
+                if late.any():
+                    raise WriteConflictError(f"{table}: primary key {int(touched[late][0])} was written after "
+                                             f"this transaction began")
+                if len(del_pks):
+                    del_rowids, present = st.pk_index.get_many(del_pks)
+                    if not present.all():
+                        raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+                else:
+                    del_rowids = del_pks
                 _, exists = st.pk_index.get_many(ins_pks)
                 if exists.any():
                     dup = ins_pks[exists]
@@ -280,29 +297,28 @@ class TransactionNode:
             ts = self.log.get_tso_timestamp(1)
             batches = []
             for table, st, ins_cols, ins_pks, del_pks, del_rowids in plans:
+                # batches as numpy columns: the committer makes them Arrow tables outside the lock
                 if len(del_pks):
-                    batches.append((table, DELETE, pa.table({
+                    batches.append((table, DELETE, {
                         BLOCK: del_rowids // BLOCK_ROWS, OFFSET: (del_rowids % BLOCK_ROWS).astype(np.int32),
-                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks})))
+                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks}))
+                    st.pk_index.delete_many(del_pks)
+                    st.pk_ts.insert_many(del_pks, np.full(len(del_pks), ts, dtype=np.int64))
                 if len(ins_pks):
                     blocks, offs = st.alloc_rowids(len(ins_pks))
                     cols = {BLOCK: blocks, OFFSET: offs, TS: np.full(len(ins_pks), ts, dtype=np.int64)}
                     cols.update(ins_cols)
-                    batches.append((table, INSERT, pa.table(cols)))
-            if not batches:
-                return self.last_ts
-            self._reserve_commit(ts, batches)   # later commits see its keys: conflicts stay exact
-            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), lambda ts: self._publish_commit(ts, batches))
+                    batches.append((table, INSERT, cols))
+                    # reserved: later commits check against these keys as if this one had committed
+                    st.pk_index.insert_many(ins_pks, blocks * BLOCK_ROWS + offs)
+                    st.next_block = max(st.next_block, int(blocks[-1]) + 1)
+                    st.pk_ts.insert_many(ins_pks, np.full(len(ins_pks), ts, dtype=np.int64))
+            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), lambda rec: self._publish_commit(rec.ts, rec.batches))
         self.committer.wait(ticket)   # durable (and published) before it is acknowledged
         return ts
 
     def _apply_commit(self, ts: int, batches: list) -> None:
         """Recovery: a logged commit, reserved and published at once."""
-        self._reserve_commit(ts, batches)
-        self._publish_commit(ts, batches)
-
-    def _reserve_commit(self, ts: int, batches: list) -> None:
-        """The commit's primary keys and row ids, for the checks of the commits after it."""
         for table, kind, t in batches:
             st = self._table(table)
             if kind == DELETE:
@@ -313,10 +329,9 @@ class TransactionNode:
                 blk = t.column(BLOCK).to_numpy()
                 off = t.column(OFFSET).to_numpy().astype(np.int64)
                 st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
-                top = int(blk.max())
-                if top >= st.next_block:
-                    st.next_block = top + 1
+                st.next_block = max(st.next_block, int(blk.max()) + 1)
             st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+        self._publish_commit(ts, batches)
 
     def _publish_commit(self, ts: int, batches: list) -> None:
         """A durable commit becomes visible: in-memory rows, the logtail table, last_ts (in ts order)."""
@@ -362,7 +377,7 @@ class TransactionNode:
                 meta[name] = {"cleanup_ts": start, "objects": objs}
             with self._cv:
                 ts = self.log.get_tso_timestamp(1)
-                ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda ts: self._apply_flush(ts, meta))
+                ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda rec: self._apply_flush(rec.ts, meta))
             self.committer.wait(ticket)
             return ts
 
@@ -606,6 +621,8 @@ class TransactionNode:
 
 def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:
     """The rows a transaction still inserts at commit, as one array per column."""
+    if len(batches) == 1 and ins and len(ins) == len(batches[0][tdef.pk]):
+        return batches[0]       # one insert call, every row still inserted: no copy
     dt = tdef.dtypes()
     if not ins:
         return {c: np.empty(0, dtype=d) for c, d in dt.items()}
