@@ -252,8 +252,7 @@ class TransactionNode:
                 self.last_lsn = first + k
                 self._lsn_ts.append((q.rec.ts, first + k))
                 q.publish(q.rec)
-        # the pusher is not woken here: it sends what was published at its next tick (heartbeat
-        # interval), one message for every group of that interval, instead of a wake-up per group
+            self._cv.notify_all()   # the pusher: one wake-up (and one update message) per group
 
     def _publish_ts(self, rec: Record) -> None:
         self.last_ts = rec.ts
