@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logtide.engine.logservice import LogService
@@ -20,8 +20,8 @@ from logtide.engine.logtail.transport import encode_request
 from logtide.engine.objectstore import ObjectStore
 from logtide.errors import DuplicateKeyError, KeyNotFoundError, WriteConflictError
 
-KEYS = 6
-TXNS = 4
+KEYS = 3
+TXNS = 3
 
 
 class ModelTxn:
@@ -62,12 +62,14 @@ class Model:
         return "ok"
 
 
+# small key and transaction spaces, so that transactions overlap and collide often
 steps = st.lists(st.one_of(
     st.tuples(st.just("begin"), st.integers(0, TXNS - 1)),
-    st.tuples(st.sampled_from(["insert", "delete", "update"]), st.integers(0, TXNS - 1), st.integers(0, KEYS - 1)),
+    st.tuples(st.sampled_from(["insert", "insert", "delete", "update"]), st.integers(0, TXNS - 1),
+              st.integers(0, KEYS - 1)),
     st.tuples(st.just("commit"), st.integers(0, TXNS - 1)),
     st.tuples(st.just("settle"), st.just(0)),
-), min_size=5, max_size=40)
+), min_size=10, max_size=60)
 
 
 def _start_commit(tn, txn, outcomes, i):
@@ -91,8 +93,13 @@ def _start_commit(tn, txn, outcomes, i):
     return th
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=steps)
+# a write-write conflict with a commit that is queued but maybe not yet durable
+@example(schedule=[("begin", 0), ("begin", 1), ("insert", 0, 1), ("commit", 0), ("insert", 1, 1), ("commit", 1)])
+# a commit that began after another was queued sees its keys (duplicate), and its delete (missing)
+@example(schedule=[("begin", 0), ("insert", 0, 2), ("commit", 0), ("begin", 1), ("insert", 1, 2), ("commit", 1),
+                   ("begin", 2), ("delete", 2, 2), ("commit", 2), ("begin", 0), ("delete", 0, 2), ("commit", 0)])
 def test_pipelined_commits_match_the_serial_model(tmp_path_factory, schedule):
     d = tmp_path_factory.mktemp("tn")
     log = LogService.open(d / "log", truncation_interval=0)
