@@ -215,6 +215,11 @@ def test_sixteen_committers_share_fsyncs_and_push_in_order(tmp_path):
     hot.commit()
     cn = ComputeNode(lambda: tn.connect("cn"), tn.store)
     cn.subscribe("t")
+    raw = tn.connect("raw")
+    raw.send_to_tn(encode_request("subscribe", "t"))
+    deadline = time.monotonic() + 20
+    while (m := raw.cn_recv(timeout=1)) is None or m[0] != "subscribed":   # updates after it are complete
+        assert time.monotonic() < deadline, "no subscribe response"
     seen: list[int] = []
     cn.on_update = seen.append
     per_thread = 60
@@ -252,6 +257,19 @@ def test_sixteen_committers_share_fsyncs_and_push_in_order(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert seen == sorted(seen)
+        # push batching: each update carries one insert batch for "t", holding every commit in it
+        inserts, to_ts = [], 0
+        while to_ts < all_ts[-1]:
+            m = raw.cn_recv(timeout=10)
+            assert m is not None, "the push stream stalled"
+            if m[0] != "update":
+                continue
+            to_ts = m[2]
+            if "t" in m[3]:
+                es = m[3]["t"]
+                assert [e.kind for e in es] == ["insert"]
+                inserts.append(len(set(es[0].batch.column("__ts").to_pylist())))
+        assert sum(inserts) == 16 * per_thread and max(inserts) > 1
         rows = cn.read("t", all_ts[-1]).to_pylist()
         assert {r["id"] for r in rows} == {k * 1000 + i for k in range(16) for i in range(per_thread)}
         # the hot rows: each write that went through began after the previous write to its row
@@ -267,6 +285,7 @@ def test_sixteen_committers_share_fsyncs_and_push_in_order(tmp_path):
         hot_h = [ts for ts, _, _ in tn.logtail.visit(0, tn.last_ts, "hot")]
         assert hot_h[1:] == sorted(ts for _, _, ts in hot_ok)
     finally:
+        raw.close()
         cn.close()
         tn.close()
         log.close()

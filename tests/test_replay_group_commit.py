@@ -2,13 +2,16 @@
 across the fsync, and the result is exactly what serial writes would give (on the primary, on an RO
 node that follows it, and after a restart)."""
 import threading
+import time
 
 import pytest
 
 from logtide.engine.logservice import LogService
+from logtide.replay.meta_stream import decode_batch
 from logtide.replay.primary import Primary
 from logtide.replay.ro_node import ReadOnlyNode
 from logtide.replay.transport_inproc import connect_inprocess
+from logtide.replay.wal_sender import meta_frames
 
 REL = 16384
 BACKENDS = 16
@@ -40,7 +43,17 @@ def test_sixteen_backends_share_fsyncs(tmp_path):
                     written[tid] = data
         except BaseException as exc:   # noqa: B902 - reported below
             errors.append(exc)
+    # a WAL-meta sender streaming while the backends write: one message per batch of records
+    stop, frames = threading.Event(), []
+
+    def sender():
+        for f in meta_frames(primary, 1, stop, heartbeat=0.01):
+            b = decode_batch(f)
+            if len(b):
+                frames.append(b.lsns.tolist())
     ths = [threading.Thread(target=backend, args=(k,)) for k in range(BACKENDS)]
+    snd = threading.Thread(target=sender)
+    snd.start()
     try:
         for th in ths:
             th.start()
@@ -60,7 +73,16 @@ def test_sixteen_backends_share_fsyncs(tmp_path):
         assert ro.wait_applied(primary.write_lsn, timeout=30)
         for tid, data in written.items():
             assert ro.get(REL, tid) == data
+        deadline = time.monotonic() + 30
+        while not frames or frames[-1][-1] < n_records:
+            assert time.monotonic() < deadline, "the WAL-meta sender stalled"
+            time.sleep(0.01)
+        sent = [lsn for f in frames for lsn in f]
+        assert sent == list(range(1, n_records + 1))            # every record once, in LSN order
+        assert len(frames) < n_records and max(map(len, frames)) > 1   # batched per message
     finally:
+        stop.set()
+        snd.join(10)
         link.close()
         ro.close()
         primary.close()
