@@ -4,9 +4,9 @@ Write path (group commit, as PostgreSQL's WAL insert + XLogFlush): under the WAL
 the page lock(s), the record takes the next LSN (the primary is its log's only writer), the change
 is applied to the buffered page(s) with that LSN, and the record is queued. Then, with no lock held,
 one writer at a time appends every queued record with one `append_many` (one fsync) and publishes
-them in LSN order: write LSN, meta queue, LogIndex. A write returns once its record is durable.
-Pages newer than the write LSN are never flushed, and reads of such a page wait until it is durable. Checkpoints
-flush dirty pages through the double-write PageStore, but only pages whose LSN every RO node has
+them in LSN order: LogIndex, meta queue, then the write LSN. A write returns once its record is
+durable. Pages newer than the write LSN are never flushed, and reads of such a page on the primary
+wait until it is durable. Checkpoints flush dirty pages through the double-write PageStore, but only pages whose LSN every RO node has
 applied (an RO node must never read a page from its own future), then advance the consistent LSN,
 and truncate the log and the LogIndex below min(consistent LSN, every RO node's min used LSN).
 """
