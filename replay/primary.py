@@ -6,9 +6,10 @@ is applied to the buffered page(s) with that LSN, and the record is queued. Then
 one writer at a time appends every queued record with one `append_many` (one fsync) and publishes
 them in LSN order: LogIndex, meta queue, then the write LSN. A write returns once its record is
 durable. Pages newer than the write LSN are never flushed, and reads of such a page on the primary
-wait until it is durable. Checkpoints flush dirty pages through the double-write PageStore, but only pages whose LSN every RO node has
-applied (an RO node must never read a page from its own future), then advance the consistent LSN,
-and truncate the log and the LogIndex below min(consistent LSN, every RO node's min used LSN).
+wait until it is durable. Checkpoints flush dirty pages through the double-write PageStore, but
+only pages whose LSN every RO node has applied (an RO node must never read a page from its own
+future), then advance the consistent LSN, and truncate the log and the LogIndex below
+min(consistent LSN, every RO node's min used LSN).
 """
 from __future__ import annotations
 
