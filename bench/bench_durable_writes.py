@@ -5,10 +5,13 @@ INSERT, synchronous_commit=on, fsync=on), started in a temporary directory by th
 Every write is acknowledged only once it is on disk: the TN and the primary log through a log
 service with fsync="always" (group commit), PostgreSQL flushes its WAL at each commit.
 Each system runs with 1, 4, 16 and 32 clients; the plot shows throughput against client count.
+Figures: writes per fsync (group-commit factor) and process CPU µs per write (all threads; the GIL
+lets about one core of it run at a time, so it bounds the throughput near 1e6 / that figure).
 """
 from __future__ import annotations
 
 import itertools
+import resource
 import threading
 
 import pytest
@@ -33,6 +36,24 @@ PG_SCRIPT = "INSERT INTO t (v) VALUES (:client_id);\n"
 
 def _per_client(clients: int) -> int:
     return max(2, scaled(4000, minimum=64) // clients)
+
+
+class _Cpu:
+    """Process CPU time (user + system, every thread) spent in the measured rounds."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.items = 0
+
+    def run(self, clients: int, fn, items: int) -> None:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        _in_threads(clients, fn)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        self.seconds += (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        self.items += items
+
+    def us_per_item(self) -> float:
+        return 1e6 * self.seconds / max(1, self.items)
 
 
 def _in_threads(clients: int, fn) -> None:
@@ -95,10 +116,11 @@ def test_tn_insert_txn(benchmark, items, tmp_path, clients):
                 x = tn.begin()
                 x.insert("t", {"id": [next(ids)], "v": [k]})
                 x.commit()
-        g0, n0 = tn.committer.groups, tn.committer.items
-        benchmark.pedantic(lambda: _in_threads(clients, client), rounds=3, warmup_rounds=1)
+        g0, n0, cpu = tn.committer.groups, tn.committer.items, _Cpu()
+        benchmark.pedantic(lambda: cpu.run(clients, client, per * clients), rounds=3, warmup_rounds=1)
         benchmark.extra_info["figures"] = {
-            "commits_per_fsync": (tn.committer.items - n0) / max(1, tn.committer.groups - g0)}
+            "commits_per_fsync": (tn.committer.items - n0) / max(1, tn.committer.groups - g0),
+            "cpu_us_per_commit": cpu.us_per_item()}
     finally:
         tn.close()
         log.close()
@@ -115,10 +137,11 @@ def test_primary_insert(benchmark, items, tmp_path, clients):
         def backend(k):
             for _ in range(per):
                 primary.insert(REL, TUPLE)
-        g0, n0 = primary.committer.groups, primary.committer.items
-        benchmark.pedantic(lambda: _in_threads(clients, backend), rounds=3, warmup_rounds=1)
+        g0, n0, cpu = primary.committer.groups, primary.committer.items, _Cpu()
+        benchmark.pedantic(lambda: cpu.run(clients, backend, per * clients), rounds=3, warmup_rounds=1)
         benchmark.extra_info["figures"] = {
-            "records_per_fsync": (primary.committer.items - n0) / max(1, primary.committer.groups - g0)}
+            "records_per_fsync": (primary.committer.items - n0) / max(1, primary.committer.groups - g0),
+            "cpu_us_per_insert": cpu.us_per_item()}
     finally:
         primary.close()
 
