@@ -109,6 +109,9 @@ def test_pipelined_commits_match_the_serial_model(tmp_path_factory, schedule):
         tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
         stream = tn.connect("raw")
         stream.send_to_tn(encode_request("subscribe", "t"))
+        deadline = time.monotonic() + 20
+        while (m := stream.cn_recv(timeout=1)) is None or m[0] != "subscribed":   # every commit after it is pushed
+            assert time.monotonic() < deadline, "no subscribe response"
         model = Model()
         open_txns: dict[int, tuple] = {}
         outcomes: dict[int, tuple] = {}
