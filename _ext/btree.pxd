@@ -48,4 +48,5 @@ cdef class BTree:
     cdef object _at(self, Cursor* c)
     cdef _bulk_impl(self, cnp.ndarray keys, cnp.ndarray vals)
     cdef int _enter(self) except -1
+    cdef int _lock_write(self) except -1
     cdef int _check_write(self) except -1

@@ -11,7 +11,7 @@ cimport cython
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawRealloc, PyMem_RawFree
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
-                               PyThread_release_lock, WAIT_LOCK)
+                               PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK)
 from libc.stdint cimport int64_t, INT64_MIN, INT64_MAX
 from libc.string cimport memcpy, memmove
 
@@ -19,6 +19,11 @@ from logtide.errors import ReadOnlySnapshotError
 
 cnp.import_array()
 bt_init_cpu()
+
+# Batches smaller than this run with the GIL held: releasing it costs a thread switch when others
+# wait for it (a few µs each way), more than a small batch takes; callers that hold a lock of their
+# own (a commit lock) would otherwise hand the GIL to threads that then block on that lock.
+cdef Py_ssize_t GIL_BATCH = 64
 
 cdef extern from *:
     """
@@ -866,6 +871,14 @@ cdef class BTree:
             PyThread_release_lock(self.lock)
         return 0
 
+    cdef int _lock_write(self) except -1:
+        """Take the write lock: at once when it is free, else waiting without the GIL (the holder
+        may be a batch writer that needs the GIL to finish)."""
+        if not PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        return 0
+
     cdef int _check_write(self) except -1:
         if self._ro:
             raise ReadOnlySnapshotError("this BTree is a read-only snapshot")
@@ -1196,16 +1209,22 @@ cdef class BTree:
         values = np.ascontiguousarray(values, dtype=np.int64)
         vp = <int64_t*>cnp.PyArray_DATA(values)
         r = 0
-        with nogil:   # never wait for the lock while holding the GIL: a waiter holds it and needs the GIL
-            PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        self._lock_write()
         self.busy = 1
         try:
-            with nogil:
+            if n < GIL_BATCH:
                 for i in range(n):
                     r = tree_insert(&self.t, kp + i * kw, vp[i], &old)
                     if r < 0:
                         break
                     added += r
+            else:
+                with nogil:
+                    for i in range(n):
+                        r = tree_insert(&self.t, kp + i * kw, vp[i], &old)
+                        if r < 0:
+                            break
+                        added += r
         finally:
             self.busy = 0
             PyThread_release_lock(self.lock)
@@ -1235,12 +1254,19 @@ cdef class BTree:
         if not self.t.objvals and default is not None:
             dflt = default
         root = self.t.root
-        with nogil:
+        if n < GIL_BATCH:
             for i in range(n):
                 if tree_get(root, kp + i * kw, kw, vp + i):
                     fp[i] = 1
                 else:
                     vp[i] = dflt
+        else:
+            with nogil:
+                for i in range(n):
+                    if tree_get(root, kp + i * kw, kw, vp + i):
+                        fp[i] = 1
+                    else:
+                        vp[i] = dflt
         if self.t.objvals:
             out = np.empty(n, dtype=object)
             for i in range(n):
@@ -1269,16 +1295,22 @@ cdef class BTree:
                     Py_DECREF(<object><PyObject*><Py_ssize_t>old)
                     removed += 1
             return removed
-        with nogil:   # never wait for the lock while holding the GIL: a waiter holds it and needs the GIL
-            PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        self._lock_write()
         self.busy = 1
         try:
-            with nogil:
+            if n < GIL_BATCH:
                 for i in range(n):
                     r = tree_delete(&self.t, kp + i * kw, &old)
                     if r < 0:
                         break
                     removed += r
+            else:
+                with nogil:
+                    for i in range(n):
+                        r = tree_delete(&self.t, kp + i * kw, &old)
+                        if r < 0:
+                            break
+                        removed += r
         finally:
             self.busy = 0
             PyThread_release_lock(self.lock)

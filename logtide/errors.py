@@ -165,3 +165,11 @@ class WalGoneError(LogtideError):
 
 class ReplicaError(LogtideError):
     """A read-only node cannot serve: it stopped on bad WAL, is not caught up, or was promoted."""
+
+
+class GroupCommitFailed(LogtideError):
+    """The group a write belonged to (or an earlier one) could not be made durable; the node must be reopened."""
+
+
+class GroupCommitTimeout(LogtideError, TimeoutError):
+    """A write was not made durable within its deadline (the group in flight is stuck)."""

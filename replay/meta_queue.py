@@ -27,6 +27,16 @@ class MetaQueue:
                 self._metas.popleft()
             self._cv.notify_all()
 
+    def push_many(self, lsns, metas) -> None:
+        """Queue consecutive records at once (one wake-up of the senders per group commit)."""
+        with self._cv:
+            self._lsns.extend(lsns)
+            self._metas.extend(metas)
+            while len(self._lsns) > self.capacity:
+                self._lsns.popleft()
+                self._metas.popleft()
+            self._cv.notify_all()
+
     def first_lsn(self) -> int:
         """The oldest LSN still queued (0 when empty)."""
         with self._cv:

@@ -1,11 +1,15 @@
 """Primary: executes tuple writes, logs them as WAL on the log service, streams WAL meta to RO nodes.
 
-Write path: under the WAL insert lock, the page(s) are pinned and locked, the record is appended
-to the log service (durable on return), the change is applied to the buffered page(s) with the
-record's LSN, and the WAL meta goes to the meta queue and the primary's LogIndex. Checkpoints
-flush dirty pages through the double-write PageStore, but only pages whose LSN every RO node has
-applied (an RO node must never read a page from its own future), then advance the consistent LSN,
-and truncate the log and the LogIndex below min(consistent LSN, every RO node's min used LSN).
+Write path (group commit, as PostgreSQL's WAL insert + XLogFlush): under the WAL insert lock and
+the page lock(s), the record takes the next LSN (the primary is its log's only writer), the change
+is applied to the buffered page(s) with that LSN, and the record is queued. Then, with no lock held,
+one writer at a time appends every queued record with one `append_many` (one fsync) and publishes
+them in LSN order: LogIndex, meta queue, then the write LSN. A write returns once its record is
+durable. Pages newer than the write LSN are never flushed, and reads of such a page on the primary
+wait until it is durable. Checkpoints flush dirty pages through the double-write PageStore, but
+only pages whose LSN every RO node has applied (an RO node must never read a page from its own
+future), then advance the consistent LSN, and truncate the log and the LogIndex below
+min(consistent LSN, every RO node's min used LSN).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
+from logtide.engine.group_commit import GroupCommitter
 from logtide.errors import InvalidArgument, LogtideError, ReplicaError
 from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
@@ -113,6 +118,8 @@ class Primary:
         self._xid = ctl.next_xid
         self.consistent_lsn = ctl.consistent_lsn
         self.recovered_records = self._recover(ctl)
+        self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
+        self.committer: GroupCommitter[tuple] = GroupCommitter(self._write_group)
         self._stop = threading.Event()
         self._ckpt_thread = None
         if start and checkpoint_interval > 0:
@@ -174,10 +181,33 @@ class Primary:
         self._xid += 1
         return x
 
-    def _publish(self, lsn: int, rec: bytes, tags: list[tuple]) -> None:
-        self.queue.push(lsn, xw.wal_meta(rec))
-        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.full(len(tags), lsn, np.uint64))
-        self.write_lsn = lsn
+    def _queue(self, lsn: int, rec: bytes, tags: list[tuple]) -> int:
+        """Under the WAL insert lock and the page lock(s), once the page(s) carry the change: queue the
+        record of LSN `lsn` (the next one); the ticket to wait on."""
+        ticket = self.committer.enqueue((lsn, [rec], [tags]))
+        self._assigned_lsn = lsn
+        return ticket
+
+    def _write_group(self, group: list[tuple]) -> None:
+        """The committer's flush: append the group's records with one fsync, then publish them in order."""
+        recs = [r for _, rs, _ in group for r in rs]
+        try:
+            first = self.wal.append_many(recs)
+        except BaseException:
+            self._closed = True  # pages hold changes the log does not: stop; a restart redoes the log
+            raise
+        if first != group[0][0]:
+            self._closed = True
+            raise LogtideError(f"the primary's log was appended to by someone else (LSN {first}, expected "
+                               f"{group[0][0]}); stopping")
+        lsns, tags = [], []
+        for lsn, _, tag_lists in group:
+            for k, ts in enumerate(tag_lists):
+                lsns.extend([lsn + k] * len(ts))
+                tags.extend(ts)
+        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsns, dtype=np.uint64))
+        self.queue.push_many(range(first, first + len(recs)), [xw.wal_meta(r) for r in recs])
+        self.write_lsn = first + len(recs) - 1
 
     def _target_block(self, rel: int, size: int, avoid: int = -1) -> tuple[int, bool]:
         """The block a new tuple of `size` bytes goes to: the relation's last block if it fits, else a new one."""
@@ -216,29 +246,30 @@ class Primary:
                 try:
                     page = self.pool.frames[f]
                     off = 1 if init else pg.nslots(page) + 1
-                    rec = xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=self.write_lsn, init=init)
-                    lsn = self.wal.append(rec)
+                    lsn = self._assigned_lsn + 1
+                    rec = xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init)
                     if init:
                         pg.init(page)
                     pg.add(page, off, data)
                     pg.set_lsn(page, lsn)
                     self.pool.mark_dirty(f, lsn)
+                    ticket = self._queue(lsn, rec, [tag])
                 finally:
                     self.pool.unpin(f)
-            self._publish(lsn, rec, [tag])
+        self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
         return block, off
 
     def insert_many(self, rel: int, tuples) -> list[tuple[int, int]]:
         """Batch insert: one WAL record per tuple, appended in one group commit; their tids.
 
-        The records' LSNs follow the write LSN (the primary is its log's only writer), so the pages
+        The records' LSNs follow the last queued LSN (the primary is its log's only writer), so the pages
         are changed first, stamped with those LSNs, and may not be flushed before the append is durable.
         """
         datas = [self._check(rel, d) for d in tuples]
         if not datas:
             return []
         with self._wal_lock:
-            base = self.write_lsn
+            base = self._assigned_lsn
             recs, tags, tids = [], [], []
             for i, data in enumerate(datas):
                 lsn = base + 1 + i
@@ -257,19 +288,11 @@ class Primary:
                         self.pool.mark_dirty(f, lsn)
                     finally:
                         self.pool.unpin(f)
-                tags.append(tag)
+                tags.append([tag])
                 tids.append((block, off))
-            try:
-                first = self.wal.append_many(recs)
-            except BaseException:
-                self._closed = True  # pages hold changes the log does not: stop; a restart redoes the log
-                raise
-            if first != base + 1:
-                self._closed = True
-                raise LogtideError(f"the primary's log was appended to by someone else (LSN {first}, expected "
-                                   f"{base + 1}); stopping")
-            for i, rec in enumerate(recs):
-                self._publish(base + 1 + i, rec, [tags[i]])
+            self._assigned_lsn = base + len(recs)
+            ticket = self.committer.enqueue((base + 1, recs, tags))
+        self.committer.wait(ticket)
         return tids
 
     def _live(self, rel: int, tid) -> tuple[tuple, int]:
@@ -304,9 +327,9 @@ class Primary:
                 try:
                     npage = self.pool.frames[fn]
                     noff = 1 if init else pg.nslots(npage) + 1
-                    rec = xw.heap_update(ntag, noff, data, otag, ooff, xid=self._next_xid(), prev=self.write_lsn,
+                    lsn = self._assigned_lsn + 1
+                    rec = xw.heap_update(ntag, noff, data, otag, ooff, xid=self._next_xid(), prev=lsn - 1,
                                          init=init)
-                    lsn = self.wal.append(rec)
                     pg.kill(self.pool.frames[fo], ooff)
                     if init:
                         pg.init(npage)
@@ -314,11 +337,12 @@ class Primary:
                     for fr in {fn, fo}:
                         pg.set_lsn(self.pool.frames[fr], lsn)
                         self.pool.mark_dirty(fr, lsn)
+                    ticket = self._queue(lsn, rec, tags)
                 finally:
                     self.pool.unpin(fn)
                     if fo != fn:
                         self.pool.unpin(fo)
-            self._publish(lsn, rec, tags)
+        self.committer.wait(ticket)
         return nblock, noff
 
     def delete(self, rel: int, tid) -> None:
@@ -333,26 +357,34 @@ class Primary:
                     page = self.pool.frames[f]
                     if pg.get(page, off) is None:
                         raise TupleNotFoundError(f"no live tuple {rel}:{tuple(tid)}")
-                    rec = xw.heap_delete(tag, off, xid=self._next_xid(), prev=self.write_lsn)
-                    lsn = self.wal.append(rec)
+                    lsn = self._assigned_lsn + 1
+                    rec = xw.heap_delete(tag, off, xid=self._next_xid(), prev=lsn - 1)
                     pg.kill(page, off)
                     pg.set_lsn(page, lsn)
                     self.pool.mark_dirty(f, lsn)
+                    ticket = self._queue(lsn, rec, [tag])
                 finally:
                     self.pool.unpin(f)
-            self._publish(lsn, rec, [tag])
+        self.committer.wait(ticket)
 
     # ------------------------------------------------------------------ reads
     def read_page(self, tag) -> tuple[bytes, int]:
-        """The page's bytes and the write LSN they reflect."""
+        """The page's bytes and the write LSN they reflect (a change still in flight is waited for:
+        no read sees a record that is not durable)."""
         tag = _page_tag(tag)
         with self.locks.page(tag):
             lsn = self.write_lsn
             f, _ = self.pool.pin(tag, self._load)
             try:
-                return self.pool.frames[f].tobytes(), lsn
+                page = self.pool.frames[f].tobytes()
             finally:
                 self.pool.unpin(f)
+        if pg.get_lsn(page) > lsn:
+            with self._wal_lock:
+                pass               # the writer that changed the page has queued its record
+            self.committer.drain()
+            lsn = self.write_lsn
+        return page, lsn
 
     def get(self, rel: int, tid) -> bytes | None:
         """The live tuple at `tid`, or None."""
@@ -500,6 +532,8 @@ class Primary:
     def close(self) -> None:
         if self._closed:
             return
+        if self.committer.failed is None:
+            self.committer.drain()   # writes already queued are made durable and acknowledged
         self._stop.set()
         if self._ckpt_thread:
             self._ckpt_thread.join()

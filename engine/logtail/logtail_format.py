@@ -60,11 +60,27 @@ class Record:
     batches: list = field(default_factory=list)   # [(table, kind, pa.Table)]
 
 
+_STREAM_ENDS: dict[pa.Schema, tuple[bytes, bytes]] = {}   # schema -> (schema message, end-of-stream marker)
+
+
+def _stream_ends(schema: pa.Schema) -> tuple[bytes, bytes]:
+    ends = _STREAM_ENDS.get(schema)
+    if ends is None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema):
+            pass
+        empty = sink.getvalue().to_pybytes()
+        ends = (empty[:-8], empty[-8:])
+        if len(_STREAM_ENDS) < 1024:
+            _STREAM_ENDS[schema] = ends
+    return ends
+
+
 def ipc_bytes(t: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-    return sink.getvalue().to_pybytes()
+    """An Arrow IPC stream of `t`: the schema message (made once per schema), each record batch's
+    message, the end-of-stream marker; byte for byte what pyarrow's stream writer writes."""
+    head, eos = _stream_ends(t.schema)
+    return b"".join([head, *(b.serialize().to_pybytes() for b in t.to_batches()), eos])
 
 
 def ipc_table(b: bytes | memoryview) -> pa.Table:
@@ -74,11 +90,14 @@ def ipc_table(b: bytes | memoryview) -> pa.Table:
         raise MalformedMessageError(f"bad Arrow IPC batch: {exc}") from exc
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"))   # json.dumps with separators builds one per call
+
+
 def encode(rec: Record) -> bytes:
     blobs = [ipc_bytes(t) for _, _, t in rec.batches]
     info = dict(rec.info)
     info["batches"] = [{"table": tb, "kind": k, "size": len(b)} for (tb, k, _), b in zip(rec.batches, blobs)]
-    js = json.dumps(info, separators=(",", ":")).encode()
+    js = _JSON.encode(info).encode()
     return b"".join([HEADER.pack(MAGIC, rec.kind, rec.ts, len(js)), js, *blobs])
 
 

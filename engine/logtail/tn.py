@@ -2,6 +2,14 @@
 
 Every commit is durable in the log service before it is acknowledged; a TN reopened on the same log
 and object store rebuilds its state from the newest checkpoint plus the log after it.
+
+Commits are pipelined (group commit). Under the commit lock a commit is checked for conflicts, takes
+its commit ts, reserves its row ids and primary keys (so later commits check against it exactly as
+if it were already committed) and queues its log record. Without the lock, one committer at a time
+appends every queued record with one `append_many` (one fsync), then publishes them in ts order:
+in-memory rows, logtail table, `last_ts`. Queue order is ts order, so log order is ts order and the
+durable log is always a ts-prefix of what was reserved: a crash loses a suffix of unacknowledged
+commits, never part of one and never one an acknowledged commit depends on.
 """
 from __future__ import annotations
 
@@ -15,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 
 from logtide import BTree
+from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import BLOCK, DELETE, INSERT, META, OFFSET, PK, TS, Entry, Record
 from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
 from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
@@ -33,6 +43,13 @@ class Checkpoint:
     ts: int
     lsn: int
     name: str
+
+
+@dataclass
+class _Queued:
+    """A log record waiting for its group, and what publishing it does."""
+    rec: Record          # a commit's batches may still be {column: numpy array} (see _write_group)
+    publish: object      # callable(rec) run under the commit lock once the record is durable
 
 
 class TableState:
@@ -90,10 +107,11 @@ class Txn:
         cols = st.tdef.coerce(rows)
         ins = self.ins.setdefault(table, {})
         pks = cols[st.tdef.pk]
-        if len(np.unique(pks)) != len(pks):
+        pk_list = pks.tolist()
+        if len(set(pk_list)) != len(pk_list):
             raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
         b = len(self.batches.setdefault(table, []))
-        for i, pk in enumerate(pks.tolist()):
+        for i, pk in enumerate(pk_list):
             if pk in ins:
                 raise DuplicateKeyError(f"{table}: primary key {pk} inserted twice in this transaction")
             ins[pk] = (b, i)
@@ -150,7 +168,7 @@ class TransactionNode:
         self.tables: dict[str, TableState] = {}
         self.logtail = LogtailTable(page_size)
         self.checkpoint: Checkpoint | None = None
-        self._lock = threading.RLock()          # the commit lock: ts order == log order == logtail order
+        self._lock = threading.RLock()          # the commit lock: ts order == queue order == log order
         self._cv = threading.Condition(self._lock)
         self._flush_lock = threading.Lock()
         self.last_ts = 0                        # newest committed ts (commits, flushes, DDL)
@@ -160,6 +178,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
+        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -176,6 +195,8 @@ class TransactionNode:
         return tn
 
     def close(self) -> None:
+        if self.committer.failed is None:
+            self.committer.drain()      # commits already queued are made durable and acknowledged
         with self._cv:
             self._closed = True
             self._cv.notify_all()
@@ -200,9 +221,9 @@ class TransactionNode:
             if name in self.tables:
                 raise LogtailError(f"table {name!r} exists")
             ts = self.log.get_tso_timestamp(1)
-            self._log(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), ts)
-            self.tables[name] = TableState(tdef)
-            self.last_ts = ts
+            self.tables[name] = TableState(tdef)   # commits to it queue behind its record
+            ticket = self._queue(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), self._publish_ts)
+        self.committer.wait(ticket)
         return tdef
 
     def table_def(self, name: str) -> TableDef:
@@ -213,31 +234,58 @@ class TransactionNode:
     def begin(self) -> Txn:
         return Txn(self, self.log.get_tso_timestamp(1))
 
-    def _log(self, rec: Record, ts: int) -> int:
-        lsn = self.log.append(fmt.encode(rec))
-        self.last_lsn = lsn
-        self._lsn_ts.append((ts, lsn))
-        return lsn
+    def _queue(self, rec: Record, publish) -> int:
+        """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
+        return self.committer.enqueue(_Queued(rec, publish))
+
+    def _write_group(self, group: list[_Queued]) -> None:
+        """The committer's flush: build and encode the group's batches (outside the commit lock,
+        where pyarrow may drop the GIL without stalling other commits), append the group with one
+        `append_many` (one fsync), then publish it in ts order."""
+        payloads = []
+        for q in group:
+            q.rec.batches = [(tb, kind, pa.table(t) if isinstance(t, dict) else t) for tb, kind, t in q.rec.batches]
+            payloads.append(fmt.encode(q.rec))
+        first = self.log.append_many(payloads)
+        with self._cv:
+            for k, q in enumerate(group):
+                self.last_lsn = first + k
+                self._lsn_ts.append((q.rec.ts, first + k))
+                q.publish(q.rec)
+            self._cv.notify_all()   # the pusher: one wake-up (and one update message) per group
+
+    def _publish_ts(self, rec: Record) -> None:
+        self.last_ts = rec.ts
 
     def _commit(self, txn: Txn) -> int:
+        # what the transaction writes, per table: its own data, gathered before the commit lock
+        work = []
+        for table in sorted(set(txn.ins) | set(txn.dels)):
+            st = self._table(table)
+            ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
+            if not ins and not dels:
+                continue
+            ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
+            ins_pks = ins_cols[st.tdef.pk]
+            del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
+            touched = np.concatenate([ins_pks, del_pks]) if len(del_pks) else ins_pks
+            work.append((table, st, ins_cols, ins_pks, del_pks, touched))
+        if not work:
+            return self.last_ts
         with self._cv:
             plans = []
-            for table in sorted(set(txn.ins) | set(txn.dels)):
-                st = self._table(table)
-                ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
-                if not ins and not dels:
-                    continue
-                ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
-                ins_pks = ins_cols[st.tdef.pk]
-                del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
-                touched = np.concatenate([ins_pks, del_pks])
+            for table, st, ins_cols, ins_pks, del_pks, touched in work:
                 last, found = st.pk_ts.get_many(touched)
-                if (found & (last > txn.start_ts)).any():
-                    pk = int(touched[found & (last > txn.start_ts)][0])
-                    raise WriteConflictError(f"{table}: primary key {pk} was written after this transaction began")
-                del_rowids, present = st.pk_index.get_many(del_pks)
-                if not present.all():
-                    raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+                late = found & (last > txn.start_ts)
+                if late.any():
+                    raise WriteConflictError(f"{table}: primary key {int(touched[late][0])} was written after "
+                                             f"this transaction began")
+                if len(del_pks):
+                    del_rowids, present = st.pk_index.get_many(del_pks)
+                    if not present.all():
+                        raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+                else:
+                    del_rowids = del_pks
                 _, exists = st.pk_index.get_many(ins_pks)
                 if exists.any():
                     dup = ins_pks[exists]
@@ -248,42 +296,50 @@ class TransactionNode:
             ts = self.log.get_tso_timestamp(1)
             batches = []
             for table, st, ins_cols, ins_pks, del_pks, del_rowids in plans:
+                # batches as numpy columns: the committer makes them Arrow tables outside the lock
                 if len(del_pks):
-                    batches.append((table, DELETE, pa.table({
+                    batches.append((table, DELETE, {
                         BLOCK: del_rowids // BLOCK_ROWS, OFFSET: (del_rowids % BLOCK_ROWS).astype(np.int32),
-                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks})))
+                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks}))
+                    st.pk_index.delete_many(del_pks)
+                    st.pk_ts.insert_many(del_pks, np.full(len(del_pks), ts, dtype=np.int64))
                 if len(ins_pks):
                     blocks, offs = st.alloc_rowids(len(ins_pks))
                     cols = {BLOCK: blocks, OFFSET: offs, TS: np.full(len(ins_pks), ts, dtype=np.int64)}
                     cols.update(ins_cols)
-                    batches.append((table, INSERT, pa.table(cols)))
-            if not batches:
-                return self.last_ts
-            self._log(Record(fmt.COMMIT, ts, {}, batches), ts)   # durable before anyone sees it
-            self._apply_commit(ts, batches)
-            self._cv.notify_all()
-            return ts
+                    batches.append((table, INSERT, cols))
+                    # reserved: later commits check against these keys as if this one had committed
+                    st.pk_index.insert_many(ins_pks, blocks * BLOCK_ROWS + offs)
+                    st.next_block = max(st.next_block, int(blocks[-1]) + 1)
+                    st.pk_ts.insert_many(ins_pks, np.full(len(ins_pks), ts, dtype=np.int64))
+            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), lambda rec: self._publish_commit(rec.ts, rec.batches))
+        self.committer.wait(ticket)   # durable (and published) before it is acknowledged
+        return ts
 
     def _apply_commit(self, ts: int, batches: list) -> None:
+        """Recovery: a logged commit, reserved and published at once."""
+        for table, kind, t in batches:
+            st = self._table(table)
+            if kind == DELETE:
+                pks = t.column(PK).to_numpy()
+                st.pk_index.delete_many(pks)
+            else:
+                pks = t.column(st.tdef.pk).to_numpy()
+                blk = t.column(BLOCK).to_numpy()
+                off = t.column(OFFSET).to_numpy().astype(np.int64)
+                st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
+                st.next_block = max(st.next_block, int(blk.max()) + 1)
+            st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+        self._publish_commit(ts, batches)
+
+    def _publish_commit(self, ts: int, batches: list) -> None:
+        """A durable commit becomes visible: in-memory rows, the logtail table, last_ts (in ts order)."""
         h = Handle(ts)
         for table, kind, t in batches:
             st = self._table(table)
             e = Entry(kind, ts, t)
             h.tables.setdefault(table, []).append(e)
-            blk = t.column(BLOCK).to_numpy()
-            off = t.column(OFFSET).to_numpy().astype(np.int64)
-            if kind == DELETE:
-                pks = t.column(PK).to_numpy()
-                st.pk_index.delete_many(pks)
-                st.mem_deletes.append(e)
-            else:
-                pks = t.column(st.tdef.pk).to_numpy()
-                st.pk_index.insert_many(pks, blk * BLOCK_ROWS + off)
-                st.mem_inserts.append(e)
-                top = int(blk.max())
-                if top >= st.next_block:
-                    st.next_block = top + 1
-            st.pk_ts.insert_many(pks, np.full(len(pks), ts, dtype=np.int64))
+            (st.mem_deletes if kind == DELETE else st.mem_inserts).append(e)
         self.logtail.append(h)
         self.last_ts = ts
 
@@ -295,14 +351,20 @@ class TransactionNode:
             with self._cv:
                 names = sorted(self.tables) if tables is None else [self._table(t).tdef.name for t in tables]
                 start = self.log.get_tso_timestamp(1)      # the cleanup ts: everything before it is frozen
+                for name in names:
+                    self.tables[name].freeze()     # commits after `start` write to new blocks
+                ticket = self.committer.queued     # every commit with a ts below `start` is queued
+            self.committer.wait(ticket)            # ... and now published
+            with self._cv:
                 if tables is None:
                     self.last_cleanup = start
                 frozen = {}
                 for name in names:
                     st = self.tables[name]
-                    frozen[name] = (st.mem_inserts, st.mem_deletes)
-                    st.mem_inserts, st.mem_deletes = [], []
-                    st.freeze()
+                    frozen[name] = ([e for e in st.mem_inserts if e.ts < start],
+                                    [e for e in st.mem_deletes if e.ts < start])
+                    st.mem_inserts = [e for e in st.mem_inserts if e.ts >= start]
+                    st.mem_deletes = [e for e in st.mem_deletes if e.ts >= start]
             # commits go on while the objects are written
             meta = {}
             for name, (inserts, deletes) in frozen.items():
@@ -314,9 +376,8 @@ class TransactionNode:
                 meta[name] = {"cleanup_ts": start, "objects": objs}
             with self._cv:
                 ts = self.log.get_tso_timestamp(1)
-                self._log(Record(fmt.FLUSH, ts, {"meta": meta}), ts)
-                self._apply_flush(ts, meta)
-                self._cv.notify_all()
+                ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda rec: self._apply_flush(rec.ts, meta))
+            self.committer.wait(ticket)
             return ts
 
     def _write_data_object(self, table: str, entries: list[Entry]) -> dict:
@@ -533,13 +594,19 @@ class TransactionNode:
                     return
                 if self.last_ts > self.pushed_ts:
                     to_ts = self.last_ts
-                else:   # heartbeat: an empty transaction that only takes a ts, moving every watermark
+                elif self.committer.pending() == 0:
+                    # heartbeat: an empty transaction that only takes a ts, moving every watermark;
+                    # only with nothing in flight, or a queued commit's ts would fall below it
                     to_ts = self.log.get_tso_timestamp(1)
+                else:
+                    continue
                 from_ts = self.pushed_ts
                 per_table: dict[str, list] = {}
                 if to_ts > from_ts:
                     for _, tb, es in self.logtail.visit(from_ts, to_ts):
                         per_table.setdefault(tb, []).extend(es)
+                    # one batch per table and kind per message, not one per commit
+                    per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
                 self.pushed_ts = to_ts
                 if to_ts > self.last_ts:
                     self.last_ts = to_ts
@@ -553,6 +620,8 @@ class TransactionNode:
 
 def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:
     """The rows a transaction still inserts at commit, as one array per column."""
+    if len(batches) == 1 and ins and len(ins) == len(batches[0][tdef.pk]):
+        return batches[0]       # one insert call, every row still inserted: no copy
     dt = tdef.dtypes()
     if not ins:
         return {c: np.empty(0, dtype=d) for c, d in dt.items()}

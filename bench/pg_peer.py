@@ -1,0 +1,82 @@
+"""PostgreSQL 15 as the durable-write peer: a throwaway server with fsync=on and
+synchronous_commit=on in a temporary directory, and pgbench runs of a custom script against it.
+
+As root the server commands run as the `postgres` user, with a data and socket directory it owns.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from logtide.logindex.pgcluster import PG_BIN, pg_available
+
+__all__ = ["PgPeer", "pg_available"]
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+def _run(cmd: list[str], timeout: float) -> str:
+    p = subprocess.run(_as_postgres(cmd), capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+class PgPeer:
+    """A running PostgreSQL server (durable commits) on a Unix socket; use as a context manager."""
+
+    def __init__(self, max_connections: int = 64) -> None:
+        self.max_connections = max_connections
+        self.dir = Path(tempfile.mkdtemp(prefix="logtide-pgpeer-"))
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.data, self.sock = self.dir / "data", self.dir / "sock"
+        self.port = 5432
+
+    def __enter__(self) -> "PgPeer":
+        try:
+            _run([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
+                  "--locale=C"], 180)
+            _run(["mkdir", "-p", str(self.sock)], 10)
+            opts = (f"-k {self.sock} -p {self.port} -c listen_addresses='' -c fsync=on -c synchronous_commit=on "
+                    f"-c max_connections={self.max_connections} -c shared_buffers=128MB")
+            _run([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "90", "-l", str(self.dir / "server.log"),
+                  "-o", opts, "start"], 120)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            _run([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-m", "immediate", "stop"], 90)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _common(self) -> list[str]:
+        return ["-h", str(self.sock), "-p", str(self.port), "-U", "postgres"]
+
+    def sql(self, statement: str) -> str:
+        return _run([str(PG_BIN / "psql"), *self._common(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", statement,
+                     "postgres"], 60)
+
+    def pgbench(self, script: str, clients: int, transactions: int) -> int:
+        """Run `script` (pgbench syntax) with `clients` connections, `transactions` each; the
+        transactions processed (pgbench fails on any error)."""
+        path = self.dir / f"script-{clients}.sql"
+        path.write_text(script)
+        os.chmod(path, 0o644)
+        out = _run([str(PG_BIN / "pgbench"), *self._common(), "-n", "-c", str(clients), "-j", str(min(clients, 4)),
+                    "-t", str(transactions), "-f", str(path), "postgres"], 600)
+        m = re.search(r"number of transactions actually processed: (\d+)", out)
+        if not m:
+            raise RuntimeError(f"pgbench printed no transaction count:\n{out[-2000:]}")
+        return int(m.group(1))

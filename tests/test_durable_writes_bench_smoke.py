@@ -1,0 +1,27 @@
+"""bench/bench_durable_writes.py runs end to end at a small scale: PostgreSQL started by the
+benchmark, the TN and the primary at every client count, both ratios computed, and the plot."""
+import pytest
+
+from logtide.logindex.pgcluster import pg_available
+
+
+@pytest.mark.timeout(400)
+def test_durable_writes_benchmarks_small_scale(bench_run, tmp_path):
+    reason = pg_available()
+    if reason:
+        pytest.skip(f"PostgreSQL peer not run: {reason}")
+    benchmarks, rows = bench_run("bench_durable_writes", timeout=380)
+    assert len(rows) == 2 and all(r["ratio"] is not None and r["ratio"] > 0 for r in rows), rows
+    for test in ("test_tn_insert_txn", "test_primary_insert", "test_pg_insert_txn"):
+        for clients in (1, 4, 16, 32):
+            assert benchmarks[f"{test}[{clients}]"]["extra_info"]["items"] > 0
+    assert benchmarks["test_tn_insert_txn[16]"]["extra_info"]["figures"]["commits_per_fsync"] >= 1
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    try:
+        from bench import bench_durable_writes
+        out = bench_durable_writes.plot(benchmarks, tmp_path)
+    finally:
+        sys.path.pop(0)
+    assert out and out[0].exists() and out[0].stat().st_size > 0
