@@ -157,3 +157,44 @@ class WalGoneError(LogtideError):
 
 class ReplicaError(LogtideError):
     """A read-only node cannot serve: it stopped on bad WAL, is not caught up, or was promoted."""
+
+
+# --- failures of peers: deadlines, liveness, truncation, directory ownership ---
+
+class PeerTimeoutError(LogtideError, TimeoutError):
+    """A wait on a peer (a remote call, a replica catching up, a watermark, a frame) passed its deadline."""
+
+
+class DeadlineExceededError(RpcError, PeerTimeoutError):
+    """A remote call got no answer within its deadline (the server is stopped, partitioned or overloaded).
+    Whether a write was applied is unknown: read it back before retrying."""
+
+
+class ReplicaTimeoutError(ReplicaError, PeerTimeoutError):
+    """An RO node did not reach the LSN it waited for within the deadline."""
+
+
+class ReplicaDroppedError(ReplicaError):
+    """The primary dropped this RO node (it closed its link, or stopped reporting for longer than the
+    replica timeout): it must re-sync from storage before it follows again."""
+
+
+class TruncatedSubscribeError(ReplicaError, WalGoneError):
+    """A subscribe asked to start at an LSN the primary has already truncated: refused, never served
+    from a later LSN in silence. The node must re-sync from storage."""
+
+
+class WatermarkTimeoutError(LogtailError, PeerTimeoutError):
+    """A CN's table watermark did not reach the asked ts (or a subscribe got no answer) within the deadline."""
+
+
+class MetaDeadlineExceeded(MetaUnavailableError, DeadlineExceededError):
+    """A meta-service call got no answer within its deadline."""
+
+
+class DirectoryInUseError(LogtideError):
+    """Another open service (in this or another process) owns the directory; a second open is refused."""
+
+
+class LogDirectoryInUse(DirectoryInUseError, LogServiceError):
+    """The log directory is open in another LogService (this process or another)."""

@@ -469,10 +469,14 @@ class TransactionNode:
         return resp
 
     def _collect(self, table: str, from_ts: int, to_ts: int) -> dict:
+        # the one rule (docs/logtail_format.md): a response that starts below the newest checkpoint
+        # carries it, even when to_ts is below it too; the logtail below it is cut, so the response
+        # then reaches the checkpoint's ts (to_ts may come back higher than asked)
         ckp = None
-        if self.checkpoint is not None and from_ts < self.checkpoint.ts <= to_ts:
+        if self.checkpoint is not None and from_ts < self.checkpoint.ts:
             ckp = self.checkpoint.name
             from_ts = self.checkpoint.ts
+            to_ts = max(to_ts, from_ts)
         raw = [e for _, _, es in self.logtail.visit(from_ts, to_ts, table) for e in es]
         # in-memory entries that a flush inside the range already put in objects are left out
         covered = max((e.meta["cleanup_ts"] for e in raw if e.kind == META), default=0)

@@ -14,7 +14,8 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import MessageTooLarge, MetaClosedError, MetaInvalidArgument, MetaUnavailableError, RpcError
+from logtide.errors import (DeadlineExceededError, MessageTooLarge, MetaClosedError, MetaDeadlineExceeded,
+                            MetaInvalidArgument, MetaUnavailableError, RpcError)
 
 
 def _call(fn, *args, **kw):
@@ -23,6 +24,10 @@ def _call(fn, *args, **kw):
         return fn(*args, **kw)
     except MessageTooLarge:
         raise
+    except DeadlineExceededError as exc:
+        if isinstance(exc, MetaUnavailableError):
+            raise
+        raise MetaDeadlineExceeded(str(exc)) from None
     except RpcError as exc:
         if type(exc) is RpcError:
             raise MetaUnavailableError(str(exc)) from None
