@@ -101,6 +101,11 @@ class ReadOnlyNode:
         self._index_hook = index_hook
         self._feedback_interval = feedback_interval
         self.read_wait_s = 30.0   # how long a read waits for the node to catch up to its ready LSN
+        # the primary's replica timeout: a node whose reports went unacknowledged for most of it
+        # must assume it was dropped (storage may soon hold pages from its future) and stop serving
+        from logtide.replay.primary import REPLICA_TIMEOUT_S
+        self.replica_timeout = REPLICA_TIMEOUT_S
+        self._last_ack = 0.0      # monotonic time the primary last acknowledged a report (or attach)
         self._feedback_seq = 0
         self._link = None
         self._apply_lock = threading.Lock()   # the startup worker's batch vs a re-sync
@@ -119,6 +124,7 @@ class ReadOnlyNode:
         applied: the WAL it indexed is the same WAL, and the stream resumes after its applied LSN.
         """
         self._send_feedback = send_feedback
+        self._last_ack = time.monotonic()
         if self._started:
             if self._dropped is not None:
                 self._resync(start_lsn, ready_lsn)
@@ -156,7 +162,7 @@ class ReadOnlyNode:
     def dropped(self, why: str) -> None:
         """The primary dropped this node: stop serving until it re-syncs (the next join + attach)."""
         if self._dropped is None:
-            log.warning("RO node %s: the primary dropped it (%s); re-syncing from storage", self.node_id, why)
+            log.warning("RO node %s stops serving (%s); re-syncing from storage", self.node_id, why)
         self._dropped = why
 
     def _resync(self, start_lsn: int, ready_lsn: int) -> None:
@@ -329,6 +335,10 @@ class ReadOnlyNode:
             raise ReplicaError(f"RO node {self.node_id} stopped applying: {self.error}") from self.error
         if self._stop.is_set():
             raise ReplicaError(f"RO node {self.node_id} is closed")
+        if self._dropped is None and self.replica_timeout > 0 and self._last_ack:
+            quiet = time.monotonic() - self._last_ack
+            if quiet > 0.8 * self.replica_timeout:   # the primary drops us at replica_timeout: stop first
+                self.dropped(f"no report acknowledged by the primary for {quiet:.1f} s")
         if self._dropped is not None:
             raise ReplicaDroppedError(f"RO node {self.node_id} is re-syncing from storage ({self._dropped})")
         if self.applied_lsn < self.ready_lsn:
@@ -463,19 +473,25 @@ class ReadOnlyNode:
             return
         try:
             self._send_feedback(self.feedback_message())
+            self._last_ack = time.monotonic()
+            if self._dropped is not None:   # it stopped serving on its own (no contact): re-sync now
+                self._rejoin()
             # learn which memtables the primary has saved since: they become reusable
             self.index.refresh()
             self.xlog.drop_below(self.min_used_lsn())
         except ReplicaDroppedError as exc:  # we were silent too long (stopped, partitioned): re-sync
             self.dropped(str(exc))
-            rejoin = getattr(self._link, "rejoin", None)
-            if rejoin is not None:
-                try:
-                    rejoin()
-                except Exception as exc2:  # the next round retries
-                    log.warning("RO node %s: re-sync failed: %s", self.node_id, exc2)
+            self._rejoin()
         except Exception as exc:  # the primary may be down; the next round retries
             log.warning("RO node %s: feedback failed: %s", self.node_id, exc)
+
+    def _rejoin(self) -> None:
+        rejoin = getattr(self._link, "rejoin", None)
+        if rejoin is not None:
+            try:
+                rejoin()
+            except Exception as exc:  # the next round retries
+                log.warning("RO node %s: re-sync failed: %s", self.node_id, exc)
 
     # ------------------------------------------------------------------ promotion
     def promote(self, log_service=None, **primary_options):

@@ -63,6 +63,7 @@ class GrpcLink:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._stream = None
+        self._joins = 0   # subscriptions so far: a stream's error from before the latest one is stale
         self.reconnects = 0
         self.client = connect(REPLICATION, address, **rpc_options)
         ro._link = self
@@ -78,6 +79,7 @@ class GrpcLink:
         with self._lock:
             start, ready = self.ro.join(self._subscribe)
             self.ro.attach(start, ready, self._feedback)
+            self._joins += 1
 
     def _feedback(self, message: bytes) -> None:
         self.client.Feedback(data=message)
@@ -96,6 +98,7 @@ class GrpcLink:
 
     def _run(self) -> None:
         while not self._stop.is_set() and self.ro.error is None:
+            joins = self._joins
             try:
                 self._stream = self.client.StreamMeta(node_id=self.ro.node_id, from_lsn=self.ro.applied_lsn + 1)
                 for f in self._stream:
@@ -105,9 +108,10 @@ class GrpcLink:
             except LogtideError as exc:
                 if self._stop.is_set():
                     return
-                if isinstance(exc, ReplicaDroppedError):
+                stale = joins != self._joins   # subscribed again meanwhile (rejoin cancelled this stream)
+                if isinstance(exc, ReplicaDroppedError) and not stale:
                     self.ro.dropped(str(exc))
-                if isinstance(exc, ReplicaError):  # dropped, or the primary forgot us (it restarted)
+                if isinstance(exc, ReplicaError) and not stale:  # dropped, or the primary forgot us (restarted)
                     try:
                         self._join()
                     except LogtideError as exc2:
