@@ -200,6 +200,9 @@ def test_primary_and_ro_node(procs, tmp_path, fault):
         if fault != "kill":
             assert _status(rc)["resyncs"] >= 1
             procs.wait_for(ro, rlog, r"re-synced from storage", timeout=5)
+        # and the primary still stops on SIGTERM (it ignored it while its inserts hung)
+        prim.terminate()
+        assert prim.wait(15) == 0
     finally:
         pc.close()
         rc.close()

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from logtide.engine.logservice import LogService
-from logtide.errors import ReplicaDroppedError
+from logtide.errors import PeerTimeoutError, ReplicaDroppedError, ReplicaTimeoutError
 from logtide.replay import Primary, ReadOnlyNode, connect_inprocess
 from logtide.replay.buffer_pool import BufferPool, PinTimeoutError
 
@@ -83,6 +83,26 @@ def test_silent_ro_node_is_dropped_after_the_timeout_and_resyncs(tmp_path, caplo
         assert ro.wait_applied(p.write_lsn)
         assert ro.get(REL, tid) == b"after the resync"
         assert dict(ro.scan(REL)) == dict(p.scan(REL))
+    finally:
+        link.close()
+        ro.close()
+        p.close()
+        log.close()
+
+
+def test_wait_applied_ends_in_a_typed_error_at_its_deadline(tmp_path):
+    log = LogService.open(tmp_path / "log")
+    p = Primary(tmp_path, log=log, checkpoint_interval=0)
+    ro = ReadOnlyNode(tmp_path, log, node_id=1)
+    link = connect_inprocess(p, ro)
+    try:
+        p.insert(REL, b"x")
+        assert ro.wait_applied(p.write_lsn, timeout=10)
+        t0 = time.monotonic()
+        with pytest.raises(ReplicaTimeoutError) as info:
+            ro.wait_applied(p.write_lsn + 1000, timeout=0.3)   # LSNs nobody wrote
+        assert isinstance(info.value, PeerTimeoutError) and isinstance(info.value, TimeoutError)
+        assert time.monotonic() - t0 < 5
     finally:
         link.close()
         ro.close()
