@@ -132,6 +132,8 @@ class Primary:
         self.replicas: dict[int, ReplicaState] = {}
         self._replica_lock = threading.Lock()
         self.replica_timeout = float(replica_timeout)
+        # a write may wait in pin() for a dead RO node's pages until that node is dropped: never give up first
+        self.pool.pin_wait_s = max(self.pool.pin_wait_s, 2 * self.replica_timeout)
         self.dropped: dict[int, str] = {}   # node id -> why it was dropped (until it re-syncs)
         self.replicas_dropped = 0
         self.write_lsn = 0

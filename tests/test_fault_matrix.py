@@ -278,6 +278,51 @@ def test_tn_and_cn(procs, tmp_path, fault):
         proxy.close()
 
 
+@pytest.mark.timeout(120)
+def test_tn_survives_a_stopped_cn(procs, tmp_path):
+    """The other direction of TN <-> CN: a CN process stopped with SIGSTOP holds its stream open and
+    reads nothing; the TN's keepalive ends that stream, the TN keeps pushing to its other CN, and the
+    stopped CN catches up after SIGCONT."""
+    from logtide.engine.logtail import ComputeNode, TransactionNode
+    from logtide.engine.logtail.service import serve
+    from logtide.engine.logtail.transport import GrpcStream
+    tn = TransactionNode.open(tmp_path / "tn")
+    tn.create_table("t", {"id": "int64"}, "id")
+    server, addr = serve(tn, "127.0.0.1:0", keepalive=KEEPALIVE_S, keepalive_timeout=KEEPALIVE_WAIT_S)
+    other = ComputeNode(lambda: GrpcStream(addr, "other", **RPC), tn.store, "other")
+    n = 0
+
+    def commit():
+        nonlocal n
+        x = tn.begin()
+        x.insert("t", {"id": [n]})
+        n += 1
+        return x.commit()
+    try:
+        other.subscribe("t")
+        cn, clog = procs.start("cn", "logtail", "cn", "--tn", addr, "--objects", tn.store.uri, "--table", "t")
+        procs.wait_for(cn, clog, r'"rows"')
+        _until(lambda: tn.stream_count == 2, 10, "both CNs have a stream")
+        os.kill(cn.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < KEEPALIVE_S + KEEPALIVE_WAIT_S + SLACK_S:
+            ts = commit()
+            other.wait_for("t", ts, timeout=CALL_S)      # the TN keeps serving its other CN
+            if tn.stream_count == 1:
+                break
+            time.sleep(0.05)
+        assert tn.stream_count == 1, "the stopped CN's stream was not ended"
+        os.kill(cn.pid, signal.SIGCONT)
+        ts = commit()
+        want = other.read("t", ts, timeout=30).num_rows
+        assert want == n
+        procs.wait_for(cn, clog, rf'"rows": {n}, "id_sum": {n * (n - 1) // 2}', timeout=30)
+    finally:
+        other.close()
+        server.stop(0.5)
+        tn.close()
+
+
 # ---------------------------------------------------------------------- log-service client <-> server
 
 @pytest.mark.timeout(120)

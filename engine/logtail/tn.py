@@ -186,6 +186,12 @@ class TransactionNode:
         if getattr(self, "_owns_log", False):
             self.log.close()
 
+    @property
+    def stream_count(self) -> int:
+        """Push streams open now (a CN whose stream died, e.g. cut by keepalive, is no longer counted)."""
+        with self._cv:
+            return len(self._streams)
+
     # ------------------------------------------------------------------ catalog
 
     def _table(self, name: str) -> TableState:
