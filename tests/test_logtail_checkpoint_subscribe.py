@@ -56,3 +56,40 @@ def test_pull_below_the_checkpoint_carries_it(tmp_path):
         assert tn.pull("t", ckp.ts, ts)["checkpoint"] is None
     finally:
         tn.close()
+
+
+def test_checkpoint_never_cuts_logtail_the_push_has_not_sent(tmp_path):
+    """Found by the fault matrix: a flush, then at once a checkpoint (the CLI's loop does both in one
+    round) truncated the first flush's metadata from the logtail before the push loop sent it. The
+    subscribed CN never learned those objects, and the next flush's cleanup ts dropped the rows from
+    its memory: rows lost for good. Holding the TN's commit lock (re-entrant) keeps the push loop
+    out, so the interleaving is certain here."""
+    tn = TransactionNode.open(tmp_path)
+    tn.create_table("t", {"id": "int64"}, "id")
+    cn = ComputeNode(lambda: tn.connect(), tn.store)
+    try:
+        cn.subscribe("t")
+        x = tn.begin()
+        x.insert("t", {"id": [0]})
+        cn.read("t", x.commit())                    # row 0 is pushed and in the CN's memory
+        with tn._cv:                                # the push loop waits for this lock
+            x = tn.begin()
+            x.insert("t", {"id": [1]})
+            x.commit()
+            tn.flush()                              # flush A: rows 0 and 1 go to an object
+            x = tn.begin()
+            x.insert("t", {"id": [2]})
+            x.commit()
+            tn.checkpoint_now()                     # flush B, then the logtail is truncated
+            x = tn.begin()
+            x.insert("t", {"id": [3]})
+            ts = x.commit()
+        got = cn.read("t", ts, timeout=10)
+        assert sorted(got.column("id").to_pylist()) == [0, 1, 2, 3]
+        fresh = ComputeNode(lambda: tn.connect(), tn.store)
+        fresh.subscribe("t")
+        assert sorted(fresh.read("t", ts, timeout=10).column("id").to_pylist()) == [0, 1, 2, 3]
+        fresh.close()
+    finally:
+        cn.close()
+        tn.close()

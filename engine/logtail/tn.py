@@ -377,7 +377,10 @@ class TransactionNode:
             name = f"{CHECKPOINT_PREFIX}{ckp_ts:020d}.json"
             self.store.put(name, json.dumps(body).encode())
             self.checkpoint = Checkpoint(ckp_ts, lsn, name)
-            self.logtail.truncate(ckp_ts)
+            # below the checkpoint, but never what the push loop has not sent yet: a flush's metadata
+            # cut before it was pushed never reached the subscribed CNs, which then dropped that
+            # flush's rows at the next flush's cleanup ts (new subscribers get the checkpoint instead)
+            self.logtail.truncate(min(ckp_ts, self.pushed_ts))
             self._lsn_ts = [(t, l) for t, l in self._lsn_ts if l > lsn]
         if lsn:
             # the TN has replayed (and persisted) the log up to lsn: the log may drop it
