@@ -84,10 +84,6 @@ class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
 
 
-class RpcDeadlineExceeded(RpcError):
-    """A call got no reply within its deadline (the server is stopped, overloaded or unreachable)."""
-
-
 class RpcStreamBroken(RpcError):
     """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
 
@@ -173,3 +169,44 @@ class GroupCommitFailed(LogtideError):
 
 class GroupCommitTimeout(LogtideError, TimeoutError):
     """A write was not made durable within its deadline (the group in flight is stuck)."""
+
+
+# --- failures of peers: deadlines, liveness, truncation, directory ownership ---
+
+class PeerTimeoutError(LogtideError, TimeoutError):
+    """A wait on a peer (a remote call, a replica catching up, a watermark, a frame) passed its deadline."""
+
+
+class DeadlineExceededError(RpcError, PeerTimeoutError):
+    """A remote call got no answer within its deadline (the server is stopped, partitioned or overloaded).
+    Whether a write was applied is unknown: read it back before retrying."""
+
+
+class ReplicaTimeoutError(ReplicaError, PeerTimeoutError):
+    """An RO node did not reach the LSN it waited for within the deadline."""
+
+
+class ReplicaDroppedError(ReplicaError):
+    """The primary dropped this RO node (it closed its link, or stopped reporting for longer than the
+    replica timeout): it must re-sync from storage before it follows again."""
+
+
+class TruncatedSubscribeError(ReplicaError, WalGoneError):
+    """A subscribe asked to start at an LSN the primary has already truncated: refused, never served
+    from a later LSN in silence. The node must re-sync from storage."""
+
+
+class WatermarkTimeoutError(LogtailError, PeerTimeoutError):
+    """A CN's table watermark did not reach the asked ts (or a subscribe got no answer) within the deadline."""
+
+
+class MetaDeadlineExceeded(MetaUnavailableError, DeadlineExceededError):
+    """A meta-service call got no answer within its deadline."""
+
+
+class DirectoryInUseError(LogtideError):
+    """Another open service (in this or another process) owns the directory; a second open is refused."""
+
+
+class LogDirectoryInUse(DirectoryInUseError, LogServiceError):
+    """The log directory is open in another LogService (this process or another)."""

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from logtide.errors import LogtideError
+from logtide.errors import LogtideError, PeerTimeoutError
 
 PAGE_SIZE = 8192
 VALID = 1
@@ -23,6 +23,11 @@ OUTDATED = 4
 
 class BufferPoolFullError(LogtideError):
     """Every frame is pinned: no page can be brought in."""
+
+
+class PinTimeoutError(BufferPoolFullError, PeerTimeoutError):
+    """pin() found no frame within `pin_wait_s`: every frame stayed pinned, or held a dirty page that
+    may not be written yet (an RO node or the WAL is behind)."""
 
 
 class BufferPool:
@@ -67,6 +72,7 @@ class BufferPool:
         """
         tag = tuple(tag)
         refused: set[int] = set()
+        deadline = time.monotonic() + self.pin_wait_s   # one deadline for the whole pin, retries included
         while True:
             with self.lock:
                 f = self.table.get(tag, -1)
@@ -75,7 +81,7 @@ class BufferPool:
                     self.usage[f] = min(3, self.usage[f] + 1)
                     self.hits += 1
                     return f, True
-                f = self._victim_wait(refused)
+                f = self._victim_wait(refused, deadline)
                 victim_tag = self.frame_tag[f]
                 if victim_tag is None or not self.state[f] & DIRTY:
                     self._detach(f)
@@ -138,17 +144,15 @@ class BufferPool:
             if not self.pins[frame]:
                 self._unpinned.notify_all()
 
-    def _victim_wait(self, refused: set[int]) -> int:
-        # under self.lock: wait (bounded) while every frame is pinned or refused its write-out
-        deadline = None
+    def _victim_wait(self, refused: set[int], deadline: float) -> int:
+        # under self.lock: wait until `deadline` while every frame is pinned or refused its write-out
         while True:
             try:
                 return self._victim(refused)
-            except BufferPoolFullError:
+            except BufferPoolFullError as exc:
                 now = time.monotonic()
-                deadline = deadline or now + self.pin_wait_s
                 if now >= deadline:
-                    raise
+                    raise PinTimeoutError(f"{exc} (gave up after pin_wait_s={self.pin_wait_s:g} s)") from None
                 self._unpinned.wait(min(0.01, deadline - now) if refused else deadline - now)
                 refused.clear()
 
@@ -255,6 +259,19 @@ class BufferPool:
             self._detach(f)
             self.state[f] = 0
             self.usage[f] = 0
+            return True
+
+    def drop(self, tag: tuple) -> bool:
+        """Forget `tag` if it is resident and unpinned, dirty or not (an RO node re-syncing from
+        storage: its cached copies, even eager replays, are no longer to be trusted); True if dropped."""
+        with self.lock:
+            f = self.table.get(tuple(tag), -1)
+            if f < 0 or self.pins[f]:
+                return False
+            self._detach(f)
+            self.state[f] = 0
+            self.usage[f] = 0
+            self.rec_lsn[f] = 0
             return True
 
     def __len__(self) -> int:

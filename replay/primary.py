@@ -25,8 +25,10 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
+from logtide.engine.dir_lock import DirLock
 from logtide.engine.group_commit import GroupCommitter
-from logtide.errors import InvalidArgument, LogtideError, ReplicaError
+from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
+                            TruncatedSubscribeError)
 from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, read_control, write_control
@@ -40,7 +42,14 @@ from logtide.replay.wal_log import WalLog
 log = logging.getLogger("logtide.replay.primary")
 
 SPC, DB = 1663, 5   # every relation lives in one tablespace and database, as in a fresh PostgreSQL
+# an RO node silent for this long is dropped (PostgreSQL's wal_sender_timeout is 60 s; RO nodes
+# report every second, so ten missed reports is a dead or stopped node, not a slow one)
+REPLICA_TIMEOUT_S = 10.0
+# how an RO node subscribes: a fresh node; a running node re-attaching (keeps its cache); a node
+# re-syncing from storage after it was dropped (dropped its cache)
+FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
+PRIMARY_LOCK = "primary.lock"
 
 
 class TupleNotFoundError(LogtideError, KeyError):
@@ -82,16 +91,34 @@ def _tid(tid) -> tuple[int, int]:
 class ReplicaState:
     apply_lsn: int
     min_used_lsn: int
-    seen: float
+    seen: float           # monotonic time of its subscribe or last report (liveness)
+    held: bool = False    # adopted at open from the log's registered readers; not heard from yet
+
+
+def _ro_reader(name: str) -> int | None:
+    """The node id of a log-service reader named "ro-<id>", else None."""
+    if name.startswith("ro-") and name[3:].isdigit():
+        return int(name[3:])
+    return None
 
 
 class Primary:
     """The read-write node. `Primary.open(dir)` embeds the log service; pass `log=` to share one."""
 
     def __init__(self, directory: str | os.PathLike, log=None, *, pool_pages: int = 2048,
-                 checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True):
+                 checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True,
+                 replica_timeout: float = REPLICA_TIMEOUT_S):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        # one primary per shared directory (RO nodes only read it); a dead process's lock is gone
+        self._dir_lock = DirLock(self.dir, PRIMARY_LOCK, "replay directory (primary)")
+        try:
+            self._open(log, pool_pages, checkpoint_interval, logindex_segments, start, replica_timeout)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _open(self, log, pool_pages, checkpoint_interval, logindex_segments, start, replica_timeout) -> None:
         self._own_log = log is None
         if log is None:
             from logtide.engine.logservice import LogService
@@ -109,9 +136,14 @@ class Primary:
         self._rel_blocks: dict[int, int] = {}
         self.replicas: dict[int, ReplicaState] = {}
         self._replica_lock = threading.Lock()
+        self.replica_timeout = float(replica_timeout)
+        # a write may wait in pin() for a dead RO node's pages until that node is dropped: never give up first
+        self.pool.pin_wait_s = max(self.pool.pin_wait_s, 2 * self.replica_timeout)
+        self.dropped: dict[int, str] = {}   # node id -> why it was dropped (until it re-syncs)
+        self.replicas_dropped = 0
         self.write_lsn = 0
         self.consistent_lsn = 0
-        self.truncated_lsn = 0
+        self.truncated_lsn = log.get_truncated_lsn()   # LSNs at or below it may be gone (log and LogIndex)
         self.checkpoints = 0
         self._closed = False
         ctl = read_control(self.dir)
@@ -120,6 +152,7 @@ class Primary:
         self.recovered_records = self._recover(ctl)
         self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
         self.committer: GroupCommitter[tuple] = GroupCommitter(self._write_group)
+        self._adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
         if start and checkpoint_interval > 0:
@@ -174,6 +207,22 @@ class Primary:
         low = self.pool.min_rec_lsn()
         self.consistent_lsn = max(self.consistent_lsn, latest if low == 0 else low - 1)
         return n
+
+    def _adopt_readers(self) -> None:
+        """Hold truncation and flush control for the RO nodes the log still lists as readers ("ro-N"):
+        the previous primary (before a restart or a promotion) was holding the log for them, and they
+        re-attach with LSNs that must still exist. Each is held until it reports, or is dropped after
+        the replica timeout like any silent node."""
+        try:
+            readers = self.log_service.readers()
+        except LogtideError:
+            return
+        now = time.monotonic()
+        for name, replayed in readers.items():
+            node = _ro_reader(name)
+            if node is not None:
+                self.replicas[node] = ReplicaState(replayed, replayed + 1, now, held=True)
+                log.info("holding the log from LSN %d for RO node %d (a registered reader)", replayed + 1, node)
 
     # ------------------------------------------------------------------ writes
     def _next_xid(self) -> int:
@@ -407,19 +456,42 @@ class Primary:
         return dict(self._rel_blocks)
 
     # ------------------------------------------------------------------ replicas
-    def subscribe(self, node_id: int, index_from: int = 0) -> tuple[int, int]:
+    def subscribe(self, node_id: int, index_from: int = 0, mode: int = FRESH) -> tuple[int, int]:
         """Register an RO node; returns (start LSN, ready LSN).
 
         The node is streamed WAL meta from the start LSN: the consistent LSN + 1 (every change before
         it is on storage), or `index_from` when that is lower and not 0 (a fresh node's LogIndex
-        `replay_needed_from()`, or a running node re-attaching with its min used LSN). It may serve reads once it has applied the ready LSN (every page on
-        storage is at or below it). Until it reports, the flush limit stays at the consistent LSN.
+        `replay_needed_from()`, or a running node re-attaching with its min used LSN). It may serve
+        reads once it has applied the ready LSN (every page on storage is at or below it). Until it
+        reports, the flush limit stays at the consistent LSN.
+
+        `mode` is FRESH (a new node), RESUME (a running node re-attaching: it keeps its cached
+        pages, which is safe only while this primary, or the cluster's truncation hold it adopted,
+        still holds flushing and truncation for it) or RESYNC (a node that dropped its cache).
+        Refused with TruncatedSubscribeError when `index_from` is at or below the truncation point
+        (that WAL may be gone), and a RESUME with ReplicaDroppedError when the node is not held
+        (it was dropped, or nobody held the log for it): such a node re-syncs from storage, then
+        subscribes with RESYNC.
         """
+        if mode not in (FRESH, RESUME, RESYNC):
+            raise InvalidArgument(f"subscribe mode is FRESH, RESUME or RESYNC, got {mode!r}")
         with self._wal_lock, self._replica_lock:
+            if mode == RESYNC:
+                index_from = 0
+            elif mode == RESUME and node_id not in self.replicas:
+                why = self.dropped.get(node_id, "no truncation hold was recorded for it")
+                raise ReplicaDroppedError(f"RO node {node_id} cannot resume ({why}): it must re-sync from storage")
+            gone = max(self.truncated_lsn, self.wal.first_lsn() - 1)
+            if index_from and index_from <= gone:
+                raise TruncatedSubscribeError(f"RO node {node_id} asked for WAL from LSN {index_from}, but LSNs "
+                                              f"up to {gone} are truncated: it must re-sync from storage")
             start = self.consistent_lsn + 1
             if index_from:
                 start = min(start, index_from)
-            start = max(start, self.wal.first_lsn())
+            held = self.replicas.get(node_id)
+            if held is not None and held.held:
+                log.info("RO node %d re-attached (held from LSN %d)", node_id, held.min_used_lsn)
+            self.dropped.pop(node_id, None)
             self.replicas[node_id] = ReplicaState(min(self.consistent_lsn, start - 1), start, time.monotonic())
             ready = self.write_lsn  # no stored page is newer
             try:
@@ -428,8 +500,8 @@ class Primary:
                 pass  # already registered: it keeps its replayed LSN
             return start, ready
 
-    def unsubscribe(self, node_id: int) -> None:
-        """Forget an RO node: it no longer holds back flushing or truncation."""
+    def release_hold(self, node_id: int) -> None:
+        """Stop holding the log for `node_id` without counting a drop: that RO node became this primary."""
         with self._replica_lock:
             self.replicas.pop(node_id, None)
         try:
@@ -437,12 +509,55 @@ class Primary:
         except LogtideError:
             pass
 
+    def unsubscribe(self, node_id: int) -> None:
+        """An RO node closed its link: drop it (it no longer holds back flushing or truncation)."""
+        self._drop(node_id, "it closed its link")
+
+    def _drop(self, node_id: int, why: str) -> None:
+        with self._replica_lock:
+            if self.replicas.pop(node_id, None) is None:
+                return
+            self.dropped[node_id] = why
+            self.replicas_dropped += 1
+        log.warning("dropped RO node %d: %s; it no longer holds flushing or truncation, and re-syncs from "
+                    "storage if it comes back", node_id, why)
+        try:
+            self.log_service.unregister_reader(f"ro-{node_id}")
+        except LogtideError:
+            pass
+
+    def expire_replicas(self) -> list[int]:
+        """Drop every RO node not heard from for longer than the replica timeout; the ids dropped."""
+        if self.replica_timeout <= 0:
+            return []
+        now = time.monotonic()
+        with self._replica_lock:
+            silent = [(n, now - st.seen) for n, st in self.replicas.items() if now - st.seen > self.replica_timeout]
+        for n, quiet in silent:
+            self._drop(n, f"no report for {quiet:.1f} s (replica_timeout {self.replica_timeout:g} s)")
+        return [n for n, _ in silent]
+
+    def check_following(self, node_id: int) -> None:
+        """Raise ReplicaDroppedError (or ReplicaError) unless `node_id` is a subscribed RO node (a node
+        only held since this primary opened must subscribe again first)."""
+        st = self.replicas.get(node_id)
+        if st is not None and not st.held:
+            return
+        why = self.dropped.get(node_id)
+        if why is not None:
+            raise ReplicaDroppedError(f"RO node {node_id} was dropped ({why}): it must re-sync from storage")
+        raise ReplicaError(f"RO node {node_id} is not subscribed")
+
     def feedback(self, message: bytes) -> None:
         """An RO node's (apply LSN, min used LSN) report (a meta_stream feedback message)."""
         fb = decode_feedback(message)
         with self._replica_lock:
             st = self.replicas.get(fb.node_id)
-            if st is None:
+            if st is None or st.held:
+                # a held node must subscribe (re-attach) before its reports count
+                if st is None and fb.node_id in self.dropped:
+                    raise ReplicaDroppedError(f"RO node {fb.node_id} was dropped ({self.dropped[fb.node_id]}): "
+                                              "it must re-sync from storage")
                 raise ReplicaError(f"RO node {fb.node_id} is not subscribed")
             st.apply_lsn = max(st.apply_lsn, min(fb.apply_lsn, self.write_lsn))
             st.min_used_lsn = max(st.min_used_lsn, min(fb.min_used_lsn, st.apply_lsn + 1))
@@ -454,7 +569,8 @@ class Primary:
             pass
 
     def flush_limit(self) -> int:
-        """The highest page LSN that may be written to storage: every RO node has applied it."""
+        """The highest page LSN that may be written to storage: every live RO node has applied it."""
+        self.expire_replicas()   # a dead node must not pin it (the eviction path calls this too)
         with self._replica_lock:
             if not self.replicas:
                 return 1 << 64
@@ -528,6 +644,7 @@ class Primary:
         if self._ckpt_thread:
             self._ckpt_thread.join()
         self.store.close()
+        self._dir_lock.release()   # as the dead process's would be
 
     def close(self) -> None:
         if self._closed:
@@ -546,6 +663,7 @@ class Primary:
             self.store.close()
             if self._own_log:
                 self.log_service.close()
+            self._dir_lock.release()
 
     def __enter__(self) -> "Primary":
         return self
@@ -556,4 +674,5 @@ class Primary:
     def stats(self) -> dict:
         return {"write_lsn": self.write_lsn, "consistent_lsn": self.consistent_lsn,
                 "truncated_lsn": self.truncated_lsn, "checkpoints": self.checkpoints,
-                "pages_written": self.store.pages_written, "replicas": {k: vars(v) for k, v in self.replicas.items()}}
+                "pages_written": self.store.pages_written, "replicas": {k: vars(v) for k, v in self.replicas.items()},
+                "replicas_dropped": self.replicas_dropped, "dropped": dict(self.dropped)}

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11replication.proto\x12\x0elogtide.replay\"\x07\n\x05\x45mpty\"7\n\x10SubscribeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x04\x12\x12\n\nindex_from\x18\x02 \x01(\x04\"6\n\x0eSubscribeReply\x12\x11\n\tstart_lsn\x18\x01 \x01(\x04\x12\x11\n\tready_lsn\x18\x02 \x01(\x04\"2\n\rStreamRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x04\x12\x10\n\x08\x66rom_lsn\x18\x02 \x01(\x04\"\x15\n\x05\x46rame\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\">\n\rFeedbackReply\x12\x15\n\rtruncated_lsn\x18\x01 \x01(\x04\x12\x16\n\x0e\x63onsistent_lsn\x18\x02 \x01(\x04\"F\n\x0cTupleRequest\x12\x0b\n\x03rel\x18\x01 \x01(\r\x12\r\n\x05\x62lock\x18\x02 \x01(\r\x12\x0c\n\x04slot\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"S\n\nTupleReply\x12\r\n\x05\x62lock\x18\x01 \x01(\r\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\r\n\x05\x66ound\x18\x04 \x01(\x08\x12\x0b\n\x03lsn\x18\x05 \x01(\x04\"\x1a\n\x0bPageRequest\x12\x0b\n\x03tag\x18\x01 \x03(\r\"&\n\tPageReply\x12\x0c\n\x04page\x18\x01 \x01(\x0c\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t2\xe4\x01\n\x0bReplication\x12M\n\tSubscribe\x12 .logtide.replay.SubscribeRequest\x1a\x1e.logtide.replay.SubscribeReply\x12\x44\n\nStreamMeta\x12\x1d.logtide.replay.StreamRequest\x1a\x15.logtide.replay.Frame0\x01\x12@\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x15.logtide.replay.Frame\x1a\x1d.logtide.replay.FeedbackReply2\xda\x03\n\nReplayNode\x12\x42\n\x06Insert\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x06Update\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x06\x44\x65lete\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12?\n\x03Get\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x08ReadPage\x12\x1b.logtide.replay.PageRequest\x1a\x19.logtide.replay.PageReply\x12<\n\x06Status\x12\x15.logtide.replay.Empty\x1a\x1b.logtide.replay.StatusReply\x12=\n\x07Promote\x12\x15.logtide.replay.Empty\x1a\x1b.logtide.replay.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11replication.proto\x12\x0elogtide.replay\"\x07\n\x05\x45mpty\"E\n\x10SubscribeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x04\x12\x12\n\nindex_from\x18\x02 \x01(\x04\x12\x0c\n\x04mode\x18\x03 \x01(\r\"6\n\x0eSubscribeReply\x12\x11\n\tstart_lsn\x18\x01 \x01(\x04\x12\x11\n\tready_lsn\x18\x02 \x01(\x04\"2\n\rStreamRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x04\x12\x10\n\x08\x66rom_lsn\x18\x02 \x01(\x04\"\x15\n\x05\x46rame\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\">\n\rFeedbackReply\x12\x15\n\rtruncated_lsn\x18\x01 \x01(\x04\x12\x16\n\x0e\x63onsistent_lsn\x18\x02 \x01(\x04\"F\n\x0cTupleRequest\x12\x0b\n\x03rel\x18\x01 \x01(\r\x12\r\n\x05\x62lock\x18\x02 \x01(\r\x12\x0c\n\x04slot\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"S\n\nTupleReply\x12\r\n\x05\x62lock\x18\x01 \x01(\r\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\r\n\x05\x66ound\x18\x04 \x01(\x08\x12\x0b\n\x03lsn\x18\x05 \x01(\x04\"\x1a\n\x0bPageRequest\x12\x0b\n\x03tag\x18\x01 \x03(\r\"&\n\tPageReply\x12\x0c\n\x04page\x18\x01 \x01(\x0c\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t2\xac\x02\n\x0bReplication\x12M\n\tSubscribe\x12 .logtide.replay.SubscribeRequest\x1a\x1e.logtide.replay.SubscribeReply\x12\x44\n\nStreamMeta\x12\x1d.logtide.replay.StreamRequest\x1a\x15.logtide.replay.Frame0\x01\x12@\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x15.logtide.replay.Frame\x1a\x1d.logtide.replay.FeedbackReply\x12\x46\n\x0bUnsubscribe\x12 .logtide.replay.SubscribeRequest\x1a\x15.logtide.replay.Empty2\xda\x03\n\nReplayNode\x12\x42\n\x06Insert\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x06Update\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x06\x44\x65lete\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12?\n\x03Get\x12\x1c.logtide.replay.TupleRequest\x1a\x1a.logtide.replay.TupleReply\x12\x42\n\x08ReadPage\x12\x1b.logtide.replay.PageRequest\x1a\x19.logtide.replay.PageReply\x12<\n\x06Status\x12\x15.logtide.replay.Empty\x1a\x1b.logtide.replay.StatusReply\x12=\n\x07Promote\x12\x15.logtide.replay.Empty\x1a\x1b.logtide.replay.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,27 +34,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMPTY']._serialized_start=37
   _globals['_EMPTY']._serialized_end=44
   _globals['_SUBSCRIBEREQUEST']._serialized_start=46
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=101
-  _globals['_SUBSCRIBEREPLY']._serialized_start=103
-  _globals['_SUBSCRIBEREPLY']._serialized_end=157
-  _globals['_STREAMREQUEST']._serialized_start=159
-  _globals['_STREAMREQUEST']._serialized_end=209
-  _globals['_FRAME']._serialized_start=211
-  _globals['_FRAME']._serialized_end=232
-  _globals['_FEEDBACKREPLY']._serialized_start=234
-  _globals['_FEEDBACKREPLY']._serialized_end=296
-  _globals['_TUPLEREQUEST']._serialized_start=298
-  _globals['_TUPLEREQUEST']._serialized_end=368
-  _globals['_TUPLEREPLY']._serialized_start=370
-  _globals['_TUPLEREPLY']._serialized_end=453
-  _globals['_PAGEREQUEST']._serialized_start=455
-  _globals['_PAGEREQUEST']._serialized_end=481
-  _globals['_PAGEREPLY']._serialized_start=483
-  _globals['_PAGEREPLY']._serialized_end=521
-  _globals['_STATUSREPLY']._serialized_start=523
-  _globals['_STATUSREPLY']._serialized_end=550
-  _globals['_REPLICATION']._serialized_start=553
-  _globals['_REPLICATION']._serialized_end=781
-  _globals['_REPLAYNODE']._serialized_start=784
-  _globals['_REPLAYNODE']._serialized_end=1258
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=115
+  _globals['_SUBSCRIBEREPLY']._serialized_start=117
+  _globals['_SUBSCRIBEREPLY']._serialized_end=171
+  _globals['_STREAMREQUEST']._serialized_start=173
+  _globals['_STREAMREQUEST']._serialized_end=223
+  _globals['_FRAME']._serialized_start=225
+  _globals['_FRAME']._serialized_end=246
+  _globals['_FEEDBACKREPLY']._serialized_start=248
+  _globals['_FEEDBACKREPLY']._serialized_end=310
+  _globals['_TUPLEREQUEST']._serialized_start=312
+  _globals['_TUPLEREQUEST']._serialized_end=382
+  _globals['_TUPLEREPLY']._serialized_start=384
+  _globals['_TUPLEREPLY']._serialized_end=467
+  _globals['_PAGEREQUEST']._serialized_start=469
+  _globals['_PAGEREQUEST']._serialized_end=495
+  _globals['_PAGEREPLY']._serialized_start=497
+  _globals['_PAGEREPLY']._serialized_end=535
+  _globals['_STATUSREPLY']._serialized_start=537
+  _globals['_STATUSREPLY']._serialized_end=564
+  _globals['_REPLICATION']._serialized_start=567
+  _globals['_REPLICATION']._serialized_end=867
+  _globals['_REPLAYNODE']._serialized_start=870
+  _globals['_REPLAYNODE']._serialized_end=1344
 # @@protoc_insertion_point(module_scope)

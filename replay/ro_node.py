@@ -29,7 +29,8 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
-from logtide.errors import CorruptionError, ReplicaError
+from logtide.errors import (CorruptionError, ReplicaDroppedError, ReplicaError, ReplicaTimeoutError,
+                            TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
@@ -85,7 +86,7 @@ class ReadOnlyNode:
         self.error: BaseException | None = None
         self.counts = {"batches": 0, "records": 0, "refs": 0, "marked_outdated": 0, "reads": 0, "hot": 0,
                        "cold": 0, "outdated": 0, "replayed": 0, "bg_replayed": 0, "bg_evicted": 0,
-                       "rejected_messages": 0}
+                       "rejected_messages": 0, "resyncs": 0}
         self._rel_blocks: dict[int, int] = {}
         self._active: dict[int, int] = {}   # reading thread id -> the lowest LSN it may read
         self._active_lock = threading.Lock()
@@ -99,8 +100,16 @@ class ReadOnlyNode:
         # mini-transaction (the startup worker then indexes reference by reference)
         self._index_hook = index_hook
         self._feedback_interval = feedback_interval
+        self.read_wait_s = 30.0   # how long a read waits for the node to catch up to its ready LSN
+        # the primary's replica timeout: a node whose reports went unacknowledged for most of it
+        # must assume it was dropped (storage may soon hold pages from its future) and stop serving
+        from logtide.replay.primary import REPLICA_TIMEOUT_S
+        self.replica_timeout = REPLICA_TIMEOUT_S
+        self._last_ack = 0.0      # monotonic time the primary last acknowledged a report (or attach)
         self._feedback_seq = 0
         self._link = None
+        self._apply_lock = threading.Lock()   # the startup worker's batch vs a re-sync
+        self._dropped: str | None = None      # why the primary dropped us, until we re-sync
         self._threads = [threading.Thread(target=self._startup_loop, name=f"ro{node_id}-startup", daemon=True)]
         if background and mode == LAZY:
             self._threads.append(threading.Thread(target=self._bg_loop, name=f"ro{node_id}-bg", daemon=True))
@@ -115,7 +124,10 @@ class ReadOnlyNode:
         applied: the WAL it indexed is the same WAL, and the stream resumes after its applied LSN.
         """
         self._send_feedback = send_feedback
+        self._last_ack = time.monotonic()
         if self._started:
+            if self._dropped is not None:
+                self._resync(start_lsn, ready_lsn)
             return
         self.applied_lsn = start_lsn - 1
         self.bg_lsn = start_lsn - 1
@@ -126,6 +138,53 @@ class ReadOnlyNode:
             self._started = True
             for t in self._threads:
                 t.start()
+
+    def join(self, subscribe: Callable[[int, int, int], tuple[int, int]]) -> tuple[int, int]:
+        """Subscribe through `subscribe(node_id, index_from, mode)`; returns (start LSN, ready LSN).
+
+        A running node re-attaches (RESUME) with its min used LSN. A primary that dropped it, holds
+        nothing for it, or has truncated the WAL it would resume from refuses: the node then
+        re-syncs from storage (RESYNC; `attach` drops its cached pages) instead of resuming from
+        LSNs that are gone."""
+        from logtide.replay.primary import FRESH, RESUME, RESYNC
+        if not self._started:
+            try:
+                return subscribe(self.node_id, self.resume_from(), FRESH)
+            except TruncatedSubscribeError:
+                return subscribe(self.node_id, 0, FRESH)
+        if self._dropped is None:
+            try:
+                return subscribe(self.node_id, self.resume_from(), RESUME)
+            except (ReplicaDroppedError, TruncatedSubscribeError) as exc:
+                self.dropped(str(exc))
+        return subscribe(self.node_id, 0, RESYNC)
+
+    def dropped(self, why: str) -> None:
+        """The primary dropped this node: stop serving until it re-syncs (the next join + attach)."""
+        if self._dropped is None:
+            log.warning("RO node %s stops serving (%s); re-syncing from storage", self.node_id, why)
+        self._dropped = why
+
+    def _resync(self, start_lsn: int, ready_lsn: int) -> None:
+        """Forget every cached page (storage may hold pages newer than what this node applied while it
+        was dropped, and the WAL to bring old cached pages forward may be gone), skip to `start_lsn`,
+        and serve again once `ready_lsn` is applied."""
+        with self._apply_lock:
+            for tag, _ in self.pool.resident():
+                with self.locks.page(tag):
+                    self.pool.drop(tag)
+            skipped = max(0, start_lsn - 1 - self.applied_lsn)
+            self.applied_lsn = max(self.applied_lsn, start_lsn - 1)
+            self.bg_lsn = max(self.bg_lsn, self.applied_lsn)
+            self.consistent_lsn = max(self.consistent_lsn, start_lsn - 1)
+            self.ready_lsn = ready_lsn
+            self.counts["resyncs"] += 1
+            self._dropped = None
+        log.warning("RO node %s re-synced from storage: cached pages dropped, following from LSN %d "
+                    "(%d LSNs skipped, storage has them), serving once LSN %d is applied",
+                    self.node_id, start_lsn, skipped, ready_lsn)
+        with self._applied_cv:
+            self._applied_cv.notify_all()
 
     def resume_from(self) -> int:
         """What to subscribe with: the LSN the primary must keep the WAL from for this node (0 = from
@@ -158,7 +217,8 @@ class ReadOnlyNode:
                     return
                 batch = self._q.popleft()
             try:
-                self.apply_batch(batch)
+                with self._apply_lock:
+                    self.apply_batch(batch)
             except BaseException as exc:  # bad WAL: stop applying, never apply garbage
                 self._fail(exc)
                 return
@@ -254,25 +314,35 @@ class ReadOnlyNode:
         self.store.read_into(tag, frame)
 
     def wait_applied(self, lsn: int, timeout: float = 30.0) -> bool:
-        """Wait until the applied LSN reaches `lsn`; False on timeout. Raises if the node stopped on bad WAL."""
+        """Wait until the applied LSN reaches `lsn` (True). ReplicaTimeoutError at the deadline;
+        ReplicaError if the node stopped on bad WAL or was closed."""
         deadline = time.monotonic() + timeout
         with self._applied_cv:
             while self.applied_lsn < lsn:
                 if self.error is not None:
                     raise ReplicaError(f"RO node {self.node_id} stopped applying: {self.error}") from self.error
+                if self._stop.is_set():
+                    raise ReplicaError(f"RO node {self.node_id} is closed")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    raise ReplicaTimeoutError(f"RO node {self.node_id}: applied LSN {self.applied_lsn} did not "
+                                              f"reach {lsn} within {timeout:g} s")
                 self._applied_cv.wait(min(left, 0.1))
         return True
 
-    def _check_serving(self) -> None:
+    def _check_serving(self, timeout: float | None = None) -> None:
         if self.error is not None:
             raise ReplicaError(f"RO node {self.node_id} stopped applying: {self.error}") from self.error
         if self._stop.is_set():
             raise ReplicaError(f"RO node {self.node_id} is closed")
-        if self.applied_lsn < self.ready_lsn and not self.wait_applied(self.ready_lsn):
-            raise ReplicaError(f"RO node {self.node_id} has not caught up to LSN {self.ready_lsn}")
+        if self._dropped is None and self.replica_timeout > 0 and self._last_ack:
+            quiet = time.monotonic() - self._last_ack
+            if quiet > 0.8 * self.replica_timeout:   # the primary drops us at replica_timeout: stop first
+                self.dropped(f"no report acknowledged by the primary for {quiet:.1f} s")
+        if self._dropped is not None:
+            raise ReplicaDroppedError(f"RO node {self.node_id} is re-syncing from storage ({self._dropped})")
+        if self.applied_lsn < self.ready_lsn:
+            self.wait_applied(self.ready_lsn, self.read_wait_s if timeout is None else timeout)
 
     def read_page(self, tag) -> tuple[bytes, int]:
         """The page at the node's applied LSN N, and N."""
@@ -403,11 +473,25 @@ class ReadOnlyNode:
             return
         try:
             self._send_feedback(self.feedback_message())
+            self._last_ack = time.monotonic()
+            if self._dropped is not None:   # it stopped serving on its own (no contact): re-sync now
+                self._rejoin()
             # learn which memtables the primary has saved since: they become reusable
             self.index.refresh()
             self.xlog.drop_below(self.min_used_lsn())
+        except ReplicaDroppedError as exc:  # we were silent too long (stopped, partitioned): re-sync
+            self.dropped(str(exc))
+            self._rejoin()
         except Exception as exc:  # the primary may be down; the next round retries
             log.warning("RO node %s: feedback failed: %s", self.node_id, exc)
+
+    def _rejoin(self) -> None:
+        rejoin = getattr(self._link, "rejoin", None)
+        if rejoin is not None:
+            try:
+                rejoin()
+            except Exception as exc:  # the next round retries
+                log.warning("RO node %s: re-sync failed: %s", self.node_id, exc)
 
     # ------------------------------------------------------------------ promotion
     def promote(self, log_service=None, **primary_options):
@@ -422,8 +506,11 @@ class ReadOnlyNode:
         from logtide.replay.primary import Primary
         self.close()
         if log_service is None:
-            return Primary(self.dir, **primary_options)  # opens (and owns) the shared log
-        return Primary(self.dir, log=log_service, **primary_options)
+            p = Primary(self.dir, **primary_options)  # opens (and owns) the shared log
+        else:
+            p = Primary(self.dir, log=log_service, **primary_options)
+        p.release_hold(self.node_id)   # the log was held for this node as an RO node; it is the primary now
+        return p
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

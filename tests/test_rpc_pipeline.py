@@ -22,7 +22,7 @@ from logtide.engine.rpc import pipeline_pb2 as ppb
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
-from logtide.errors import (InvalidRange, MessageTooLarge, RemoteError, RpcDeadlineExceeded, RpcError,
+from logtide.errors import (InvalidRange, MessageTooLarge, RemoteError, DeadlineExceededError, RpcError,
                             RpcStreamBroken)
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,7 +138,7 @@ def test_deadline_of_one_call(served):
     server, _ = served
     with connect(DIAGNOSTICS, server.address, pipelined=True) as c:
         t0 = time.monotonic()
-        with pytest.raises(RpcDeadlineExceeded):
+        with pytest.raises(DeadlineExceededError):
             c.Ping(payload=b"sleep", timeout=0.3)
         assert time.monotonic() - t0 < 1.2
         assert c.Ping(payload=b"next").payload == b"next"   # the stream is still usable
@@ -230,7 +230,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
     p = _serve(tmp_path / "log", port)
     client = connect_logservice(f"127.0.0.1:{port}", timeout=1.5)
     try:
-        # stopped: every caller's deadline passes (RpcDeadlineExceeded), nobody hangs
+        # stopped: every caller's deadline passes (DeadlineExceededError), nobody hangs
         stop, acked, failures = threading.Event(), [], []
         ths = _hammer(client, 8, stop, acked, failures)
         time.sleep(0.5)
@@ -239,7 +239,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
         for th in ths:
             th.join(10)
         assert not any(th.is_alive() for th in ths)
-        assert len(failures) == 8 and all(isinstance(e, RpcDeadlineExceeded) for _, e in failures)
+        assert len(failures) == 8 and all(isinstance(e, DeadlineExceededError) for _, e in failures)
         assert max(t for t, _ in failures) - t0 < 1.5 + 3.0
         assert acked
 

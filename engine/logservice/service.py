@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import bisect
-import fcntl
 import io
 import logging
 import os
@@ -12,6 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide._ext import wal
+from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
     DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, STATE_FILE, USER_RECORD)
@@ -24,7 +24,8 @@ from logtide.engine.logservice.truncation import TruncationWorker, removable, un
 from logtide.engine.logservice.tso import TSO
 from logtide.engine.statemachine import Entry
 from logtide.errors import (
-    CorruptLogError, InvalidArgument, InvalidRange, LogServiceClosed, LogServiceError, RecordTooLarge)
+    CorruptLogError, InvalidArgument, InvalidRange, LogDirectoryInUse, LogServiceClosed, LogServiceFailed,
+    RecordTooLarge)
 
 log = logging.getLogger("logtide.logservice")
 
@@ -60,12 +61,8 @@ class LogService(LogServiceClient):
         self._config = LogServiceConfig(self._dir, fsync, segment_size, max_record_size, truncation_interval)
         self._max_payload = max_record_size - 12
         self._closed = True
-        self._lock_fd = os.open(os.path.join(self._dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise LogServiceError(f"log directory {self._dir} is in use by another LogService") from None
+        self._lock = None
+        self._lock = DirLock(self._dir, LOCK_FILE, "log directory", LogDirectoryInUse)
         try:
             self._sm = LogStateMachine()
             state = os.path.join(self._dir, STATE_FILE)
@@ -110,6 +107,11 @@ class LogService(LogServiceClient):
             return result
 
     def _save_state_locked(self) -> None:
+        # with one open service per directory nobody else writes STATE_FILE.tmp; the one way to lose
+        # it mid-save is the directory being removed (or replaced) under this service: stop then
+        if not self._lock.still_ours():
+            raise LogServiceFailed(f"log directory {self._dir} was removed or replaced while open; "
+                                   "this service stops writing there")
         buf = io.BytesIO()
         self._sm.save_snapshot(buf)
         path = os.path.join(self._dir, STATE_FILE)
@@ -367,19 +369,20 @@ class LogService(LogServiceClient):
         self._closed = True
         if self._worker is not None:
             self._worker.stop()
-        self._writer.close()
-        with self._meta_lock:
-            if self._reports_dirty:
-                self._save_state_locked()
-        self._sm.close()
-        self._release()
+        try:
+            self._writer.close()
+            with self._meta_lock:
+                if self._reports_dirty:
+                    self._save_state_locked()
+        finally:
+            self._sm.close()
+            self._release()
 
     def _release(self) -> None:
         for seg in getattr(self, "_segments", []):
             seg.close()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # drops the flock
-            self._lock_fd = -1
+        if self._lock is not None:
+            self._lock.release()
 
     def __del__(self) -> None:
         try:

@@ -10,6 +10,8 @@ import os
 import threading
 from typing import Callable
 
+from logtide.errors import LogtideError
+
 log = logging.getLogger("logtide.logservice")
 
 
@@ -38,6 +40,9 @@ class TruncationWorker:
                 self.removed += self._step()
             except OSError as exc:  # a failed unlink is retried on the next round
                 log.warning("truncation worker: %r", exc)
+            except LogtideError as exc:  # the service failed (e.g. its directory was removed): stop
+                log.error("truncation worker stops: %s", exc)
+                return
 
     def stop(self) -> None:
         self._stop.set()

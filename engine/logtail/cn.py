@@ -18,7 +18,7 @@ from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import LogtailError, StreamClosedError, UnknownTableError
+from logtide.errors import LogtailError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
 
 
 class ComputeNode:
@@ -74,7 +74,7 @@ class ComputeNode:
                         raise UnknownTableError(msg) if kind == "UnknownTableError" else LogtailError(msg)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"subscribe({table!r}) got no response in {timeout} s")
+                    raise WatermarkTimeoutError(f"subscribe({table!r}) got no response in {timeout:g} s")
                 self._cv.wait(left)
 
     def unsubscribe(self, table: str) -> None:
@@ -92,7 +92,7 @@ class ComputeNode:
         return self.watermarks.get(table, 0)
 
     def wait_for(self, table: str, ts: int, timeout: float = 30.0) -> None:
-        """Block until the table's watermark reaches ts."""
+        """Block until the table's watermark reaches ts; WatermarkTimeoutError after `timeout` s."""
         with self._cv:
             if table not in self.wanted:
                 raise UnknownTableError(f"{self.name} is not subscribed to {table!r}")
@@ -100,7 +100,8 @@ class ComputeNode:
             while self.watermarks.get(table, 0) < ts:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"{table!r} watermark {self.watermarks.get(table, 0)} < {ts} after {timeout} s")
+                    raise WatermarkTimeoutError(f"{table!r} watermark {self.watermarks.get(table, 0)} < {ts} "
+                                                f"after {timeout:g} s")
                 self._cv.wait(left)
 
     def read(self, table: str, ts: int | None = None, *, timeout: float = 30.0,
@@ -190,7 +191,9 @@ class ComputeNode:
                     raise LogtailError(f"{t}: update ({from_ts}, {to_ts}] after watermark {self.watermarks[t]}")
                 if self.watermarks[t] >= to_ts:
                     continue        # already covered by the subscribe response
-                es = tables.get(t)
+                # the subscribe response may reach past from_ts (it can carry a checkpoint newer than
+                # the last push): only what is above the watermark is new
+                es = [e for e in tables.get(t, ()) if e.ts > self.watermarks[t]]
                 if es:
                     ps.apply(es)
                     self.applied_rows += sum(e.rows for e in es)

@@ -207,6 +207,12 @@ class TransactionNode:
         if getattr(self, "_owns_log", False):
             self.log.close()
 
+    @property
+    def stream_count(self) -> int:
+        """Push streams open now (a CN whose stream died, e.g. cut by keepalive, is no longer counted)."""
+        with self._cv:
+            return len(self._streams)
+
     # ------------------------------------------------------------------ catalog
 
     def _table(self, name: str) -> TableState:
@@ -432,7 +438,10 @@ class TransactionNode:
             name = f"{CHECKPOINT_PREFIX}{ckp_ts:020d}.json"
             self.store.put(name, json.dumps(body).encode())
             self.checkpoint = Checkpoint(ckp_ts, lsn, name)
-            self.logtail.truncate(ckp_ts)
+            # below the checkpoint, but never what the push loop has not sent yet: a flush's metadata
+            # cut before it was pushed never reached the subscribed CNs, which then dropped that
+            # flush's rows at the next flush's cleanup ts (new subscribers get the checkpoint instead)
+            self.logtail.truncate(min(ckp_ts, self.pushed_ts))
             self._lsn_ts = [(t, l) for t, l in self._lsn_ts if l > lsn]
         if lsn:
             # the TN has replayed (and persisted) the log up to lsn: the log may drop it
@@ -530,10 +539,14 @@ class TransactionNode:
         return resp
 
     def _collect(self, table: str, from_ts: int, to_ts: int) -> dict:
+        # the one rule (docs/logtail_format.md): a response that starts below the newest checkpoint
+        # carries it, even when to_ts is below it too; the logtail below it is cut, so the response
+        # then reaches the checkpoint's ts (to_ts may come back higher than asked)
         ckp = None
-        if self.checkpoint is not None and from_ts < self.checkpoint.ts <= to_ts:
+        if self.checkpoint is not None and from_ts < self.checkpoint.ts:
             ckp = self.checkpoint.name
             from_ts = self.checkpoint.ts
+            to_ts = max(to_ts, from_ts)
         raw = [e for _, _, es in self.logtail.visit(from_ts, to_ts, table) for e in es]
         # in-memory entries that a flush inside the range already put in objects are left out
         covered = max((e.meta["cleanup_ts"] for e in raw if e.kind == META), default=0)

@@ -14,9 +14,8 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import (
-    MessageTooLarge, MetaClosedError, MetaInvalidArgument, MetaUnavailableError, RpcDeadlineExceeded, RpcError,
-    RpcStreamBroken)
+from logtide.errors import (DeadlineExceededError, MessageTooLarge, MetaClosedError, MetaDeadlineExceeded,
+                            MetaInvalidArgument, MetaUnavailableError, RpcError, RpcStreamBroken)
 
 
 def _call(fn, *args, **kw):
@@ -25,6 +24,10 @@ def _call(fn, *args, **kw):
         return fn(*args, **kw)
     except MessageTooLarge:
         raise
+    except DeadlineExceededError as exc:
+        if isinstance(exc, MetaUnavailableError):
+            raise
+        raise MetaDeadlineExceeded(str(exc)) from None
     except RpcError as exc:
         if type(exc) in _UNAVAILABLE:
             raise MetaUnavailableError(str(exc)) from None
@@ -32,7 +35,7 @@ def _call(fn, *args, **kw):
 
 
 # transport failures (not typed errors from the server): unreachable, deadline passed, stream broken
-_UNAVAILABLE = (RpcError, RpcDeadlineExceeded, RpcStreamBroken)
+_UNAVAILABLE = (RpcError, DeadlineExceededError, RpcStreamBroken)
 
 
 class RemoteWatcher:

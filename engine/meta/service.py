@@ -98,20 +98,27 @@ class MetaService:
         from logtide.engine.logservice import LogService
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
             raise MetaInvalidArgument(f"snapshot_every must be an int >= 1, got {snapshot_every!r}")
+        from logtide.engine.dir_lock import DirLock
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
-        sm = MetaStateMachine()
-        snap = d / SNAPSHOT_FILE
-        if snap.exists():
-            with open(snap, "rb") as f:
-                sm.recover_from_snapshot(f)
-        log = LogService.open(d / LOG_DIR, fsync=fsync)
+        lock = DirLock(d, "meta.lock", "meta directory")   # before the snapshot is read: one owner
+        log = None
         try:
+            sm = MetaStateMachine()
+            snap = d / SNAPSHOT_FILE
+            if snap.exists():
+                with open(snap, "rb") as f:
+                    sm.recover_from_snapshot(f)
+            log = LogService.open(d / LOG_DIR, fsync=fsync)
             cls._replay(sm, log)
+            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
         except BaseException:
-            log.close()
+            if log is not None:
+                log.close()
+            lock.release()
             raise
-        return cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
+        svc._dir_lock = lock
+        return svc
 
     @staticmethod
     def _replay(sm: MetaStateMachine, log) -> None:
@@ -352,6 +359,9 @@ class MetaService:
             self._proposer_thread.join()
             with self._snapshot_lock:
                 self._log.close()
+        lock = getattr(self, "_dir_lock", None)
+        if lock is not None:
+            lock.release()
 
     def __enter__(self) -> "MetaService":
         return self

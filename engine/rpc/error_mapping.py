@@ -79,7 +79,9 @@ def from_status(code: grpc.StatusCode | None, error_type: str | None, details: s
         return E.MessageTooLarge(f"{method}: {details}")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return E.InvalidRequest(f"{method}: {details}")
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return E.DeadlineExceededError(f"{method}: DEADLINE_EXCEEDED: {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return E.RpcError(f"{method}: {code.name}: {details}")
     return E.RemoteError(f"{method}: {code.name if code else 'error'}: {details}")
 

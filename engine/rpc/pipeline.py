@@ -2,7 +2,7 @@
 
 A caller queues its call (id, method path, request bytes) and waits on its own lock; gRPC's sender
 thread takes every queued call at once as one CallBatch; a reader thread matches the ReplyBatch
-messages to callers by id. Each call has a deadline (RpcDeadlineExceeded); a broken stream fails
+messages to callers by id. Each call has a deadline (DeadlineExceededError); a broken stream fails
 every call in flight on it (RpcStreamBroken) and the next call opens a new stream. Streaming
 methods and requests over MAX_INLINE_REQUEST bytes go as plain gRPC calls, unchanged.
 """
@@ -19,7 +19,7 @@ from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
 from logtide.engine.rpc.service import MethodDef
 from logtide.engine.rpc.transport import GrpcTransport, Transport
-from logtide.errors import InvalidRequest, RpcDeadlineExceeded, RpcError, RpcStreamBroken
+from logtide.errors import InvalidRequest, DeadlineExceededError, RpcError, RpcStreamBroken
 
 # a pipelined call without a deadline of its own gets this one (every wait on a peer ends)
 DEFAULT_DEADLINE_S = 60.0
@@ -197,7 +197,7 @@ class PipelinedTransport(Transport):
         stream, call_id, slot = self._submit(method.path, data)
         if not slot.lock.acquire(True, wait):
             if stream.inflight.pop(call_id, None) is not None:
-                raise RpcDeadlineExceeded(f"{method.path}: no reply from {self.address} within {wait:g} s")
+                raise DeadlineExceededError(f"{method.path}: no reply from {self.address} within {wait:g} s")
             slot.lock.acquire()               # the reply (or the failure) is being handed over right now
         if slot.error is not None:
             raise type(slot.error)(f"{method.path}: {slot.error} "

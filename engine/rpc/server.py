@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.pipeline_server import MAX_PIPELINE_STREAMS, PIPELINE_PATH, PipelineDispatcher
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
@@ -22,7 +23,8 @@ class RpcServer:
     """A gRPC server on `address` ("127.0.0.1:0" picks a free port; `start()` returns it)."""
 
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 max_workers: int = 16) -> None:
+                 max_workers: int = 16, keepalive: float | None = None,
+                 keepalive_timeout: float | None = None) -> None:
         self._address = address
         self.max_message_size = max_message_size
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
@@ -36,7 +38,7 @@ class RpcServer:
                                        ("grpc.max_send_message_length", max_message_size),
                                        ("grpc.max_receive_message_length", max_message_size),
                                        ("grpc.so_reuseport", 0),
-                                   ])
+                                   ] + deadlines.server_options(keepalive, keepalive_timeout))
         self.port: int | None = None
         self._stopped = threading.Event()
 

@@ -7,9 +7,10 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, Iterable, Iterator
 
+from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import from_rpc_error
 from logtide.engine.rpc.service import CallContext, MethodDef
-from logtide.errors import InvalidRequest, LogtideError, RemoteError, RpcError
+from logtide.errors import DeadlineExceededError, InvalidRequest, LogtideError, RemoteError, RpcError
 
 log = logging.getLogger("logtide.rpc")
 
@@ -208,10 +209,16 @@ class _Pump:
 
 
 class GrpcTransport(Transport):
-    """Calls over a gRPC channel to "host:port". Failures come back as the server's typed errors."""
+    """Calls over a gRPC channel to "host:port". Failures come back as the server's typed errors.
+
+    Every unary and client-streaming call has a deadline: its own `timeout`, else the client's,
+    else `deadlines.CALL_TIMEOUT_S`; past it the call raises DeadlineExceededError. Streams are
+    watched by keepalive pings (`keepalive` seconds apart, `keepalive_timeout` to answer): a
+    server that is gone, stopped or cut off ends them with RpcError. See engine/rpc/deadlines.py."""
 
     def __init__(self, address: str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 timeout: float | None = None, connect_timeout: float | None = 10.0) -> None:
+                 timeout: float | None = None, connect_timeout: float | None = 10.0,
+                 keepalive: float | None = None, keepalive_timeout: float | None = None) -> None:
         import grpc
         self._grpc = grpc
         self.address = address
@@ -221,7 +228,7 @@ class GrpcTransport(Transport):
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
-        ])
+        ] + deadlines.client_options(keepalive, keepalive_timeout))
         self._calls: dict[str, Any] = {}
         self._lock = threading.Lock()
         if connect_timeout:
@@ -229,7 +236,7 @@ class GrpcTransport(Transport):
                 grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
             except grpc.FutureTimeoutError:
                 self._channel.close()
-                raise RpcError(f"could not connect to {address} within {connect_timeout:g} s") from None
+                raise DeadlineExceededError(f"could not connect to {address} within {connect_timeout:g} s") from None
 
     def _callable(self, method: MethodDef):
         c = self._calls.get(method.path)
@@ -252,9 +259,12 @@ class GrpcTransport(Transport):
             raise InvalidRequest(f"{method.path} takes {method.request_type.__name__}, not {type(msg).__name__}")
         return msg
 
+    def _deadline(self, timeout: float | None) -> float | None:
+        return deadlines.call_timeout(timeout, self._timeout)
+
     def unary(self, method, request, timeout=None):
         try:
-            return self._callable(method)(self._check(method, request), timeout=timeout or self._timeout)
+            return self._callable(method)(self._check(method, request), timeout=self._deadline(timeout))
         except self._grpc.RpcError as exc:
             raise from_rpc_error(exc, method.path) from None
 
@@ -265,7 +275,7 @@ class GrpcTransport(Transport):
     def client_stream(self, method, requests, timeout=None):
         try:
             return self._callable(method)((self._check(method, r) for r in requests),
-                                          timeout=timeout or self._timeout)
+                                          timeout=self._deadline(timeout))
         except self._grpc.RpcError as exc:
             raise from_rpc_error(exc, method.path) from None
 

@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve on (port 0 picks one)")
     pp.add_argument("--port-file", default=None, help="write the bound port here once serving")
     pp.add_argument("--checkpoint-interval", type=float, default=1.0)
+    pp.add_argument("--pool-pages", type=int, default=2048, help="buffer pool frames (8 KiB each)")
+    pp.add_argument("--replica-timeout", type=float, default=None,
+                    help="drop an RO node silent this many seconds (default 10; 0: never)")
     pp.set_defaults(func=_guarded(run_primary))
     rp = roles.add_parser("ro", help="a read-only node: lazy replay of the primary's WAL meta")
     rp.add_argument("--dir", required=True, help="the shared directory")
@@ -25,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--port-file", default=None)
     rp.add_argument("--node-id", type=int, default=1)
     rp.add_argument("--mode", choices=("lazy", "eager"), default="lazy")
+    rp.add_argument("--replica-timeout", type=float, default=None,
+                    help="the primary's replica timeout: stop serving (and re-sync) after 0.8 of it without "
+                         "an acknowledged report (default 10)")
     rp.set_defaults(func=_guarded(run_ro))
 
 
@@ -103,7 +109,9 @@ def run_primary(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     log_service = LogService.open(d / LOG_DIR)
-    primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval)
+    from logtide.replay.primary import REPLICA_TIMEOUT_S
+    primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval, pool_pages=args.pool_pages,
+                      replica_timeout=REPLICA_TIMEOUT_S if args.replica_timeout is None else args.replica_timeout)
     server = RpcServer(args.listen, max_message_size=64 << 20)
     holder = Holder(primary, server, log_service)
     server.add_service(LOGSERVICE, LogServiceServicer(log_service, server.max_message_size))
@@ -125,6 +133,8 @@ def run_ro(args: argparse.Namespace) -> int:
     from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
     remote_log = connect_logservice(args.primary)
     ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
+    if args.replica_timeout is not None:
+        ro.replica_timeout = args.replica_timeout
     link = GrpcLink(ro, args.primary)
     server = RpcServer(args.listen, max_message_size=64 << 20)
     holder = Holder(ro, server, None, link)

@@ -17,6 +17,15 @@ RELS = (16384, 16385, 16386)
 SECONDS = 6.0
 
 
+
+def _caught_up(ro, lsn: int, timeout: float) -> bool:
+    """True once `ro` has applied `lsn`; False if it did not within `timeout` seconds."""
+    from logtide.errors import ReplicaTimeoutError
+    try:
+        return ro.wait_applied(lsn, timeout=timeout)
+    except ReplicaTimeoutError:
+        return False
+
 def _apply_rates(d: Path, n: int = 20_000) -> tuple[dict, int]:
     from logtide._ext import xlogwriter as xw
     from logtide.engine.logservice import LogService
@@ -105,7 +114,7 @@ def run(workdir: Path) -> bool:
                 primary.insert(RELS[0], b"probe")
                 lsn = primary.write_lsn
                 t0 = time.perf_counter()
-                if all(ro.wait_applied(lsn, timeout=10) for ro in ros):
+                if all(_caught_up(ro, lsn, 10) for ro in ros):
                     lags.append(time.perf_counter() - t0)
                 time.sleep(0.01)
         except Exception as exc:
@@ -128,7 +137,7 @@ def run(workdir: Path) -> bool:
         t.join(60)
     elapsed = time.perf_counter() - t0
     final = primary.write_lsn
-    caught_up = all(ro.wait_applied(final, timeout=30) for ro in ros)
+    caught_up = all(_caught_up(ro, final, 30) for ro in ros)
     for ro in ros:
         for rel in RELS:
             for b in range(primary.nblocks(rel)):
