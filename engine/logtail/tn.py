@@ -578,6 +578,10 @@ class TransactionNode:
                 with self._cv:
                     self._table(table)
                     if req["op"] == "subscribe":
+                        # push what is published first, so a subscriber sees every commit
+                        # acknowledged before it asked, and the stream stays in commit order
+                        if self.last_ts > self.pushed_ts:
+                            self._push_to(self.last_ts)
                         resp = self._collect(table, 0, self.pushed_ts)
                         resp["def"] = self.tables[table].tdef.to_json()
                         s.subscribed.add(table)
@@ -613,22 +617,25 @@ class TransactionNode:
                     to_ts = self.log.get_tso_timestamp(1)
                 else:
                     continue
-                from_ts = self.pushed_ts
-                per_table: dict[str, list] = {}
-                if to_ts > from_ts:
-                    for _, tb, es in self.logtail.visit(from_ts, to_ts):
-                        per_table.setdefault(tb, []).extend(es)
-                    # one batch per table and kind per message, not one per commit
-                    per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
-                self.pushed_ts = to_ts
-                if to_ts > self.last_ts:
-                    self.last_ts = to_ts
-                for s in list(self._streams):
-                    try:
-                        s.send_to_cn(("update", from_ts, to_ts,
-                                      {t: es for t, es in per_table.items() if t in s.subscribed}))
-                    except StreamClosedError:
-                        self._streams.remove(s)
+                self._push_to(to_ts)
+
+    def _push_to(self, to_ts: int) -> None:
+        """Send (pushed_ts, to_ts] to every stream, one batch per table and kind. Holds _cv."""
+        from_ts = self.pushed_ts
+        per_table: dict[str, list] = {}
+        if to_ts > from_ts:
+            for _, tb, es in self.logtail.visit(from_ts, to_ts):
+                per_table.setdefault(tb, []).extend(es)
+            per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
+        self.pushed_ts = to_ts
+        if to_ts > self.last_ts:
+            self.last_ts = to_ts
+        for s in list(self._streams):
+            try:
+                s.send_to_cn(("update", from_ts, to_ts,
+                              {t: es for t, es in per_table.items() if t in s.subscribed}))
+            except StreamClosedError:
+                self._streams.remove(s)
 
 
 def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:
