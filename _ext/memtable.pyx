@@ -264,7 +264,7 @@ cdef class Memtable:
     def insert(self, tag, uint64_t lsn):
         """Insert one (tag, lsn); returns INSERTED, DUPLICATE, FULL or PREFIX_CHANGE."""
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         cdef int rc = self.insert_raw(t, tag_slot(t), lsn)
         if rc == MT_LSN_ORDER:
             raise LsnOrderError(f"LSN {lsn} is below the memtable's max LSN {self.d.max_lsn}")
@@ -273,7 +273,7 @@ cdef class Memtable:
     def lsns(self, tag, uint64_t min_lsn=0, uint64_t max_lsn=0xFFFFFFFFFFFFFFFF):
         """LSNs of tag within [min_lsn, max_lsn], ascending, as a uint64 array."""
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         cdef uint16_t head = self.find_head(t, tag_slot(t))
         cdef Py_ssize_t n = self.lookup_raw(head, min_lsn, max_lsn, NULL)
         out = np.empty(n, dtype=np.uint64)
@@ -284,7 +284,7 @@ cdef class Memtable:
 
     def __contains__(self, tag):
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         return self.find_head(t, tag_slot(t)) != 0
 
     def iter_order(self, uint64_t from_lsn=0):
@@ -520,7 +520,8 @@ cdef class Memtable:
         return (Memtable.from_bytes, (self.to_bytes(),))
 
 
-cdef int _tag_fields(object tag, uint32_t* out) except -1:
+cdef int tag_fields(object tag, uint32_t* out) except -1:
+    """The five u32 fields of a PageTag (a 5-tuple, list or array); TypeError or OverflowError otherwise."""
     cdef int i
     cdef unsigned long v
     if isinstance(tag, tuple) and PyTuple_GET_SIZE(tag) == 5:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from logtide import Bloom4K, crc32c
@@ -20,6 +21,7 @@ class TableStore:
         self.writable = writable
         self.bloom_expected = bloom_expected
         self._fds: dict[tuple[int, str], int] = {}
+        self._fds_lock = threading.Lock()  # the LogIndex's background flush opens files beside lookups
 
     # -- files --
 
@@ -28,6 +30,14 @@ class TableStore:
         fd = self._fds.get(key)
         if fd is not None:
             return fd, False
+        with self._fds_lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                return fd, False
+            return self._open(segment, kind, create)
+
+    def _open(self, segment: int, kind: str, create: bool) -> tuple[int, bool]:
+        key = (segment, kind)
         name = table_file_name(segment) if kind == "tbl" else bloom_file_name(segment)
         path = self.dir / name
         created = False
@@ -40,14 +50,16 @@ class TableStore:
         return fd, created
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        with self._fds_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
     def forget(self, segment: int) -> None:
         """Close the descriptors of a segment (before removing it, or to see a rewritten file)."""
         for kind in ("tbl", "bloom"):
-            fd = self._fds.pop((segment, kind), None)
+            with self._fds_lock:
+                fd = self._fds.pop((segment, kind), None)
             if fd is not None:
                 os.close(fd)
 
