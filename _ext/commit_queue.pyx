@@ -235,6 +235,24 @@ cdef class CommitQueue:
             self.handed = lt_now()
         return r
 
+    cdef lt_waiter* _take_stalled_locked(self, double now) noexcept nogil:
+        """The ready chain, when nobody released the GIL through this queue for HANDOFF_STALL
+        (an appender that did not come back): the flusher then wakes them all directly."""
+        cdef lt_waiter* r = NULL
+        if self.ready != NULL and now - self.handed >= HANDOFF_STALL:
+            r = self.ready
+            self.ready = self.ready_tail = NULL
+        return r
+
+    def wake_stalled(self) -> None:
+        """What the flusher does whenever it waits: wake the durable waiters left unclaimed."""
+        cdef lt_waiter* r
+        with nogil:
+            lt_lock(&self.mu)
+            r = self._take_stalled_locked(lt_now())
+            lt_unlock(&self.mu)
+            _wake_chain(r, W_DURABLE)
+
     cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
         with nogil:
             if wake:
@@ -395,10 +413,8 @@ cdef class CommitQueue:
             wait_until = lt_now() + timeout
             while True:
                 now = lt_now()
-                if self.ready != NULL and now - self.handed >= HANDOFF_STALL:
-                    # nobody released the GIL through this queue lately: wake the rest directly
-                    stalled = self.ready
-                    self.ready = self.ready_tail = NULL
+                stalled = self._take_stalled_locked(now)
+                if stalled != NULL:
                     lt_unlock(&self.mu)
                     _wake_chain(stalled, W_DURABLE)
                     lt_lock(&self.mu)
