@@ -25,6 +25,7 @@ cimport numpy as cnp
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsUnsignedLong
 from libc.stdlib cimport calloc, free, malloc, realloc
@@ -442,19 +443,24 @@ cdef class Memtable:
         cdef MemtableData* d = self.d
         cdef Py_ssize_t nseg = <Py_ssize_t>d.used_segs * MT_SEG_BYTES, nord = <Py_ssize_t>d.n_order * 2
         cdef Py_ssize_t size = HEADER_SIZE + MT_HASH_SLOTS * 2 + nseg + nord + 4
-        cdef bytearray out = bytearray(size)
-        _HDR.pack_into(out, 0, MAGIC, VERSION, 0, d.table_id, d.min_lsn, d.max_lsn, d.prefix, d.n_order,
-                       d.used_segs, d.seg_limit)
-        cdef uint8_t* p = <uint8_t*><char*>out
+        cdef bytes head = _HDR.pack(MAGIC, VERSION, 0, d.table_id, d.min_lsn, d.max_lsn, d.prefix, d.n_order,
+                                    d.used_segs, d.seg_limit)
+        # built in place in the bytes object, without the GIL (the LogIndex flush thread runs this
+        # beside inserts)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+        cdef const uint8_t* h = <const uint8_t*>PyBytes_AS_STRING(head)
         cdef Py_ssize_t pos = HEADER_SIZE
-        memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
-        pos += MT_HASH_SLOTS * 2
-        memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
-        pos += nseg
-        memcpy(p + pos, d.order, nord)
-        pos += nord
-        _set32(p + pos, crc32c_update(0, p, pos))
-        return bytes(out)
+        with nogil:
+            memcpy(p, h, pos)
+            memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
+            pos += MT_HASH_SLOTS * 2
+            memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
+            pos += nseg
+            memcpy(p + pos, d.order, nord)
+            pos += nord
+            _set32(p + pos, crc32c_update(0, p, pos))
+        return out
 
     @classmethod
     def from_bytes(cls, data):

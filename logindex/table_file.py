@@ -74,11 +74,10 @@ class TableStore:
             seg, slot = divmod(tid, TABLES_PER_FILE)
             image = m.to_bytes()
             head = TABLE_HEADER.pack(TABLE_MAGIC, len(image), tid)
-            record = head + image
-            record += crc32c(record).to_bytes(4, "little")
+            crc = crc32c(image, crc32c(head)).to_bytes(4, "little")
             fd, new = self._fd(seg, "tbl", True)
             created |= new
-            _pwrite_all(fd, record, slot * SLOT_SIZE)
+            _pwritev_all(fd, [head, image, crc], slot * SLOT_SIZE)  # no copy of the 280 KB image
             b = Bloom4K(table_id=tid, min_lsn=m.min_lsn, max_lsn=m.max_lsn, expected_elements=self.bloom_expected)
             b.add_many(m.tags())
             bfd, new = self._fd(seg, "bloom", True)
@@ -140,6 +139,18 @@ class TableStore:
                 (self.dir / name).unlink()
             except FileNotFoundError:
                 pass
+
+
+def _pwritev_all(fd: int, parts: list, offset: int) -> None:
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        n = os.pwritev(fd, views, offset)
+        offset += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
