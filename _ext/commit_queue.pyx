@@ -20,7 +20,7 @@ See docs/wal_format.md ("Durability") for the protocol.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 cimport cython
 import os
 import numpy as np
@@ -103,6 +103,7 @@ DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
 DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
+DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 DEF HANDOFF_STALL = 0.0002       # seconds: the flusher wakes every ready waiter left this long unclaimed
 
 
@@ -407,6 +408,7 @@ cdef class CommitQueue:
         cdef ssize_t k
         cdef int err = 0
         cdef double wait_until
+        cdef size_t nbytes
         cdef lt_waiter* stalled
         with nogil:
             lt_lock(&self.mu)
@@ -493,7 +495,12 @@ cdef class CommitQueue:
             sp[i] = self.out.starts[i] + base
         self.groups += 1
         self.records += n
-        return first, first + <uint64_t>n - 1, starts, self.out.len
+        nbytes = self.out.len
+        if self.out.cap > KEEP_BYTES:  # a huge append_many: do not keep its buffer for ever
+            free(self.out.data)
+            free(self.out.starts)
+            memset(&self.out, 0, sizeof(_Buf))
+        return first, first + <uint64_t>n - 1, starts, nbytes
 
     def publish(self, uint64_t lsn) -> None:
         """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
