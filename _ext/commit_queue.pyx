@@ -267,7 +267,7 @@ cdef class CommitQueue:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def append_one(self, uint32_t rtype, bytes prefix, payload) -> int:
+    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
         """Frame one record (data = prefix + payload) and return its LSN once it is published."""
         cdef const uint8_t[::1] view
         cdef const uint8_t* src
@@ -307,7 +307,7 @@ cdef class CommitQueue:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def append_many(self, uint32_t rtype, bytes prefix, payloads) -> int:
+    def append_many(self, uint32_t rtype, bytes prefix not None, payloads) -> int:
         """Frame consecutive records, one per payload (a list of bytes-like objects, or the rows of a
         C-contiguous 2-D uint8 array), and return the first LSN once the last is published."""
         cdef size_t plen = PyBytes_GET_SIZE(prefix)

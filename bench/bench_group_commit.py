@@ -85,6 +85,7 @@ def plot(benchmarks: dict, outdir) -> list:
     ax2.axhline(8.0, ls="--", color="tab:red", lw=0.8, label="goal: 8 us")
     ax2.plot(xs, [f.get("appends_per_fsync", 0) for f in figs], "s-", color="tab:green", label="appends per fsync")
     ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log")
     ax2.set_xticks(xs, [str(x) for x in xs])
     ax2.set_xlabel("appender threads")
     ax2.legend()

@@ -230,4 +230,6 @@ def test_queue_refuses_after_close_and_failure():
     with pytest.raises(ValueError):
         CommitQueue(1).append_many(0, b"", [])
     with pytest.raises(TypeError):
+        CommitQueue(1).append_one(0, None, b"x")
+    with pytest.raises(TypeError):
         CommitQueue(1).append_many(0, b"", [b"ok", 3])
