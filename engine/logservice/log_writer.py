@@ -160,6 +160,8 @@ class LogWriter:
                 return
             self._closed = True
         self.queue.close()
+        if threading.current_thread() is self._flusher:
+            return  # a LogService dropped (and so closed) by a collection on the flusher thread itself
         self._flusher.join()
         if self._failed is None and self.fsync != "never":
             seg = self.segments[-1]
