@@ -104,7 +104,6 @@ DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
 DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
-DEF HANDOFF_STALL = 0.0002       # seconds: the flusher wakes every ready waiter left this long unclaimed
 
 
 cdef struct _Buf:
@@ -177,10 +176,14 @@ cdef class CommitQueue:
     cdef double fsync_avg
     cdef readonly double max_commit_delay
     cdef readonly bint handoff      # publish wakes one waiter and the rest are handed on (see publish)
+    cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
+    cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
 
-    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True):
+    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
+                  double handoff_stall=0.0002):
         lt_mutex_init(&self.mu)
+        self.handoff_stall = handoff_stall
         self.handoff = handoff
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
@@ -237,12 +240,13 @@ cdef class CommitQueue:
         return r
 
     cdef lt_waiter* _take_stalled_locked(self, double now) noexcept nogil:
-        """The ready chain, when nobody released the GIL through this queue for HANDOFF_STALL
+        """The ready chain, when nobody released the GIL through this queue for handoff_stall seconds
         (an appender that did not come back): the flusher then wakes them all directly."""
         cdef lt_waiter* r = NULL
-        if self.ready != NULL and now - self.handed >= HANDOFF_STALL:
+        if self.ready != NULL and now - self.handed >= self.handoff_stall:
             r = self.ready
             self.ready = self.ready_tail = NULL
+            self.stalls += 1
         return r
 
     def wake_stalled(self) -> None:
@@ -447,7 +451,7 @@ cdef class CommitQueue:
                 seen = self.fl_word
                 self.fl_sleeping = True
                 if self.ready != NULL:
-                    wait_until = min(wait_until, self.handed + HANDOFF_STALL)
+                    wait_until = min(wait_until, self.handed + self.handoff_stall)
                 lt_unlock(&self.mu)
                 lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
                 lt_lock(&self.mu)
@@ -508,7 +512,7 @@ cdef class CommitQueue:
         Waking them all at once would have them fight for the GIL (each wakes, sleeps on the GIL,
         wakes again). So one is woken here and the rest are queued as ready: each appender that
         enters its own wait, and so releases the GIL, wakes the next ready one; the flusher wakes
-        any left unclaimed for HANDOFF_STALL (an appender that did not come back)."""
+        any left unclaimed for handoff_stall seconds (an appender that did not come back)."""
         cdef lt_waiter* first = NULL
         cdef lt_waiter* w
         cdef lt_waiter* last = NULL
