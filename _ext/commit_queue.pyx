@@ -400,7 +400,8 @@ cdef class CommitQueue:
     def flush(self, int fd, bint sync, uint64_t base, double timeout):
         """Take everything queued, write it to fd at its end (file offset `base`), fdatasync when
         sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
-        (closing and nothing queued), KICKED (kick() and nothing queued), TIMEOUT. OSError when the
+        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
+        absorbs it), TIMEOUT. OSError when the
         write or sync fails (the group's waiters are still queued: fail() settles them)."""
         cdef double deadline = -1.0, now, t0
         cdef int seen
@@ -457,6 +458,7 @@ cdef class CommitQueue:
                 lt_lock(&self.mu)
                 self.fl_sleeping = False
             if outcome == 0:
+                self.kicked = False  # the caller checks for sync requests after every group too
                 tmp = self.out
                 self.out = self.fill
                 self.fill = tmp
