@@ -13,7 +13,7 @@ import pytest
 
 from bench.conftest import scaled
 from bench.ratios import Ratio
-from bench.thread_pool import Threads
+from bench.client_threads import Threads
 
 RATIOS = [
     Ratio("log group commit: 32 appenders vs 1 appender, fsync=always, 256 B (Cython waiters)",

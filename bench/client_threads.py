@@ -1,4 +1,4 @@
-"""A pool of persistent benchmark threads: one round runs fn(i) in each and waits for all."""
+"""Persistent client threads for the multi-client benchmarks."""
 from __future__ import annotations
 
 import threading
