@@ -64,3 +64,6 @@ cdef class Memtable:
 
 # the hash slot of a PageTag (murmur3 x64-128 of its 20 bytes, low bits of h1)
 cdef uint32_t tag_slot(const uint32_t* tag) noexcept nogil
+
+# the five u32 fields of a PageTag given as a 5-tuple, list or array (TypeError / OverflowError otherwise)
+cdef int tag_fields(object tag, uint32_t* out) except -1

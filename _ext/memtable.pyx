@@ -25,6 +25,7 @@ cimport numpy as cnp
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsUnsignedLong
 from libc.stdlib cimport calloc, free, malloc, realloc
@@ -264,7 +265,7 @@ cdef class Memtable:
     def insert(self, tag, uint64_t lsn):
         """Insert one (tag, lsn); returns INSERTED, DUPLICATE, FULL or PREFIX_CHANGE."""
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         cdef int rc = self.insert_raw(t, tag_slot(t), lsn)
         if rc == MT_LSN_ORDER:
             raise LsnOrderError(f"LSN {lsn} is below the memtable's max LSN {self.d.max_lsn}")
@@ -273,7 +274,7 @@ cdef class Memtable:
     def lsns(self, tag, uint64_t min_lsn=0, uint64_t max_lsn=0xFFFFFFFFFFFFFFFF):
         """LSNs of tag within [min_lsn, max_lsn], ascending, as a uint64 array."""
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         cdef uint16_t head = self.find_head(t, tag_slot(t))
         cdef Py_ssize_t n = self.lookup_raw(head, min_lsn, max_lsn, NULL)
         out = np.empty(n, dtype=np.uint64)
@@ -284,7 +285,7 @@ cdef class Memtable:
 
     def __contains__(self, tag):
         cdef uint32_t t[5]
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         return self.find_head(t, tag_slot(t)) != 0
 
     def iter_order(self, uint64_t from_lsn=0):
@@ -442,19 +443,24 @@ cdef class Memtable:
         cdef MemtableData* d = self.d
         cdef Py_ssize_t nseg = <Py_ssize_t>d.used_segs * MT_SEG_BYTES, nord = <Py_ssize_t>d.n_order * 2
         cdef Py_ssize_t size = HEADER_SIZE + MT_HASH_SLOTS * 2 + nseg + nord + 4
-        cdef bytearray out = bytearray(size)
-        _HDR.pack_into(out, 0, MAGIC, VERSION, 0, d.table_id, d.min_lsn, d.max_lsn, d.prefix, d.n_order,
-                       d.used_segs, d.seg_limit)
-        cdef uint8_t* p = <uint8_t*><char*>out
+        cdef bytes head = _HDR.pack(MAGIC, VERSION, 0, d.table_id, d.min_lsn, d.max_lsn, d.prefix, d.n_order,
+                                    d.used_segs, d.seg_limit)
+        # built in place in the bytes object, without the GIL (the LogIndex flush thread runs this
+        # beside inserts)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+        cdef const uint8_t* h = <const uint8_t*>PyBytes_AS_STRING(head)
         cdef Py_ssize_t pos = HEADER_SIZE
-        memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
-        pos += MT_HASH_SLOTS * 2
-        memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
-        pos += nseg
-        memcpy(p + pos, d.order, nord)
-        pos += nord
-        _set32(p + pos, crc32c_update(0, p, pos))
-        return bytes(out)
+        with nogil:
+            memcpy(p, h, pos)
+            memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
+            pos += MT_HASH_SLOTS * 2
+            memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
+            pos += nseg
+            memcpy(p + pos, d.order, nord)
+            pos += nord
+            _set32(p + pos, crc32c_update(0, p, pos))
+        return out
 
     @classmethod
     def from_bytes(cls, data):
@@ -520,7 +526,8 @@ cdef class Memtable:
         return (Memtable.from_bytes, (self.to_bytes(),))
 
 
-cdef int _tag_fields(object tag, uint32_t* out) except -1:
+cdef int tag_fields(object tag, uint32_t* out) except -1:
+    """The five u32 fields of a PageTag (a 5-tuple, list or array); TypeError or OverflowError otherwise."""
     cdef int i
     cdef unsigned long v
     if isinstance(tag, tuple) and PyTuple_GET_SIZE(tag) == 5:

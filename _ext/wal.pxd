@@ -2,6 +2,9 @@
 # One frame: [u32 length][u32 crc32c][u64 lsn][u32 type][data], little-endian.
 # `length` is len(data); the CRC covers length, lsn, type and data (every byte but itself).
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from logtide._ext.crc32c cimport crc32c_update
 
 cdef enum:
     WAL_HEADER_SIZE = 20
@@ -19,3 +22,43 @@ cdef enum:
     SCAN_BAD_CRC = 4       # checksum mismatch
     SCAN_BAD_LSN = 5       # LSN out of sequence
     SCAN_SIZE_LIMIT = 6    # stopped because the byte budget was spent
+
+
+# Frame helpers shared by the codec (wal.pyx) and the append queue (commit_queue.pyx).
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    memcpy(p, &v, 4)  # the format is little-endian, like every platform logtide builds on
+
+
+cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
+    memcpy(p, &v, 8)
+
+
+cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
+    cdef uint32_t v
+    memcpy(&v, p, 4)
+    return v
+
+
+cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:
+    cdef uint64_t v
+    memcpy(&v, p, 8)
+    return v
+
+
+cdef inline uint32_t _frame_crc(const uint8_t* frame, uint32_t length) noexcept nogil:
+    cdef uint32_t c = crc32c_update(0, frame, 4)
+    return crc32c_update(c, frame + WAL_OFF_LSN, 12 + <size_t>length)
+
+
+cdef inline void put_frame(uint8_t* f, uint64_t lsn, uint32_t rtype, const uint8_t* prefix, size_t plen,
+                           const uint8_t* data, size_t dlen) noexcept nogil:
+    """Write one complete frame at f (20 + plen + dlen bytes): header, prefix + data, CRC."""
+    cdef uint32_t length = <uint32_t>(plen + dlen)
+    _put32(f + WAL_OFF_LENGTH, length)
+    _put64(f + WAL_OFF_LSN, lsn)
+    _put32(f + WAL_OFF_TYPE, rtype)
+    if plen:
+        memcpy(f + WAL_HEADER_SIZE, prefix, plen)
+    if dlen:
+        memcpy(f + WAL_HEADER_SIZE + plen, data, dlen)
+    _put32(f + WAL_OFF_CRC, _frame_crc(f, length))

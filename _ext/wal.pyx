@@ -10,8 +10,6 @@ cimport cython
 import numpy as np
 cimport numpy as cnp
 
-from logtide._ext.crc32c cimport crc32c_update
-
 cnp.import_array()
 
 HEADER_SIZE = WAL_HEADER_SIZE
@@ -31,31 +29,6 @@ BAD_LENGTH = SCAN_BAD_LENGTH
 BAD_CRC = SCAN_BAD_CRC
 BAD_LSN = SCAN_BAD_LSN
 SIZE_LIMIT = SCAN_SIZE_LIMIT
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    memcpy(p, &v, 4)  # the format is little-endian, like every platform logtide builds on
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    memcpy(p, &v, 8)
-
-
-cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
-    cdef uint32_t v
-    memcpy(&v, p, 4)
-    return v
-
-
-cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:
-    cdef uint64_t v
-    memcpy(&v, p, 8)
-    return v
-
-
-cdef inline uint32_t _frame_crc(const uint8_t* frame, uint32_t length) noexcept nogil:
-    cdef uint32_t c = crc32c_update(0, frame, 4)
-    return crc32c_update(c, frame + WAL_OFF_LSN, 12 + <size_t>length)
 
 
 def frame_crc(const uint8_t[::1] frame) -> int:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -18,6 +19,7 @@ from logtide import Bloom4K
 from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
 from logtide.pagetag import PageTag, tag_array
 from logtide._ext import memtable as _mt
+from logtide._ext.insert_path import InsertPath
 from logtide._ext.lookup import TableLookup
 from logtide.logindex.memtable_ring import MemtableRing
 from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
@@ -25,6 +27,14 @@ from logtide.logindex.table_file import TableStore
 from logtide.logindex.table_format import BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
 
 MAX_LSN = (1 << 64) - 1
+
+
+def _index_lsn(lsn) -> int:
+    """An LSN given as another integer type (numpy); ValueError for anything else."""
+    try:
+        return int(lsn.__index__())
+    except AttributeError:
+        raise ValueError(f"an LSN is a u64, got {lsn!r}") from None
 _BITS = 4064
 _NBITS = _BITS * 8
 
@@ -32,7 +42,8 @@ _NBITS = _BITS * 8
 class LogIndex:
     """The LogIndex of one directory. Use LogIndex.open()."""
 
-    def __init__(self, directory: Path, mode: str, ring_size: int, max_segments: int, table_cache: int):
+    def __init__(self, directory: Path, mode: str, ring_size: int, max_segments: int, table_cache: int,
+                 background_flush: bool = True):
         self.dir = Path(directory)
         self._meta_path = str(self.dir / META_NAME)
         self.mode = mode
@@ -41,6 +52,13 @@ class LogIndex:
         self.table_cache = max(1, table_cache)
         self.meta = Meta()
         self.store = TableStore(self.dir, writable=self.primary)
+        # the per-call insert: one Cython call; insert() below documents it, this attribute serves it
+        self._ins = InsertPath(self._insert_slow)
+        self.insert = self._ins.insert
+        # a flush of inactive memtables running in the background: (future, memtables, new meta)
+        self._bg: tuple[Future, list, Meta] | None = None
+        self._background = background_flush and self.primary
+        self._pool: ThreadPoolExecutor | None = None
         self._k = Bloom4K(expected_elements=BLOOM_EXPECTED).k
         # the saved tables meta.min_table_id + j, j < self._n
         self._n = 0
@@ -56,7 +74,6 @@ class LogIndex:
         self._boundary: set | None = None
         self._carry: tuple[int, set] | None = None   # (lsn, tags) of a record split by a memtable switch
         self._next_table_id = 0
-        self._last_lsn = 0
         # the LSN from which the memtables hold every row this index inserted (None: none inserted).
         # Lookups take LSNs up to the split (see _split) from the saved tables and from there on from
         # the memtables; rows skipped as saved, and memtables released for reuse, raise it.
@@ -67,18 +84,21 @@ class LogIndex:
         self._lookup_ring = self._lookup_gen = -1
         self._lookup_split = MAX_LSN
         self._stats = dict(tables_loaded=0, corrupt_blooms=0, flushes=0, tables_flushed=0, truncated_files=0,
-                           inserted=0, skipped_saved=0)
+                           skipped_saved=0)
         self._closed = False
 
     # -- open / close --
 
     @classmethod
-    def open(cls, directory, mode: str = "primary", *, ring_size: int = 8,
-             max_segments: int = _mt.USABLE_SEGMENTS, table_cache: int = 256) -> "LogIndex":
+    def open(cls, directory, mode: str = "primary", *, ring_size: int = 32,
+             max_segments: int = _mt.USABLE_SEGMENTS, table_cache: int = 256,
+             background_flush: bool = True) -> "LogIndex":
         """Open (primary: create) a LogIndex directory and load its committed state.
 
-        ring_size memtables are kept in memory; max_segments below 4095 makes memtables fill
-        sooner (tests). An RO index follows the primary's meta file and never writes.
+        ring_size memtables are kept in memory (282 KB each); max_segments below 4095 makes memtables
+        fill sooner (tests). A primary saves sealed memtables on a background thread while inserts go
+        on (background_flush=False: only when the ring is exhausted, on the inserting thread).
+        An RO index follows the primary's meta file and never writes.
         """
         if mode not in ("primary", "ro"):
             raise ValueError(f"mode must be 'primary' or 'ro', got {mode!r}")
@@ -87,7 +107,7 @@ class LogIndex:
             directory.mkdir(parents=True, exist_ok=True)
         elif not directory.is_dir():
             raise FileNotFoundError(f"LogIndex directory {directory} does not exist")
-        li = cls(directory, mode, ring_size, max_segments, table_cache)
+        li = cls(directory, mode, ring_size, max_segments, table_cache, background_flush)
         li._load_meta(read_meta(directory))
         if li.primary:
             li._clean_leftovers()
@@ -98,10 +118,16 @@ class LogIndex:
         its LSNs are re-inserted after reopen from replay_needed_from()."""
         if self._closed:
             return
-        if self.primary:
-            self.flush()
-        self.store.close()
-        self._closed = True
+        try:
+            if self.primary:
+                self.flush()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            self.store.close()
+            self._closed = True
+            self._ins.arm(None, -1)
 
     def __enter__(self) -> "LogIndex":
         return self
@@ -132,6 +158,27 @@ class LogIndex:
             # memtables whose rows the primary has all saved are FLUSHED: reusable
             self.ring.mark_flushed_covered(self._covered)
         self._gen += 1
+        self._arm()
+
+    @property
+    def _last_lsn(self) -> int:
+        return self._ins.last_lsn
+
+    @_last_lsn.setter
+    def _last_lsn(self, lsn: int) -> None:
+        self._ins.last_lsn = lsn
+
+    def _arm(self) -> None:
+        """Hand the per-call insert the state it may rely on: the active memtable (once this index
+        has inserted at all) and the LSN at or below which inserts must take the slow path (rows
+        already saved, or the record a memtable switch split)."""
+        if self._closed or self._mem_from is None:
+            self._ins.arm(None, -1)
+            return
+        guard = self.meta.max_lsn if self.meta.has_tables else -1
+        if self._carry is not None:
+            guard = max(guard, self._carry[0])
+        self._ins.arm(self.ring.active(), guard)
 
     def _covered(self, m: _mt.Memtable) -> bool:
         """RO: every row of memtable m is in the saved tables this index has loaded. The RO's memtables
@@ -310,14 +357,21 @@ class LogIndex:
         self.ring.seal()
         if not self.primary:
             self.ring.mark_flushed_covered(self._covered)
+        elif self._background:
+            self._collect(wait=False)
+            self._start_flush()  # save the inactive memtables while inserts go on (if none is in flight)
         m = self.ring.take(self._next_table_id)
         if m is None:
             if self.primary:
-                # the ring is exhausted: flush the inactive memtables, oldest first, under one commit
-                self._flush_tables(self.ring.inactive())
+                # the ring is exhausted: wait for the flush in flight, then save what is left
+                self._collect(wait=True)
+                m = self.ring.take(self._next_table_id)
+                if m is None:
+                    self._flush_tables(self.ring.inactive())
             else:
                 self.refresh(force=True)  # the primary may have saved some: they become reusable
-            m = self.ring.take(self._next_table_id)
+            if m is None:
+                m = self.ring.take(self._next_table_id)
             if m is None:  # an RO node ahead of the primary's flushes keeps its memtables
                 self.ring.grow()
                 m = self.ring.take(self._next_table_id)
@@ -329,8 +383,23 @@ class LogIndex:
         return m if m is not None else self._switch()
 
     def insert(self, tag, lsn: int) -> bool:
-        """Index that the record at lsn touched page tag. False when it was already saved."""
+        """Index that the record at lsn touched page tag. False when it was already indexed or saved.
+        (Each instance serves this with one Cython call, InsertPath.insert, which falls back to
+        _insert_slow for everything but the common case.)"""
+        return self._ins.insert(tag, lsn)
+
+    def _insert_slow(self, tag, lsn: int) -> bool:
+        """insert() when the fast path cannot: validation, saved rows, memtable switches; re-arms it."""
+        try:
+            return self._insert_checked(tag, lsn)
+        finally:
+            if not self._closed:
+                self._arm()
+
+    def _insert_checked(self, tag, lsn: int) -> bool:
         self._check_open()
+        if not isinstance(lsn, int):
+            lsn = _index_lsn(lsn)
         if not 0 <= lsn <= MAX_LSN:
             raise ValueError(f"an LSN is a u64, got {lsn}")
         if self.meta.has_tables and lsn <= self.meta.max_lsn:
@@ -353,11 +422,18 @@ class LogIndex:
             st = m.insert(tag, lsn)
         self._last_lsn = lsn
         if st == _mt.INSERTED:
-            self._stats["inserted"] += 1
+            self._ins.inserted += 1
         return st == _mt.INSERTED
 
     def insert_many(self, tags, lsns) -> int:
         """Insert rows (tags[i], lsns[i]) in order; LSNs must be non-decreasing. Returns rows skipped as saved."""
+        try:
+            return self._insert_many(tags, lsns)
+        finally:
+            if not self._closed:
+                self._arm()
+
+    def _insert_many(self, tags, lsns) -> int:
         self._check_open()
         tags = tag_array(tags)
         lsns = _mt._lsn_array(lsns)
@@ -399,7 +475,7 @@ class LogIndex:
             self._note_inserted(int(lsns[i]))
             before = len(m)
             j, st = m.insert_many(tags, lsns, i)
-            self._stats["inserted"] += len(m) - before
+            self._ins.inserted += len(m) - before
             if st != _mt.INSERTED:
                 self._seal_carry(m, int(lsns[j]))
                 self._switch()
@@ -426,39 +502,80 @@ class LogIndex:
         self._check_open()
         if not self.primary:
             raise ReadOnlyError("an RO LogIndex never writes tables")
+        self._collect(wait=True)
+        done = self._stats["tables_flushed"]
         if include_active:
             m = self.ring.active()
             if m is not None and len(m):
                 self.ring.seal()
+                self._arm()
         todo = self.ring.inactive()
         if todo:
             self._flush_tables(todo)
-        return len(todo)
+        return self._stats["tables_flushed"] - done
 
     def _flush_tables(self, memtables: list) -> None:
+        """Save memtables now (after any background flush), under one commit of the meta file."""
         if not memtables:
             return
         if not self.primary:
             raise ReadOnlyError("an RO LogIndex never writes tables")
+        self._collect(wait=True)
+        new = self._meta_after(memtables)
+        self._commit_tables(memtables, new, self._write_tables(memtables, new))
+
+    def _meta_after(self, memtables: list) -> Meta:
+        """The meta file that commits memtables (the next table ids) after the current one."""
         ids = [m.table_id for m in memtables]
         assert ids == sorted(ids) and ids[0] == self.meta.max_table_id + 1, (ids, self.meta)
-        blooms = self.store.write(memtables)
         last = memtables[-1]
         meta = self.meta
         start = meta.start_lsn if meta.has_tables else memtables[0].min_lsn
-        new = meta.with_(max_table_id=last.table_id, max_lsn=last.max_lsn, start_lsn=start,
-                         min_table_id=meta.min_table_id if meta.has_tables else memtables[0].table_id,
-                         min_segment=(meta.min_table_id if meta.has_tables else memtables[0].table_id)
-                         // TABLES_PER_FILE)
-        write_meta(self.dir, new)  # the commit point
+        return meta.with_(max_table_id=last.table_id, max_lsn=last.max_lsn, start_lsn=start,
+                          min_table_id=meta.min_table_id if meta.has_tables else memtables[0].table_id,
+                          min_segment=(meta.min_table_id if meta.has_tables else memtables[0].table_id)
+                          // TABLES_PER_FILE)
+
+    def _write_tables(self, memtables: list, new: Meta) -> list:
+        """The I/O of a flush (tables and blooms fsynced, then the meta file: the commit point).
+        Runs on the flush thread too: it reads only INACTIVE memtables, which nothing changes."""
+        blooms = self.store.write(memtables)
+        write_meta(self.dir, new)
+        return blooms
+
+    def _commit_tables(self, memtables: list, new: Meta, blooms: list) -> None:
+        """After the meta file is written: serve the tables from the files, free their memtables."""
         self.meta = new
         self._meta_stat = self._stat_meta()
         for m, b in zip(memtables, blooms):
             self._append_table(m.table_id, b)
-        self.ring.mark_flushed(last.table_id)
+        self.ring.mark_flushed(memtables[-1].table_id)
         self._boundary = None
         self._stats["flushes"] += 1
         self._stats["tables_flushed"] += len(memtables)
+        self._arm()
+
+    def _start_flush(self) -> None:
+        """Save every inactive memtable on the flush thread (one at a time); _collect commits it."""
+        if self._bg is not None:
+            return
+        todo = self.ring.inactive()
+        if not todo:
+            return
+        new = self._meta_after(todo)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logindex-flush")
+        self._bg = (self._pool.submit(self._write_tables, todo, new), todo, new)
+
+    def _collect(self, wait: bool) -> None:
+        """Commit the background flush once its files are written (wait: block until then).
+        Its error (a failed write or fsync) is raised here; its memtables stay INACTIVE and unsaved."""
+        bg = self._bg
+        if bg is None or not (wait or bg[0].done()):
+            return
+        self._bg = None
+        blooms = bg[0].result()
+        self._commit_tables(bg[1], bg[2], blooms)
 
     # -- truncation --
 
@@ -468,6 +585,7 @@ class LogIndex:
         self._check_open()
         if not self.primary:
             raise ReadOnlyError("an RO LogIndex never truncates")
+        self._collect(wait=True)
         meta = self.meta
         if not meta.has_tables:
             return 0
@@ -601,6 +719,7 @@ class LogIndex:
     def stats(self) -> dict:
         """Counters: lookups, tables read / skipped by bloom / skipped by LSN range, flushes, ..."""
         st = dict(self._stats)
+        st["inserted"] = self._ins.inserted
         counts = [a + b for a, b in zip(self._counts, self._lookup.counters())]
         st["lookups"], st["tables_read"], st["tables_skipped_bloom"], st["tables_skipped_range"] = counts
         walked = st["tables_read"] + st["tables_skipped_bloom"]

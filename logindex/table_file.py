@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from logtide import Bloom4K, crc32c
@@ -20,6 +21,7 @@ class TableStore:
         self.writable = writable
         self.bloom_expected = bloom_expected
         self._fds: dict[tuple[int, str], int] = {}
+        self._fds_lock = threading.Lock()  # the LogIndex's background flush opens files beside lookups
 
     # -- files --
 
@@ -28,6 +30,14 @@ class TableStore:
         fd = self._fds.get(key)
         if fd is not None:
             return fd, False
+        with self._fds_lock:
+            fd = self._fds.get(key)
+            if fd is not None:
+                return fd, False
+            return self._open(segment, kind, create)
+
+    def _open(self, segment: int, kind: str, create: bool) -> tuple[int, bool]:
+        key = (segment, kind)
         name = table_file_name(segment) if kind == "tbl" else bloom_file_name(segment)
         path = self.dir / name
         created = False
@@ -40,14 +50,16 @@ class TableStore:
         return fd, created
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        with self._fds_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
     def forget(self, segment: int) -> None:
         """Close the descriptors of a segment (before removing it, or to see a rewritten file)."""
         for kind in ("tbl", "bloom"):
-            fd = self._fds.pop((segment, kind), None)
+            with self._fds_lock:
+                fd = self._fds.pop((segment, kind), None)
             if fd is not None:
                 os.close(fd)
 
@@ -62,11 +74,10 @@ class TableStore:
             seg, slot = divmod(tid, TABLES_PER_FILE)
             image = m.to_bytes()
             head = TABLE_HEADER.pack(TABLE_MAGIC, len(image), tid)
-            record = head + image
-            record += crc32c(record).to_bytes(4, "little")
+            crc = crc32c(image, crc32c(head)).to_bytes(4, "little")
             fd, new = self._fd(seg, "tbl", True)
             created |= new
-            _pwrite_all(fd, record, slot * SLOT_SIZE)
+            _pwritev_all(fd, [head, image, crc], slot * SLOT_SIZE)  # no copy of the 280 KB image
             b = Bloom4K(table_id=tid, min_lsn=m.min_lsn, max_lsn=m.max_lsn, expected_elements=self.bloom_expected)
             b.add_many(m.tags())
             bfd, new = self._fd(seg, "bloom", True)
@@ -128,6 +139,18 @@ class TableStore:
                 (self.dir / name).unlink()
             except FileNotFoundError:
                 pass
+
+
+def _pwritev_all(fd: int, parts: list, offset: int) -> None:
+    views = [memoryview(p) for p in parts if len(p)]
+    while views:
+        n = os.pwritev(fd, views, offset)
+        offset += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

@@ -25,10 +25,10 @@ class LogIndexMachine(RuleBasedStateMachine):
     """Random inserts (single, batched, records touching several pages), flushes, crashes with
     re-insert from replay_needed_from(), RO readers and truncation; every lookup checked."""
 
-    @initialize(max_segments=st.sampled_from([1, 2, 3, 8]), ring=st.sampled_from([2, 3]))
-    def setup(self, max_segments, ring):
+    @initialize(max_segments=st.sampled_from([1, 2, 3, 8]), ring=st.sampled_from([2, 3]), background=st.booleans())
+    def setup(self, max_segments, ring, background):
         self.dir = Path(tempfile.mkdtemp(prefix="li-"))
-        self.params = dict(max_segments=max_segments, ring_size=ring)
+        self.params = dict(max_segments=max_segments, ring_size=ring, background_flush=background)
         self.li = LogIndex.open(self.dir, **self.params)
         self.history = []      # (lsn, tag) in insertion order
         self.lists = {}
@@ -53,7 +53,7 @@ class LogIndexMachine(RuleBasedStateMachine):
         """One WAL record touching up to 4 pages: one LSN, several tags."""
         self.lsn += step
         for ti in tags:
-            self.li.insert(TAGS[ti], self.lsn)
+            assert self.li.insert(TAGS[ti], self.lsn) is True  # a new (page, LSN) is always stored
             self._record(self.lsn, TAGS[ti])
 
     @rule(rows=st.lists(st.tuples(st.sampled_from(range(len(TAGS))), st.sampled_from([0, 1, 1, 3, 2**32])),
@@ -78,14 +78,22 @@ class LogIndexMachine(RuleBasedStateMachine):
     def flush(self, include_active):
         self.li.flush(include_active=include_active)
 
-    @rule()
-    def crash_and_reinsert(self):
-        """Drop the index without closing (unflushed memtables are lost), reopen, re-insert."""
+    @rule(per_call=st.booleans())
+    def crash_and_reinsert(self, per_call=False):
+        """Drop the index without closing (unflushed memtables are lost), reopen, re-insert
+        (in one batch, or per call: rows at or below the saved LSN take insert()'s slow path)."""
+        if self.li._pool is not None:
+            # a crash stops the flush thread too: here it ends first (a crash just after its commit)
+            self.li._pool.shutdown(wait=True)
         self.li.store.close()
         self.li = LogIndex.open(self.dir, **self.params)
         start = self.li.replay_needed_from()
         redo = [(l, t) for l, t in self.history if l >= start]
-        if redo:
+        if per_call:
+            for l, t in redo:
+                stored = self.li.insert(t, l)
+                assert stored or l == start, f"({t}, {l}) is above the saved LSN {start} but was not stored"
+        elif redo:
             self.li.insert_many(np.array([t for _, t in redo], np.uint32), np.array([l for l, _ in redo], np.uint64))
 
     @rule()

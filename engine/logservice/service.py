@@ -149,7 +149,7 @@ class LogService(LogServiceClient):
             if len(payload) > self._max_payload:
                 raise RecordTooLarge(f"record data of {len(payload) + 12} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size}")
-            return self._writer.append(USER_RECORD, prefix, [payload])
+            return self._writer.append_one(USER_RECORD, prefix, payload)
         if isinstance(payload, LogRecord):
             prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
         else:
@@ -379,6 +379,9 @@ class LogService(LogServiceClient):
             self._release()
 
     def _release(self) -> None:
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            writer.close()  # stops the flusher thread (a no-op after close())
         for seg in getattr(self, "_segments", []):
             seg.close()
         if self._lock is not None:

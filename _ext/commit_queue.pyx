@@ -1,0 +1,600 @@
+# cython: language_level=3
+"""CommitQueue: the log service's append queue and durable-LSN waiters, without Python on the wait path.
+
+Appenders frame their records straight into the queue's fill buffer (LSNs are assigned there, under
+a C mutex), register a waiter for their last LSN and sleep on that waiter's own futex with the GIL
+released. One flusher thread takes the whole fill buffer at once (`flush`), writes it with one
+write() and, with fsync="always", one fdatasync(), then `publish(lsn)` wakes exactly the waiters
+whose LSN is <= lsn: the waiter list is in LSN order (waiters register under the mutex in the order
+LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
+LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
+
+    q = CommitQueue(next_lsn)
+    q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
+    q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
+    q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
+    q.publish(lsn); q.fail(exc); q.close(); q.kick()
+
+See docs/wal_format.md ("Durability") for the protocol.
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+cimport cython
+import os
+import numpy as np
+cimport numpy as cnp
+
+from logtide._ext.wal cimport WAL_HEADER_SIZE, put_frame
+from logtide.errors import LogServiceClosed, LogServiceFailed
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <errno.h>
+    #include <time.h>
+    #include <unistd.h>
+    #include <stdint.h>
+    #ifdef __linux__
+    #include <linux/futex.h>
+    #include <sys/syscall.h>
+    #else
+    #error "the log service's commit queue waits on Linux futexes"
+    #endif
+
+    /* One waiting append: its last LSN and the futex word it sleeps on (0 waiting, 1 durable, 2 failed).
+       It lives on the waiting thread's stack and is linked into the queue's list, in LSN order. */
+    typedef struct lt_waiter { int word; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
+
+    static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+    static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+    static inline void lt_futex_wait(int* w, int val, long long ns) {
+        struct timespec ts;
+        ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
+        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    }
+    static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+    static inline double lt_now(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
+    typedef struct { pthread_mutex_t mu; } lt_mutex;
+    static inline void lt_mutex_init(lt_mutex* m) { pthread_mutex_init(&m->mu, NULL); }
+    static inline void lt_mutex_destroy(lt_mutex* m) { pthread_mutex_destroy(&m->mu); }
+    static inline void lt_lock(lt_mutex* m) { pthread_mutex_lock(&m->mu); }
+    static inline void lt_unlock(lt_mutex* m) { pthread_mutex_unlock(&m->mu); }
+    static inline int lt_errno(void) { return errno; }
+    static inline int lt_eintr(void) { return errno == EINTR; }
+    """
+    ctypedef struct lt_waiter:
+        int word
+        uint64_t lsn
+        lt_waiter* next
+    ctypedef struct lt_mutex:
+        pass
+    int lt_load(int* w) nogil
+    void lt_store(int* w, int v) nogil
+    void lt_futex_wait(int* w, int val, long long ns) nogil
+    void lt_futex_wake(int* w, int n) nogil
+    double lt_now() nogil
+    void lt_mutex_init(lt_mutex* m) nogil
+    void lt_mutex_destroy(lt_mutex* m) nogil
+    void lt_lock(lt_mutex* m) nogil
+    void lt_unlock(lt_mutex* m) nogil
+    int lt_errno() nogil
+    int lt_eintr() nogil
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t c_write "write"(int fd, const void* buf, size_t count)
+    int fdatasync(int fd)
+
+# flush() outcomes other than a group
+CLOSED = "closed"
+KICKED = "kicked"
+TIMEOUT = "timeout"
+
+DEF W_WAITING = 0
+DEF W_DURABLE = 1
+DEF W_FAILED = 2
+DEF Q_OPEN = 0
+DEF Q_CLOSING = 1
+DEF Q_FAILED = 2
+DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
+DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
+
+
+cdef struct _Buf:
+    uint8_t* data
+    size_t len, cap
+    uint64_t* starts      # each frame's offset in data
+    Py_ssize_t n, ncap
+
+
+cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
+    """Room for nbytes more bytes and frames more frames; -1 when memory is out."""
+    cdef size_t cap
+    cdef Py_ssize_t ncap
+    cdef void* p
+    if b.len + nbytes > b.cap:
+        cap = b.cap * 2 if b.cap else 65536
+        while cap < b.len + nbytes:
+            cap *= 2
+        p = realloc(b.data, cap)
+        if p == NULL:
+            return -1
+        b.data, b.cap = <uint8_t*>p, cap
+    if b.n + frames > b.ncap:
+        ncap = b.ncap * 2 if b.ncap else 1024
+        while ncap < b.n + frames:
+            ncap *= 2
+        p = realloc(b.starts, ncap * sizeof(uint64_t))
+        if p == NULL:
+            return -1
+        b.starts, b.ncap = <uint64_t*>p, ncap
+    return 0
+
+
+cdef inline void _sleep(lt_waiter* w) noexcept nogil:
+    while lt_load(&w.word) == W_WAITING:
+        lt_futex_wait(&w.word, W_WAITING, WAKE_CHECK_NS)
+
+
+cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
+    """Settle a detached chain of waiters. Read next before the store: once its word is set, a
+    waiter may return and its stack frame be reused (a late futex wake there is only spurious)."""
+    cdef lt_waiter* nxt
+    while w != NULL:
+        nxt = w.next
+        lt_store(&w.word, outcome)
+        lt_futex_wake(&w.word, 1)
+        w = nxt
+
+
+cdef class CommitQueue:
+    """The append queue of one log writer. LSNs start at next_lsn."""
+    cdef lt_mutex mu
+    cdef _Buf fill          # appenders write here
+    cdef _Buf out           # the group the flusher is writing
+    cdef uint64_t next_lsn
+    cdef uint64_t published
+    cdef Py_ssize_t appends         # appends in fill
+    cdef lt_waiter* head
+    cdef lt_waiter* tail
+    cdef lt_waiter* ready           # durable waiters not woken yet, LSN order (see publish)
+    cdef lt_waiter* ready_tail
+    cdef double handed              # when a ready waiter was last woken
+    cdef int state
+    cdef object failure
+    cdef int fl_word                # the flusher's futex word: bumped to wake it
+    cdef bint fl_sleeping
+    cdef bint kicked
+    cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
+    cdef Py_ssize_t last_groups[2]
+    cdef double fsync_avg
+    cdef readonly double max_commit_delay
+    cdef readonly bint handoff      # publish wakes one waiter and the rest are handed on (see publish)
+    cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
+    cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
+    cdef readonly uint64_t groups, records
+
+    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
+                  double handoff_stall=0.0002):
+        lt_mutex_init(&self.mu)
+        self.handoff_stall = handoff_stall
+        self.handoff = handoff
+        self.next_lsn = next_lsn
+        self.published = next_lsn - 1
+        self.max_commit_delay = max_commit_delay
+
+    def __dealloc__(self):
+        free(self.fill.data)
+        free(self.fill.starts)
+        free(self.out.data)
+        free(self.out.starts)
+        lt_mutex_destroy(&self.mu)
+
+    @property
+    def published_lsn(self) -> int:
+        """The highest LSN published (written, and synced with fsync="always")."""
+        return self.published
+
+    @property
+    def next(self) -> int:
+        """The LSN the next append gets."""
+        return self.next_lsn
+
+    # -- appenders --
+
+    cdef int _refuse(self) except -1:
+        if self.state == Q_FAILED:
+            raise LogServiceFailed(f"a log write failed ({self.failure!r}); reopen the log service") from self.failure
+        raise LogServiceClosed("the log service is closed")
+
+    cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil:
+        """Link w (LSN order) and say whether the flusher must be woken (after unlocking)."""
+        w.word = W_WAITING
+        w.next = NULL
+        if self.tail == NULL:
+            self.head = w
+        else:
+            self.tail.next = w
+        self.tail = w
+        self.appends += 1
+        if self.fl_sleeping and (self.appends == 1 or self.appends >= self.want):
+            self.fl_sleeping = False
+            self.fl_word += 1
+            return True
+        return False
+
+    cdef lt_waiter* _pop_ready_locked(self) noexcept nogil:
+        cdef lt_waiter* r = self.ready
+        if r != NULL:
+            self.ready = r.next
+            if self.ready == NULL:
+                self.ready_tail = NULL
+            r.next = NULL
+            self.handed = lt_now()
+        return r
+
+    cdef lt_waiter* _take_stalled_locked(self, double now) noexcept nogil:
+        """The ready chain, when nobody released the GIL through this queue for handoff_stall seconds
+        (an appender that did not come back): the flusher then wakes them all directly."""
+        cdef lt_waiter* r = NULL
+        if self.ready != NULL and now - self.handed >= self.handoff_stall:
+            r = self.ready
+            self.ready = self.ready_tail = NULL
+            self.stalls += 1
+        return r
+
+    def wake_stalled(self) -> None:
+        """What the flusher does whenever it waits: wake the durable waiters left unclaimed."""
+        cdef lt_waiter* r
+        with nogil:
+            lt_lock(&self.mu)
+            r = self._take_stalled_locked(lt_now())
+            lt_unlock(&self.mu)
+            _wake_chain(r, W_DURABLE)
+
+    cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
+        with nogil:
+            if wake:
+                lt_futex_wake(&self.fl_word, 1)
+            # this thread is giving up the GIL: the next durable appender can take it uncontended
+            _wake_chain(hand, W_DURABLE)
+            _sleep(w)
+        if w.word == W_FAILED:
+            self._refuse()
+        return w.lsn
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
+        """Frame one record (data = prefix + payload) and return its LSN once it is published."""
+        cdef const uint8_t[::1] view
+        cdef const uint8_t* src
+        cdef size_t dlen
+        if PyBytes_CheckExact(payload):
+            src = <const uint8_t*>PyBytes_AS_STRING(payload)
+            dlen = PyBytes_GET_SIZE(payload)
+        else:
+            view = payload
+            dlen = view.shape[0]
+            src = &view[0] if dlen else NULL
+        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+        if plen + dlen > 0xFFFFFFFF:
+            raise ValueError("a record's data does not fit a u32 length")
+        cdef size_t size = WAL_HEADER_SIZE + plen + dlen
+        cdef lt_waiter w
+        cdef lt_waiter* hand
+        cdef bint wake
+        lt_lock(&self.mu)
+        if self.state != Q_OPEN:
+            lt_unlock(&self.mu)
+            self._refuse()
+        if _reserve(&self.fill, size, 1) < 0:
+            lt_unlock(&self.mu)
+            raise MemoryError()
+        w.lsn = self.next_lsn
+        self.next_lsn += 1
+        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen,
+                  src, dlen)
+        self.fill.starts[self.fill.n] = self.fill.len
+        self.fill.n += 1
+        self.fill.len += size
+        wake = self._enqueue_locked(&w)
+        hand = self._pop_ready_locked()
+        lt_unlock(&self.mu)
+        return self._wait(&w, wake, hand)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def append_many(self, uint32_t rtype, bytes prefix not None, payloads) -> int:
+        """Frame consecutive records, one per payload (a list of bytes-like objects, or the rows of a
+        C-contiguous 2-D uint8 array), and return the first LSN once the last is published."""
+        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+        cdef const uint8_t* pre = <const uint8_t*>PyBytes_AS_STRING(prefix)
+        cdef const uint8_t[:, ::1] rows
+        cdef const uint8_t[::1] view
+        cdef Py_ssize_t n, i
+        cdef size_t total = 0, dlen, width = 0
+        cdef const uint8_t** ptrs = NULL
+        cdef size_t* lens = NULL
+        cdef list keep = None
+        cdef bint is_rows = not isinstance(payloads, list)
+        if is_rows:
+            rows = payloads
+            n, width = rows.shape[0], rows.shape[1]
+            if plen + width > 0xFFFFFFFF:
+                raise ValueError("rows do not fit a u32 length")
+            total = n * (WAL_HEADER_SIZE + plen + width)
+        else:
+            n = len(payloads)
+            ptrs = <const uint8_t**>malloc(max(1, n) * sizeof(void*))
+            lens = <size_t*>malloc(max(1, n) * sizeof(size_t))
+            if ptrs == NULL or lens == NULL:
+                free(ptrs)
+                free(lens)
+                raise MemoryError()
+            keep = []
+        if n == 0:
+            free(ptrs)
+            free(lens)
+            raise ValueError("append_many needs at least one payload")
+        cdef lt_waiter w
+        cdef lt_waiter* hand = NULL
+        cdef bint wake
+        cdef uint64_t first
+        cdef uint8_t* f
+        try:
+            if not is_rows:
+                for i in range(n):
+                    p = payloads[i]
+                    if PyBytes_CheckExact(p):
+                        ptrs[i] = <const uint8_t*>PyBytes_AS_STRING(p)
+                        lens[i] = PyBytes_GET_SIZE(p)
+                    else:
+                        try:
+                            view = p
+                        except (TypeError, ValueError) as exc:
+                            raise TypeError(f"payload {i} must be bytes-like, not {type(p).__name__}") from exc
+                        keep.append(view)  # the buffer stays exported until the frames are written
+                        lens[i] = view.shape[0]
+                        ptrs[i] = &view[0] if lens[i] else NULL
+                    if plen + lens[i] > 0xFFFFFFFF:
+                        raise ValueError(f"payload {i} does not fit a u32 length")
+                    total += WAL_HEADER_SIZE + plen + lens[i]
+            lt_lock(&self.mu)
+            if self.state != Q_OPEN:
+                lt_unlock(&self.mu)
+                self._refuse()
+            if _reserve(&self.fill, total, n) < 0:
+                lt_unlock(&self.mu)
+                raise MemoryError()
+            first = self.next_lsn
+            self.next_lsn += n
+            for i in range(n):
+                f = self.fill.data + self.fill.len
+                self.fill.starts[self.fill.n] = self.fill.len
+                self.fill.n += 1
+                if is_rows:
+                    put_frame(f, first + i, rtype, pre, plen, &rows[i, 0] if width else NULL, width)
+                    self.fill.len += WAL_HEADER_SIZE + plen + width
+                else:
+                    put_frame(f, first + i, rtype, pre, plen, ptrs[i], lens[i])
+                    self.fill.len += WAL_HEADER_SIZE + plen + lens[i]
+            w.lsn = first + n - 1
+            wake = self._enqueue_locked(&w)
+            hand = self._pop_ready_locked()
+            lt_unlock(&self.mu)
+        finally:
+            free(ptrs)
+            free(lens)
+        self._wait(&w, wake, hand)
+        return first
+
+    # -- the flusher --
+
+    def flush(self, int fd, bint sync, uint64_t base, double timeout):
+        """Take everything queued, write it to fd at its end (file offset `base`), fdatasync when
+        sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
+        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
+        absorbs it), TIMEOUT. OSError when the
+        write or sync fails (the group's waiters are still queued: fail() settles them)."""
+        cdef double deadline = -1.0, now, t0
+        cdef int seen
+        cdef int outcome = 0
+        cdef Py_ssize_t n, i, appends
+        cdef uint64_t first
+        cdef _Buf tmp
+        cdef size_t done = 0
+        cdef ssize_t k
+        cdef int err = 0
+        cdef double wait_until
+        cdef size_t nbytes
+        cdef lt_waiter* stalled
+        with nogil:
+            lt_lock(&self.mu)
+            wait_until = lt_now() + timeout
+            while True:
+                now = lt_now()
+                stalled = self._take_stalled_locked(now)
+                if stalled != NULL:
+                    lt_unlock(&self.mu)
+                    _wake_chain(stalled, W_DURABLE)
+                    lt_lock(&self.mu)
+                    continue
+                if self.appends:
+                    if self.state != Q_OPEN or self.appends >= self.want:
+                        break
+                    if deadline < 0:  # commit delay, from the first sight of this group
+                        deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                    if now >= deadline:
+                        break
+                    wait_until = deadline
+                elif self.kicked:
+                    self.kicked = False
+                    outcome = 1
+                    break
+                elif self.state != Q_OPEN:
+                    outcome = 2
+                    stalled = self.ready  # the last appenders are settled before the flusher leaves
+                    self.ready = self.ready_tail = NULL
+                    lt_unlock(&self.mu)
+                    _wake_chain(stalled, W_DURABLE)
+                    lt_lock(&self.mu)
+                    break
+                elif now >= wait_until:
+                    outcome = 3
+                    break
+                seen = self.fl_word
+                self.fl_sleeping = True
+                if self.ready != NULL:
+                    wait_until = min(wait_until, self.handed + self.handoff_stall)
+                lt_unlock(&self.mu)
+                lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
+                lt_lock(&self.mu)
+                self.fl_sleeping = False
+            if outcome == 0:
+                self.kicked = False  # the caller checks for sync requests after every group too
+                tmp = self.out
+                self.out = self.fill
+                self.fill = tmp
+                self.fill.len = 0
+                self.fill.n = 0
+                appends = self.appends
+                self.appends = 0
+                first = self.next_lsn - <uint64_t>self.out.n
+                self.last_groups[0] = self.last_groups[1]
+                self.last_groups[1] = appends
+                # the next group waits for as many appends as the larger of the last two (only when
+                # syncing and appenders are concurrent: a lone appender never waits)
+                self.want = max(self.last_groups[0], self.last_groups[1]) if sync else 0
+                if self.want <= 1:
+                    self.want = 0
+            lt_unlock(&self.mu)
+        if outcome != 0:
+            return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
+        n = self.out.n
+        with nogil:
+            while done < self.out.len:
+                k = c_write(fd, self.out.data + done, self.out.len - done)
+                if k < 0:
+                    if lt_eintr():
+                        continue
+                    err = lt_errno()
+                    break
+                done += k
+            if not err and sync:
+                t0 = lt_now()
+                if fdatasync(fd) != 0:
+                    err = lt_errno()
+                else:
+                    self.fsync_avg = 0.8 * self.fsync_avg + 0.2 * (lt_now() - t0)
+        if err:
+            raise OSError(err, os.strerror(err))
+        cdef cnp.ndarray[cnp.uint64_t, ndim=1] starts = np.empty(n, dtype=np.uint64)
+        cdef uint64_t* sp = <uint64_t*>starts.data
+        for i in range(n):
+            sp[i] = self.out.starts[i] + base
+        self.groups += 1
+        self.records += n
+        nbytes = self.out.len
+        if self.out.cap > KEEP_BYTES:  # a huge append_many: do not keep its buffer for ever
+            free(self.out.data)
+            free(self.out.starts)
+            memset(&self.out, 0, sizeof(_Buf))
+        return first, first + <uint64_t>n - 1, starts, nbytes
+
+    def publish(self, uint64_t lsn) -> None:
+        """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
+
+        Waking them all at once would have them fight for the GIL (each wakes, sleeps on the GIL,
+        wakes again). So one is woken here and the rest are queued as ready: each appender that
+        enters its own wait, and so releases the GIL, wakes the next ready one; the flusher wakes
+        any left unclaimed for handoff_stall seconds (an appender that did not come back)."""
+        cdef lt_waiter* first = NULL
+        cdef lt_waiter* w
+        cdef lt_waiter* last = NULL
+        with nogil:
+            lt_lock(&self.mu)
+            if lsn > self.published:
+                self.published = lsn
+            w = self.head
+            while w != NULL and w.lsn <= lsn:
+                last = w
+                w = w.next
+            if last != NULL:
+                first = self.head
+                self.head = w
+                if w == NULL:
+                    self.tail = NULL
+                last.next = NULL
+                if not self.handoff:
+                    pass  # wake the whole chain below
+                elif self.ready == NULL:
+                    self.ready = first.next
+                    self.ready_tail = last if first.next != NULL else NULL
+                    first.next = NULL
+                    self.handed = lt_now()
+                else:  # earlier ones still waiting for the hand-off: queue behind them
+                    self.ready_tail.next = first
+                    self.ready_tail = last
+                    first = NULL
+            lt_unlock(&self.mu)
+            _wake_chain(first, W_DURABLE)
+
+    def fail(self, exc) -> None:
+        """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""
+        cdef lt_waiter* all_
+        cdef lt_waiter* ready
+        lt_lock(&self.mu)
+        if self.state != Q_FAILED:
+            self.failure = exc
+        self.state = Q_FAILED
+        all_ = self.head
+        self.head = self.tail = NULL
+        ready = self.ready
+        self.ready = self.ready_tail = NULL
+        self.fill.len = 0
+        self.fill.n = 0
+        self.appends = 0
+        self.fl_word += 1
+        lt_unlock(&self.mu)
+        with nogil:
+            _wake_chain(ready, W_DURABLE)  # published before the failure
+            _wake_chain(all_, W_FAILED)
+            lt_futex_wake(&self.fl_word, 1)
+
+    def close(self) -> None:
+        """Refuse new appends (LogServiceClosed); the flusher drains what is queued, then sees CLOSED."""
+        with nogil:
+            lt_lock(&self.mu)
+            if self.state == Q_OPEN:
+                self.state = Q_CLOSING
+            self.fl_word += 1
+            lt_unlock(&self.mu)
+            lt_futex_wake(&self.fl_word, 1)
+
+    def kick(self) -> None:
+        """Wake the flusher (it returns KICKED when nothing is queued): a sync() request."""
+        with nogil:
+            lt_lock(&self.mu)
+            self.kicked = True
+            self.fl_word += 1
+            lt_unlock(&self.mu)
+            lt_futex_wake(&self.fl_word, 1)
+
+    def waiting(self) -> int:
+        """Appends registered and not yet settled (for tests)."""
+        cdef Py_ssize_t n = 0
+        cdef lt_waiter* w
+        lt_lock(&self.mu)
+        w = self.head
+        while w != NULL:
+            n += 1
+            w = w.next
+        lt_unlock(&self.mu)
+        return n

@@ -1,0 +1,96 @@
+"""Log service group commit: 1, 4, 16 and 32 in-process appenders, fsync="always", 256-byte records.
+
+Appenders wait for durability in Cython (engine/logservice/log_writer.py, _ext/commit_queue.pyx).
+Each benchmark reports, over all its rounds, the appends per fdatasync and the process CPU time per
+append (time.process_time: every thread of the process, the flusher and the kernel's fsync work
+included). The issue's goal: 32 appenders >= 10x one appender, at <= 8 us CPU per append.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bench.conftest import scaled
+from bench.ratios import Ratio
+from bench.client_threads import Threads
+
+RATIOS = [
+    Ratio("log group commit: 32 appenders vs 1 appender, fsync=always, 256 B (Cython waiters)",
+          "test_group_commit_appenders[32]", "test_group_commit_appenders[1]", 10.0, 13),
+]
+
+CLIENTS = (1, 4, 16, 32)
+PAYLOAD = b"\xa5" * 256
+
+
+@pytest.mark.benchmark(group="logservice-group-commit")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_group_commit_appenders(benchmark, items, tmp_path, clients):
+    from logtide import LogService
+    # one appender: 400 appends a round; concurrent ones: 3200 shared out
+    per = scaled(400, minimum=20) if clients == 1 else max(4, scaled(3200, minimum=128) // clients)
+    n = items(per * clients, clients=clients)
+    pool = Threads(clients)
+    totals = {"cpu": 0.0, "appends": 0}
+    try:
+        with LogService.open(tmp_path / "log", fsync="always") as svc:
+            def body(t):
+                append = svc.append
+                for _ in range(per):
+                    append(PAYLOAD, replica_id=t)
+
+            def run():
+                c0 = time.process_time()
+                pool.run(body)
+                totals["cpu"] += time.process_time() - c0
+                totals["appends"] += n
+
+            g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
+            benchmark(run)
+            st = svc.stats()
+            assert st["latest_lsn"] - l0 == totals["appends"]
+            benchmark.extra_info["figures"] = {
+                "appends_per_fsync": totals["appends"] / max(1, st["groups"] - g0),
+                "cpu_us_per_append": 1e6 * totals["cpu"] / max(1, totals["appends"]),
+                "goal_cpu_us_per_append": 8.0,
+            }
+    finally:
+        pool.close()
+
+
+def plot(benchmarks: dict, outdir) -> list:
+    """Appends/s against appender count, with CPU per append and appends per fsync beside."""
+    from pathlib import Path
+    runs = {b["extra_info"].get("clients"): b for name, b in benchmarks.items()
+            if name.startswith("test_group_commit_appenders") and b.get("extra_info", {}).get("items")}
+    if not runs:
+        return []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = sorted(runs)
+    rate = [runs[x]["extra_info"]["items"] / runs[x]["stats"]["min"] for x in xs]
+    figs = [runs[x]["extra_info"].get("figures", {}) for x in xs]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot(xs, rate, "o-", label="appends/s (fsync=always)")
+    ax1.plot(xs, [rate[0] * x for x in xs], ":", color="grey", label="one appender x clients")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xticks(xs, [str(x) for x in xs])
+    ax1.set_xlabel("appender threads")
+    ax1.set_ylabel("appends/s")
+    ax1.set_title("Log service group commit (in-process, 256 B)")
+    ax1.legend()
+    ax2.plot(xs, [f.get("cpu_us_per_append", 0) for f in figs], "o-", color="tab:red", label="CPU us per append")
+    ax2.axhline(8.0, ls="--", color="tab:red", lw=0.8, label="goal: 8 us")
+    ax2.plot(xs, [f.get("appends_per_fsync", 0) for f in figs], "s-", color="tab:green", label="appends per fsync")
+    ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log")
+    ax2.set_xticks(xs, [str(x) for x in xs])
+    ax2.set_xlabel("appender threads")
+    ax2.legend()
+    out = Path(outdir) / "logservice_group_commit.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]
