@@ -1,0 +1,90 @@
+"""Single-process replay of a `logtide.replay` directory to a target LSN: the reference the Spark
+replay must equal byte for byte, and the baseline of its benchmark.
+
+It is logtide.replay's own recovery path (the one `Primary` runs at open): full WAL records in LSN
+order, block references from the Cython meta decoder, `replay_into_pool` into a BufferPool whose
+evictions write pages out. Output layout and manifest as in page_output.py.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from logtide._ext.crc32c import crc32c
+from logtide.replay.batch_replay import block_refs, replay_into_pool
+from logtide.replay.buffer_pool import BufferPool
+from logtide.spark.log_segments import WAL_DATA_OFFSET, scan_segment
+from logtide.spark.page_output import PageWriter, abort, commit, temp_dir_for
+from logtide.spark.replay_input import analyze
+
+BATCH_RECORDS = 65536
+
+
+def replay_local(data_dir, target_lsn: int, out_dir, *, pool_pages: int = 8192) -> dict:
+    """Replay data_dir up to target_lsn in this process; commit a page store in out_dir.
+    Returns {"records", "pages", "seconds", "manifest"}."""
+    from logtide.replay.page_store import PageStore
+    t0 = time.perf_counter()
+    inp = analyze(data_dir, target_lsn)
+    tmp = temp_dir_for(os.fspath(out_dir))
+    store = PageStore(inp.pages_dir) if os.path.isdir(inp.pages_dir) else None
+    writer = PageWriter(tmp)
+    written: dict[tuple, tuple[int, int]] = {}
+
+    def out(tag, page) -> bool:
+        p = np.array(page, dtype=np.uint8).reshape(1, -1)
+        crc = writer.write(np.array([tag], np.uint32), p)
+        written[tuple(tag)] = (int.from_bytes(p[0, :8].tobytes(), "little"), int(crc[0]))
+        return True
+
+    def load(tag, frame) -> None:
+        if store is not None:
+            store.read_into(tag, frame)
+        else:
+            frame[:] = 0
+
+    pool = BufferPool(pool_pages, evict_dirty=out)
+    records = 0
+    try:
+        base = inp.base_tags()
+        if len(base):     # stored pages first; replayed pages overwrite them
+            page = np.empty(8192, np.uint8)
+            for t in base.tolist():
+                load(tuple(t), page)
+                out(tuple(t), page)
+        for seg in inp.segments:
+            s = scan_segment(seg)
+            n = min(len(s.starts), target_lsn - seg.first_lsn + 1)
+            user = np.nonzero(s.types[:n] == 0)[0]
+            for a in range(0, len(user), BATCH_RECORDS):
+                k = user[a:a + BATCH_RECORDS]
+                offs = np.zeros(len(k) + 1, np.int64)
+                np.cumsum(s.lengths[k].astype(np.int64) - 12, out=offs[1:])
+                mv = np.frombuffer(s.buf, np.uint8)
+                lens = s.lengths[k].astype(np.int64) - 12
+                first = s.starts[k].astype(np.int64) + WAL_DATA_OFFSET
+                blob = mv[np.repeat(first - offs[:-1], lens) + np.arange(int(offs[-1]))]   # records back to back
+                lsns = (np.uint64(seg.first_lsn) + k.astype(np.uint64))
+                tags, rec = block_refs(blob, offs)
+                replay_into_pool(pool, load, blob, offs, lsns, tags, rec)
+                records += len(k)
+        for tag, f in pool.resident():
+            out(tag, pool.frames[f])
+        tags = np.array(sorted(written), np.uint32).reshape(-1, 5)
+        vals = np.array([written[tuple(t)] for t in tags.tolist()], np.int64).reshape(-1, 2)
+        writer.close()
+        manifest = commit(tmp, os.fspath(out_dir), tags, vals[:, 0], vals[:, 1].astype(np.uint32),
+                          target_lsn=target_lsn, plan="local", partitions=1)
+    except BaseException:
+        writer.close()
+        abort(tmp)
+        raise
+    finally:
+        if store is not None:
+            store.close()
+    return {"records": records, "pages": len(tags), "seconds": time.perf_counter() - t0, "manifest": manifest}
+
+
+__all__ = ["replay_local", "crc32c"]
