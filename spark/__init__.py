@@ -22,20 +22,20 @@ def register(spark) -> None:
 
 
 def partitioned_replay(spark, data_dir, target_lsn, out_dir, *, partitions=None, plan="auto"):
-    """Replay a logtide.replay directory up to target_lsn on Spark; see partitioned_replay.py."""
-    from logtide.spark.partitioned_replay import partitioned_replay as run
+    """Replay a logtide.replay directory up to target_lsn on Spark; see replay_job.py."""
+    from logtide.spark.replay_job import partitioned_replay as run
     return run(spark, data_dir, target_lsn, out_dir, partitions=partitions, plan=plan)
 
 
 def pg_changed_pages(spark, wal_dir, from_lsn, to_lsn):
-    """Changed pages of a PostgreSQL WAL archive in [from_lsn, to_lsn); see pg_changed_pages.py."""
-    from logtide.spark.pg_changed_pages import pg_changed_pages as run
+    """Changed pages of a PostgreSQL WAL archive in [from_lsn, to_lsn); see changed_pages.py."""
+    from logtide.spark.changed_pages import pg_changed_pages as run
     return run(spark, wal_dir, from_lsn, to_lsn)
 
 
 def table_snapshot(spark, tn_dir, table, ts):
-    """A logtail table at ts as a DataFrame; see table_snapshot.py."""
-    from logtide.spark.table_snapshot import table_snapshot as run
+    """A logtail table at ts as a DataFrame; see snapshot_job.py."""
+    from logtide.spark.snapshot_job import table_snapshot as run
     return run(spark, tn_dir, table, ts)
 
 

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from logtide._ext import page as pg
 from logtide._ext.crc32c import crc32c
 from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
@@ -36,7 +37,7 @@ def replay_local(data_dir, target_lsn: int, out_dir, *, pool_pages: int = 8192) 
     def out(tag, page) -> bool:
         p = np.array(page, dtype=np.uint8).reshape(1, -1)
         crc = writer.write(np.array([tag], np.uint32), p)
-        written[tuple(tag)] = (int.from_bytes(p[0, :8].tobytes(), "little"), int(crc[0]))
+        written[tuple(tag)] = (pg.get_lsn(p[0]), int(crc[0]))
         return True
 
     def load(tag, frame) -> None:

@@ -16,14 +16,17 @@ from logtide.spark.page_owner import owners
 
 
 def index_coverage(index_dir: str, first_needed: int) -> int:
-    """The highest LSN the saved LogIndex tables cover from first_needed on (0: none)."""
+    """The highest LSN up to which the saved LogIndex tables hold every entry from first_needed on
+    (0: none)."""
     if not os.path.isdir(index_dir) or not os.path.exists(os.path.join(index_dir, META_NAME)):
         return 0
     from logtide.logindex import LogIndex
     li = LogIndex.open(index_dir, mode="ro")
     try:
+        # entries at the saved max LSN itself may be split across the last table and the next
+        # memtable (replay_needed_from() is inclusive): the tables are complete only below it
         if li.max_saved_lsn and li.start_lsn <= first_needed:
-            return int(li.max_saved_lsn)
+            return int(li.max_saved_lsn) - 1
         return 0
     finally:
         li.close()

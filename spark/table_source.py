@@ -10,7 +10,7 @@ class TableDataSource(DataSource):
         return "logtide.table"
 
     def schema(self):
-        from logtide.spark.table_snapshot import table_schema
+        from logtide.spark.snapshot_job import table_schema
         return table_schema(self.options["path"], self.options["table"])
 
     def reader(self, schema) -> "TableReader":
@@ -29,7 +29,7 @@ class KeyPartition(InputPartition):
 
 class TableReader(DataSourceReader):
     def __init__(self, path: str, table: str, ts: int, partitions: int):
-        from logtide.spark.table_snapshot import plan_snapshot
+        from logtide.spark.snapshot_job import plan_snapshot
         self.plan = plan_snapshot(path, table, ts)       # a ts below the retained history fails here
         self.n = partitions
 
@@ -37,5 +37,5 @@ class TableReader(DataSourceReader):
         return [KeyPartition(p) for p in range(self.n)]
 
     def read(self, partition):
-        from logtide.spark.table_snapshot import snapshot_partition
+        from logtide.spark.snapshot_job import snapshot_partition
         yield from snapshot_partition(self.plan, partition.part, self.n)

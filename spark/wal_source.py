@@ -1,7 +1,8 @@
 """`spark.read.format("logtide.wal").load(dir)`: WAL records as rows, one per block reference.
 
 Works on a logtide log directory (default) and on a PostgreSQL 15 pg_wal directory or WAL archive
-(`.option("format", "postgres")`). One partition per segment file; read() yields Arrow batches
+(`.option("format", "postgres")`). One partition per segment file (`from_lsn`/`to_lsn` options
+leave out segments wholly outside [from_lsn, to_lsn); rows are not filtered by them); read() yields Arrow batches
 built from the Cython decoders' numpy arrays.
 """
 from __future__ import annotations
@@ -34,21 +35,26 @@ class WalDataSource(DataSource):
         fmt = self.options.get("format", "logtide").lower()
         if fmt not in ("logtide", "postgres"):
             raise ValueError(f"logtide.wal format is 'logtide' or 'postgres', got {fmt!r}")
-        return WalReader(path, fmt)
+        lo = int(self.options.get("from_lsn", 0))
+        hi = int(self.options.get("to_lsn", 2**63 - 1))
+        return WalReader(path, fmt, lo, hi)
 
 
 class WalReader(DataSourceReader):
-    def __init__(self, path: str, fmt: str):
+    def __init__(self, path: str, fmt: str, from_lsn: int = 0, to_lsn: int = 2**63 - 1):
         self.path = path
         self.fmt = fmt
+        self.lo, self.hi = from_lsn, to_lsn     # only segments that may hold LSNs in [lo, hi)
 
     def partitions(self):
         if self.fmt == "postgres":
             from logtide.spark.pg_segments import list_pg_segments
-            segs = list_pg_segments(self.path)
+            segs = [s for s in list_pg_segments(self.path)
+                    if s.start_lsn < self.hi and s.start_lsn + s.seg_size > self.lo]
         else:
             from logtide.spark.log_segments import list_log_segments
-            segs = list_log_segments(self.path)
+            segs = [s for s in list_log_segments(self.path)
+                    if s.first_lsn < self.hi and (s.next_first is None or s.next_first > self.lo)]
         return [SegmentPartition(s) for s in segs]
 
     def read(self, partition):
