@@ -16,10 +16,12 @@ RMGR_IDS = {name: i for i, name in enumerate((
     "Generic", "LogicalMessage"))}
 
 
-def waldump_records(pg_bin, wal_dir, first_segment: str, *, timeout: float = 300) -> tuple[dict, str]:
-    """{lsn: (rmid, tot_len, xid, [((spc, db, rel, fork, block), fpw)...])} and pg_waldump's stderr."""
-    p = subprocess.run([f"{pg_bin}/pg_waldump", "-p", str(wal_dir), first_segment], capture_output=True,
-                       text=True, timeout=timeout)
+def waldump_records(pg_bin, wal_dir, first_segment: str, last_segment: str | None = None, *,
+                    timeout: float = 300) -> tuple[dict, str]:
+    """{lsn: (rmid, tot_len, xid, [((spc, db, rel, fork, block), fpw)...])} and pg_waldump's stderr.
+    Without last_segment pg_waldump reads the first segment only."""
+    cmd = [f"{pg_bin}/pg_waldump", "-p", str(wal_dir), first_segment] + ([last_segment] if last_segment else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     out = {}
     for line in p.stdout.splitlines():
         m = LINE.search(line)

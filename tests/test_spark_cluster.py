@@ -93,7 +93,7 @@ def pg_wal():
         pytest.skip(PG_REASON)
     d = Path(tempfile.mkdtemp(prefix="logtide-spark-pg-", dir="/tmp"))
     try:
-        yield make_pgbench_wal(d, scale=1, seconds=3)
+        yield make_pgbench_wal(d, scale=1, seconds=3, wal_segsize_mb=1, wal_keep_mb=64)  # many segments
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -102,7 +102,9 @@ def pg_wal():
 def waldump(pg_wal):
     from logtide.spark.pg_segments import list_pg_segments
     from logtide.spark.pg_waldump import waldump_records
-    recs, err = waldump_records(PG_BIN, pg_wal, os.path.basename(list_pg_segments(str(pg_wal))[0].path))
+    segs = list_pg_segments(str(pg_wal))
+    recs, err = waldump_records(PG_BIN, pg_wal, os.path.basename(segs[0].path), os.path.basename(segs[-1].path))
+    assert "invalid record length" in err           # pg_waldump read to the end of the WAL
     assert len(recs) > 10_000, err
     return recs
 
@@ -122,13 +124,14 @@ def test_wal_source_matches_pg_waldump(spark, pg_wal, waldump):
         assert (o[0], o[1], o[2]) == (rmid, tot, xid), lsn
         assert sorted(o[3]) == sorted(blocks), lsn     # block ref for block ref, FPW flags too
     # records that cross a segment boundary were completed by the segment they start in
-    seg = 16 << 20
+    seg = 1 << 20
+    assert df.rdd.getNumPartitions() > 5                # one partition per segment file
     crossing = [lsn for lsn, v in waldump.items() if lsn // seg != (lsn + v[1] - 1) // seg]
     assert crossing and all(c in ours for c in crossing)
     assert sum(1 for v in waldump.values() for _, fpw in v[3] if fpw) > 10
 
 
-def test_pg_changed_pages_matches_waldump_map(spark, pg_wal, waldump):
+def test_pg_changed_pages_matches_waldump_map(spark, pg_wal, waldump, work, capsys):
     from logtide.spark import pg_changed_pages
     from logtide.spark.pg_waldump import changed_pages_map
     lsns = sorted(waldump)
@@ -137,6 +140,16 @@ def test_pg_changed_pages_matches_waldump_map(spark, pg_wal, waldump):
            for r in pg_changed_pages(spark, str(pg_wal), lo, hi).collect()}
     want = changed_pages_map(waldump, lo, hi)
     assert got == want and len(want) > 100
+    # the CLI writes the same map as Parquet and prints one summary line
+    from logtide.cli import main
+    from logtide.logindex.pgwal import format_lsn
+    out = work / "changed.parquet"
+    assert main(["spark", "pg-changed-pages", "--pg-wal", str(pg_wal), "--from", format_lsn(lo), "--to", format_lsn(hi),
+                 "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert f"pg-changed-pages: {sum(v[2] for v in want.values())} records, {len(want)} pages" in text
+    back = spark.read.parquet(str(out)).collect()
+    assert {tuple(r[:5]): [r.first_lsn, r.last_lsn, r.records] for r in back} == want
 
 
 def test_replay_and_pages_source_on_executors(spark, wl, work):
@@ -233,7 +246,7 @@ def test_table_snapshot_equals_cn_read(spark, work):
         new.append(tn.last_ts)
         new += _txns(tn, ref, rng, 10, 200, flush_every=0)
         cn.wait_for("t", new[-1])
-        picks = sorted(set(new[:3] + new[-3:] + rng.sample(new, 8)))
+        picks = sorted(set(new[:2] + new[-2:] + rng.sample(new, 4)))
         for ts in picks:
             want = ReferenceModel.rows_of(cn.read("t", ts), "id")
             assert want == ref.at(ts)
@@ -241,6 +254,13 @@ def test_table_snapshot_equals_cn_read(spark, work):
             assert ReferenceModel.rows_of(got, "id") == want, ts
         src = spark.read.format("logtide.table").option("table", "t").option("ts", new[-1]).load(str(d))
         assert ReferenceModel.rows_of(src.toArrow(), "id") == ReferenceModel.rows_of(cn.read("t", new[-1]), "id")
+        from logtide.cli import main
+        assert main(["spark", "snapshot", "--tn-dir", str(d), "--table", "t", "--ts", str(new[-1]), "--out",
+                     str(work / "snap.parquet"), "--no-progress"]) == 0
+        back = spark.read.parquet(str(work / "snap.parquet")).toArrow()
+        assert ReferenceModel.rows_of(back, "id") == ref.at(new[-1])
+        assert main(["spark", "snapshot", "--tn-dir", str(d), "--table", "t", "--ts", str(old[3]), "--out",
+                     str(work / "snap-old.parquet"), "--no-progress"]) == 2
         # a ts whose checkpoint's log suffix was truncated away is refused, clearly
         with pytest.raises(SnapshotRangeError, match="below the retained history"):
             table_snapshot(spark, d, "t", old[len(old) // 2])
