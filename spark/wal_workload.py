@@ -53,6 +53,7 @@ def write_workload(data_dir, records: int, *, seed: int = 1, rels=(16384, 16385,
     w = Workload(data_dir)
     pages = w.pages
     live: dict[tuple, list[int]] = {}
+    by_rel: dict[int, list[tuple]] = {r: [] for r in rels}     # pages of each relation, in creation order
     nblocks = {r: 0 for r in rels}
     lsn = log.get_latest_lsn()
     xid = 100
@@ -62,7 +63,10 @@ def write_workload(data_dir, records: int, *, seed: int = 1, rels=(16384, 16385,
         nonlocal lsn
         lsn += 1
         for t in tags:
-            p = pages.setdefault(t, bytearray(8192))
+            p = pages.get(t)
+            if p is None:
+                p = pages[t] = bytearray(8192)
+                by_rel[t[2]].append(t)
             redo.apply(p, t, rec, lsn)
         pending.append(rec)
         w.xids[lsn] = xid
@@ -85,11 +89,21 @@ def write_workload(data_dir, records: int, *, seed: int = 1, rels=(16384, 16385,
         live.setdefault(t, []).append(off)
         nblocks[rel] = max(nblocks[rel], t[4] + 1)
 
+    def some_live(rel: int):
+        """A page of rel with live tuples (a few random tries), or None."""
+        cands = by_rel[rel]
+        for _ in range(4):
+            if not cands:
+                return None
+            t = cands[rng.randrange(len(cands))]
+            if live.get(t):
+                return t
+        return None
+
     def update(rel: int) -> None:
-        olds = [t for t in live if t[2] == rel and live[t]]
-        if not olds:
+        ot = some_live(rel)
+        if ot is None:
             return insert(rel)
-        ot = rng.choice(olds)
         ooff = rng.choice(live[ot])
         tup = rng.randbytes(rng.randint(20, 200))
         nt = ot if rng.random() < 0.5 else pick_page(rel)
@@ -104,18 +118,20 @@ def write_workload(data_dir, records: int, *, seed: int = 1, rels=(16384, 16385,
         nblocks[rel] = max(nblocks[rel], nt[4] + 1)
 
     def delete(rel: int) -> None:
-        olds = [t for t in live if t[2] == rel and live[t]]
-        if not olds:
+        t = some_live(rel)
+        if t is None:
             return
-        t = rng.choice(olds)
         off = live[t].pop(rng.randrange(len(live[t])))
         emit(xw.heap_delete(t, off, xid=xid, prev=lsn), [t])
 
     def fpi(rel: int) -> None:
-        have = [t for t in pages if t[2] == rel and not pg.is_new(pages[t])]
+        have = by_rel[rel]
         if not have:
             return
-        tags = rng.sample(have, min(len(have), rng.randint(1, 3)))
+        tags = list({have[rng.randrange(len(have))] for _ in range(rng.randint(1, 3))})
+        tags = [t for t in tags if not pg.is_new(pages[t])]
+        if not tags:
+            return
         emit(xw.full_page_images(tags, [bytes(pages[t]) for t in tags], xid=xid, prev=lsn), tags)
 
     def flush() -> None:
