@@ -176,14 +176,15 @@ def _typed(exc: Exception) -> Exception:
     return exc
 
 
-def choose_plan(inp, partitions: int) -> str:
-    """auto: the shuffle plan, unless a LogIndex covers the log and there are few partitions
-    (each pages-plan task reads the index once; docs/spark.md has the measurements)."""
-    from logtide.spark.page_lsns import index_coverage
-    saved = index_coverage(inp.index_dir, inp.consistent_lsn + 1)
-    if saved >= inp.target_lsn and partitions <= 2:
-        return "pages"
-    return "shuffle"
+AUTO_PAGES_MAX_PARTITIONS = 8
+
+
+def choose_plan(partitions: int) -> str:
+    """auto: the pages plan up to 8 partitions, the shuffle plan above. Each pages-plan task scans
+    the WAL meta (or reads the LogIndex) of the whole range, so its total scan work grows with P,
+    while the shuffle plan scans each segment once but pays the shuffle (docs/spark.md has the
+    measurements)."""
+    return "pages" if partitions <= AUTO_PAGES_MAX_PARTITIONS else "shuffle"
 
 
 def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions: int | None = None,
@@ -197,7 +198,7 @@ def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions:
     if P < 1:
         raise ReplayInputError(f"partitions must be >= 1, got {P}")
     if plan == "auto":
-        plan = choose_plan(inp, P)
+        plan = choose_plan(P)
     tmp = temp_dir_for(os.fspath(out_dir))
     segs = inp.segments
     ctx = ReplayContext(tuple(s.path for s in segs), inp.pages_dir, target_lsn, tmp, P)

@@ -44,6 +44,22 @@ def check_java() -> None:
         raise SparkSetupError(JAVA_HINT)
 
 
+def _clean_pythonpath() -> None:
+    """Drop PYTHONPATH entries holding another `logtide` folder than the one imported here (a
+    source tree, e.g. when running from a checkout): Spark hands PYTHONPATH to every Python worker,
+    and there it would shadow the installed, compiled package."""
+    import logtide
+    installed = os.path.realpath(os.path.dirname(os.path.dirname(logtide.__file__)))
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    keep = [p for p in parts
+            if not os.path.isdir(os.path.join(p, "logtide")) or os.path.realpath(p) == installed]
+    if keep != parts:
+        if keep:
+            os.environ["PYTHONPATH"] = os.pathsep.join(keep)
+        else:
+            del os.environ["PYTHONPATH"]
+
+
 def get_session(master: str | None = None, app_name: str = "logtide", conf: dict | None = None,
                 *, progress: bool = True):
     """A SparkSession for logtide's jobs (the active one if there is one and master is None).
@@ -65,6 +81,7 @@ def get_session(master: str | None = None, app_name: str = "logtide", conf: dict
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _clean_pythonpath()
     # local-cluster executors work in SPARK_WORKER_DIR (default: inside the pip-installed pyspark)
     os.environ.setdefault("SPARK_WORKER_DIR", os.path.join(tempfile.gettempdir(), "logtide-spark-work"))
     settings = dict(DEFAULT_CONF)
