@@ -64,7 +64,7 @@ def spark_session():
 @pytest.fixture(scope="module")
 def replay_dir(work):
     from logtide.spark.wal_workload import write_workload
-    n = scaled(1_000_000, 20_000)
+    n = scaled(1_000_000, 10_000)
     w = write_workload(work / "replay", n, seed=7, segment_size=8 << 20, rels=tuple(range(16384, 16392)),
                        blocks_per_rel=2000)
     return w
@@ -115,7 +115,7 @@ def pg_wal(work):
     reason = pg_available()
     if reason:
         pytest.skip(reason)
-    seconds = max(2, int(round(12 * min(1.0, float(os.environ.get("BENCH_SCALE", "1")) * 5))))
+    seconds = max(1, int(round(12 * min(1.0, float(os.environ.get("BENCH_SCALE", "1")) * 5))))
     return make_pgbench_wal(work / "pg", scale=1, seconds=seconds, wal_segsize_mb=1, wal_keep_mb=256)
 
 
@@ -169,7 +169,7 @@ def tn_state(work):
     tn.create_table("t", COLS, "id")
     cn = ComputeNode(lambda: tn.connect("cn"), tn.store, "cn")
     cn.subscribe("t")
-    rows = scaled(400_000, 20_000)
+    rows = scaled(400_000, 10_000)
     rng = np.random.default_rng(3)
     step = max(1, rows // 20)
     for k, a in enumerate(range(0, rows, step)):

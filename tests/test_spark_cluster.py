@@ -44,7 +44,7 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wl(work):
-    return write_workload(work / "wl", 4000, seed=21, segment_size=120_000)
+    return write_workload(work / "wl", 2500, seed=21, segment_size=80_000)
 
 
 def test_executors_import_the_installed_extension(spark):
@@ -246,7 +246,7 @@ def test_table_snapshot_equals_cn_read(spark, work):
         new.append(tn.last_ts)
         new += _txns(tn, ref, rng, 10, 200, flush_every=0)
         cn.wait_for("t", new[-1])
-        picks = sorted(set(new[:2] + new[-2:] + rng.sample(new, 4)))
+        picks = sorted(set(new[:1] + new[-2:] + rng.sample(new, 2)))
         for ts in picks:
             want = ReferenceModel.rows_of(cn.read("t", ts), "id")
             assert want == ref.at(ts)
