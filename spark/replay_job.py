@@ -3,7 +3,7 @@
 Pages are partitioned by owner = murmur3(tag) mod P; a record touching several pages is applied
 by each page's owner to that page only. Two plans:
 
-* shuffle: scan tasks (one per log segment, plus one for the stored pages) emit
+* shuffle: scan tasks (each over a range of log segments; the first also lists the stored pages) emit
   (key, tag, lsn, segment, offset, length) rows as Arrow; `repartition(P, key)` +
   `sortWithinPartitions(tag, lsn)` bring each page's records together in LSN order, and
   `mapInArrow` applies them with the Cython redo.
@@ -61,31 +61,45 @@ class ReplayResult:
 
 # ------------------------------------------------------------------ shuffle plan: executor functions
 
-def _scan_fn(ctx: ReplayContext, segments, base_task: int, base_tags_fn, keys: np.ndarray):
-    """Scan tasks: one per segment index (ids < base_task), and the stored pages (id == base_task)."""
+def _scan_fn(ctx: ReplayContext, segments, ranges, base_tags_fn, keys: np.ndarray):
+    """Scan task t reads the segments ranges[t] (a contiguous range); task 0 also lists the stored
+    pages (rows with segment -1)."""
     def run(batches):
         import pyarrow as pa
         from logtide.spark.log_segments import block_refs, scan_segment
         from logtide.spark.page_owner import owners
         for b in batches:
             for task in b.column(0).to_numpy().tolist():
-                if task == base_task:
-                    tags = base_tags_fn()
-                    n = len(tags)
-                    lsn, seg, off, ln = (np.zeros(n, np.int64), np.full(n, -1, np.int32), np.zeros(n, np.int64),
-                                         np.zeros(n, np.int32))
-                else:
-                    refs = block_refs(scan_segment(segments[task]), ctx.target_lsn)
-                    tags, lsn = refs["tags"], refs["lsn"].astype(np.int64)
-                    n = len(lsn)
-                    seg = np.full(n, task, np.int32)
-                    off, ln = refs["rec_off"], refs["rec_len"].astype(np.int32)
-                key = keys[owners(tags, ctx.partitions)]
-                t = tags.view(np.int32)     # u32 fields travel bit-cast as Spark ints
-                cols = [pa.array(key)] + [pa.array(np.ascontiguousarray(t[:, j])) for j in range(5)]
-                cols += [pa.array(lsn), pa.array(seg), pa.array(off), pa.array(ln)]
-                yield pa.RecordBatch.from_arrays(cols, schema=_scan_arrow_schema())
+                parts = [None] if task == 0 else []
+                parts += list(range(*ranges[task]))
+                for k in parts:
+                    if k is None:
+                        tags = base_tags_fn()
+                        n = len(tags)
+                        lsn, seg, off, ln = (np.zeros(n, np.int64), np.full(n, -1, np.int32),
+                                             np.zeros(n, np.int64), np.zeros(n, np.int32))
+                    else:
+                        refs = block_refs(scan_segment(segments[k]), ctx.target_lsn)
+                        tags, lsn = refs["tags"], refs["lsn"].astype(np.int64)
+                        n = len(lsn)
+                        seg = np.full(n, k, np.int32)
+                        off, ln = refs["rec_off"], refs["rec_len"].astype(np.int32)
+                    if not n:
+                        continue
+                    key = keys[owners(tags, ctx.partitions)]
+                    t = tags.view(np.int32)     # u32 fields travel bit-cast as Spark ints
+                    cols = [pa.array(key)] + [pa.array(np.ascontiguousarray(t[:, j])) for j in range(5)]
+                    cols += [pa.array(lsn), pa.array(seg), pa.array(off), pa.array(ln)]
+                    yield pa.RecordBatch.from_arrays(cols, schema=_scan_arrow_schema())
     return run
+
+
+def scan_ranges(segments: int, tasks: int) -> list[tuple[int, int]]:
+    """Split segment indexes 0..segments-1 into `tasks` contiguous ranges (the first may be empty
+    of segments: task 0 also lists the stored pages)."""
+    tasks = max(1, min(tasks, segments))
+    cuts = np.linspace(0, segments, tasks + 1).round().astype(int)
+    return [(int(a), int(z)) for a, z in zip(cuts[:-1], cuts[1:])]
 
 
 def _scan_arrow_schema():
@@ -213,8 +227,10 @@ def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions:
         if plan == "shuffle":
             from logtide.spark.page_owner import spark_keys
             keys = spark_keys(P)
-            ids = spark.range(0, len(segs) + 1, numPartitions=len(segs) + 1)
-            scan = ids.mapInArrow(_scan_fn(ctx, segs, len(segs), base_tags, keys), SCAN_SCHEMA)
+            # a few scan tasks per core, each over a range of segments: per-task overhead stays small
+            ranges = scan_ranges(len(segs), 2 * spark.sparkContext.defaultParallelism)
+            ids = spark.range(0, len(ranges), numPartitions=len(ranges))
+            scan = ids.mapInArrow(_scan_fn(ctx, segs, ranges, base_tags, keys), SCAN_SCHEMA)
             shuffled = scan.repartition(P, "key").sortWithinPartitions("spc", "db", "rel", "fork", "block", "lsn")
             out = shuffled.mapInArrow(_redo_fn(ctx, keys), PAGE_SCHEMA)
         else:

@@ -61,11 +61,12 @@ def _clean_pythonpath() -> None:
 
 
 def get_session(master: str | None = None, app_name: str = "logtide", conf: dict | None = None,
-                *, progress: bool = True):
+                *, progress: bool = True, log_level: str | None = "ERROR"):
     """A SparkSession for logtide's jobs (the active one if there is one and master is None).
 
     master defaults to local[*]. conf entries override the defaults; `progress` shows Spark's
-    console progress bar.
+    console progress bar; `log_level` is set on a new session (logtide's jobs report failures as
+    typed errors, so Spark's task-retry warnings are noise by default; None keeps Spark's level).
     """
     from logtide.spark.errors import SparkSetupError
     check_java()
@@ -91,7 +92,10 @@ def get_session(master: str | None = None, app_name: str = "logtide", conf: dict
     for k, v in settings.items():
         b = b.config(k, v)
     try:
-        return b.getOrCreate()
+        session = b.getOrCreate()
+        if log_level:
+            session.sparkContext.setLogLevel(log_level)
+        return session
     except Exception as exc:  # the JVM did not start: say why in one line
         if "JAVA_HOME" in str(exc) or "Java gateway" in str(exc):
             raise SparkSetupError(f"{JAVA_HINT} ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
