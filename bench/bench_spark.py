@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.conftest import scaled
+from bench.conftest import SCALE, scaled
 from bench.ratios import Ratio
 
 RATIOS = [
@@ -39,6 +39,7 @@ RATIOS = [
 ]
 
 CORES = 2
+ROUNDS = 2 if SCALE >= 1 else 1      # each round is a whole job; the smoke test runs one
 _seq = itertools.count()
 
 
@@ -79,7 +80,7 @@ def test_replay_single_process(benchmark, items, replay_dir, work):
     from logtide.spark.local_replay import replay_local
     items(replay_dir.last_lsn)
     benchmark.pedantic(lambda: replay_local(replay_dir.data_dir, replay_dir.last_lsn, _out(work, "local")),
-                       rounds=2, iterations=1)
+                       rounds=ROUNDS, iterations=1)
 
 
 def _spark_replay(benchmark, items, spark_session, replay_dir, work, plan, per_core=False):
@@ -88,7 +89,7 @@ def _spark_replay(benchmark, items, spark_session, replay_dir, work, plan, per_c
     n = replay_dir.last_lsn
     items(n // CORES if per_core else n, spark_startup_s=startup, plan=plan, partitions=CORES)
     res = benchmark.pedantic(lambda: partitioned_replay(spark, replay_dir.data_dir, n, _out(work, plan),
-                                                        partitions=CORES, plan=plan), rounds=2, iterations=1)
+                                                        partitions=CORES, plan=plan), rounds=ROUNDS, iterations=1)
     assert res.pages > 0
 
 
@@ -140,7 +141,7 @@ def test_pg_changed_pages_waldump(benchmark, items, pg_wal, pg_range):
     def run():
         recs, _ = waldump_records(PG_BIN, pg_wal, os.path.basename(segs[0].path), os.path.basename(segs[-1].path))
         return changed_pages_map(recs, lo, hi)
-    out = benchmark.pedantic(run, rounds=2, iterations=1)
+    out = benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
     assert len(out) > 10
 
 
@@ -150,7 +151,7 @@ def test_pg_changed_pages_spark(benchmark, items, spark_session, pg_wal, pg_rang
     spark, startup = spark_session
     segs, lo, hi, n = pg_range
     items(n, spark_startup_s=startup, segments=len(segs))
-    rows = benchmark.pedantic(lambda: pg_changed_pages(spark, str(pg_wal), lo, hi).toArrow(), rounds=2,
+    rows = benchmark.pedantic(lambda: pg_changed_pages(spark, str(pg_wal), lo, hi).toArrow(), rounds=ROUNDS,
                               iterations=1)
     assert rows.num_rows > 10
 
@@ -205,5 +206,5 @@ def test_table_snapshot_spark(benchmark, items, spark_session, tn_state):
     spark, startup = spark_session
     d, cn, ts, n = tn_state
     items(n, spark_startup_s=startup)
-    t = benchmark.pedantic(lambda: table_snapshot(spark, d, "t", ts).toArrow(), rounds=2, iterations=1)
+    t = benchmark.pedantic(lambda: table_snapshot(spark, d, "t", ts).toArrow(), rounds=ROUNDS, iterations=1)
     assert t.num_rows == n
