@@ -13,7 +13,6 @@ import time
 import numpy as np
 
 from logtide._ext import page as pg
-from logtide._ext.crc32c import crc32c
 from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
 from logtide.spark.log_segments import WAL_DATA_OFFSET, scan_segment
@@ -97,5 +96,3 @@ def replay_local(data_dir, target_lsn: int, out_dir, *, pool_pages: int = 32768)
             store.close()
     return {"records": records, "pages": len(tags), "seconds": time.perf_counter() - t0, "manifest": manifest}
 
-
-__all__ = ["replay_local", "crc32c"]

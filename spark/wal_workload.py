@@ -13,7 +13,6 @@ import os
 import random
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
@@ -181,6 +180,3 @@ def expected_pages(w: Workload) -> dict:
         out[t] = bytes(b)
     return out
 
-
-def tag_array(tags) -> np.ndarray:
-    return np.array(sorted(tags), np.uint32).reshape(-1, 5)

@@ -9,7 +9,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pyspark = pytest.importorskip("pyspark")

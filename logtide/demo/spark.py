@@ -2,7 +2,6 @@
 single-process replay, with the throughput of both and Spark's start-up reported apart."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
