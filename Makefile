@@ -9,7 +9,7 @@ SHELL   := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 EXTRAS  ?= test,spark
 
-.PHONY: demo test bench wheel install venv clean
+.PHONY: demo test bench wheel install venv clean spark-archive
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "logtide needs Python >= 3.10"'
@@ -45,6 +45,13 @@ bench: install
 
 clean:
 	rm -rf build dist *.egg-info build.log $(VENV)
+
+# the venv with the compiled wheel, packed for Spark executors: spark.archives=dist/logtide-spark-env.tar.gz#environment
+# and PYSPARK_PYTHON=./environment/bin/python (docs/spark.md)
+spark-archive: EXTRAS = spark
+spark-archive: install
+	$(VENV)/bin/venv-pack -p $(VENV) -o dist/logtide-spark-env.tar.gz --force 2>&1 | tr "\r" "\n" | tail -1
+	@ls -l dist/logtide-spark-env.tar.gz
 
 # regenerate *_pb2.py beside every .proto (the generated modules are committed)
 .PHONY: proto

@@ -47,9 +47,12 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     return p
 
 
-def make_pgbench_wal(workdir: Path, scale: int = 1, seconds: int = 3, clients: int = 2) -> Path:
+def make_pgbench_wal(workdir: Path, scale: int = 1, seconds: int = 3, clients: int = 2,
+                     wal_segsize_mb: int = 16, wal_keep_mb: int = 0) -> Path:
     """Run initdb, pgbench -i -s scale and pgbench -T seconds, stop the server cleanly; return
-    a copy of the cluster's pg_wal directory (readable by the caller)."""
+    a copy of the cluster's pg_wal directory (readable by the caller). wal_segsize_mb is initdb's
+    --wal-segsize (small segments give many segment files and records that cross them);
+    wal_keep_mb keeps that much old WAL in pg_wal past checkpoints (wal_keep_size)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     # the cluster runs in its own directory right under the temp root: the server user must reach it,
@@ -59,19 +62,21 @@ def make_pgbench_wal(workdir: Path, scale: int = 1, seconds: int = 3, clients: i
         pw = pwd.getpwnam("postgres")
         os.chown(run_dir, pw.pw_uid, pw.pw_gid)
     try:
-        return _run_cluster(run_dir, workdir, scale, seconds, clients)
+        return _run_cluster(run_dir, workdir, scale, seconds, clients, wal_segsize_mb, wal_keep_mb)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _run_cluster(run_dir: Path, workdir: Path, scale: int, seconds: int, clients: int) -> Path:
+def _run_cluster(run_dir: Path, workdir: Path, scale: int, seconds: int, clients: int,
+                 wal_segsize_mb: int = 16, wal_keep_mb: int = 0) -> Path:
     data, sock = run_dir / "data", run_dir / "sock"
     port = _free_port()
     _run([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8",
-          "--locale=C"], 120)
+          "--locale=C", f"--wal-segsize={wal_segsize_mb}"], 120)
     _run(["mkdir", "-p", str(sock)], 10)
     _run([str(PG_BIN / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(run_dir / "server.log"),
-          "-o", f"-k {sock} -p {port} -c listen_addresses='' -c fsync=off -c max_wal_size=256MB", "start"], 90)
+          "-o", f"-k {sock} -p {port} -c listen_addresses='' -c fsync=off -c max_wal_size=256MB "
+                f"-c wal_keep_size={wal_keep_mb}MB", "start"], 90)
     try:
         common = ["-h", str(sock), "-p", str(port), "-U", "postgres"]
         _run([str(PG_BIN / "pgbench"), "-i", "-s", str(scale), "-q", *common, "postgres"], 180)

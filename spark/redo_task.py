@@ -1,0 +1,145 @@
+"""The executor side of partitioned replay: apply a partition's (tag, lsn, record location) rows.
+
+Rows come sorted by page then LSN, so each page's records are one run. A chunk of whole pages is
+loaded from the page store (or starts all-zero), the records are applied by the Cython redo
+straight from the mmap'ed log segments (only to the page of the row: the per-page redo filter),
+and the pages are written into the job's temporary directory. Python work is per page and per
+chunk, never per record.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from logtide._ext import page as pg
+from logtide._ext import redo
+from logtide._ext.located_redo import apply_located
+from logtide.errors import RedoError
+from logtide.spark.errors import ReplayInputError, SegmentCorruptError
+from logtide.spark.log_segments import open_buffer
+from logtide.spark.page_output import PAGE_SIZE, PageWriter
+
+CHUNK_PAGES = 2048          # pages held at once by a task: 16 MiB
+PAGE_SCHEMA = "spc long, db long, rel long, fork long, block long, page_lsn long, crc long, applied long"
+
+
+@dataclass(frozen=True)
+class ReplayContext:
+    """What every task of one job needs (pickled into the tasks)."""
+    segment_paths: tuple[str, ...]     # by segment index
+    pages_dir: str
+    target_lsn: int
+    tmp_dir: str | None                # None: emit the pages as rows instead of writing them
+    partitions: int
+
+
+def _page_batch(tags, lsns, crcs, applied):
+    import pyarrow as pa
+    t = tags.astype(np.int64)
+    cols = [pa.array(t[:, j]) for j in range(5)]
+    cols += [pa.array(lsns.astype(np.int64)), pa.array(crcs.astype(np.int64)), pa.array(applied.astype(np.int64))]
+    return pa.RecordBatch.from_arrays(cols, names=["spc", "db", "rel", "fork", "block", "page_lsn", "crc",
+                                                   "applied"])
+
+
+PAGES_ROW_SCHEMA = "spc long, db long, rel long, fork int, block long, page_lsn long, page binary"
+
+
+def page_rows_batch(tags, lsns, pages):
+    """Pages as rows of PAGES_ROW_SCHEMA; the page column shares the pages' buffer (one copy)."""
+    import pyarrow as pa
+    m = len(tags)
+    t = tags.astype(np.int64)
+    offsets = pa.py_buffer((np.arange(m + 1, dtype=np.int32) * PAGE_SIZE).tobytes())
+    data = pa.py_buffer(np.ascontiguousarray(pages[:m]).tobytes())
+    col = pa.Array.from_buffers(pa.binary(), m, [None, offsets, data])
+    cols = [pa.array(t[:, 0]), pa.array(t[:, 1]), pa.array(t[:, 2]), pa.array(t[:, 3].astype(np.int32)),
+            pa.array(t[:, 4]), pa.array(lsns.astype(np.int64)), col]
+    return pa.RecordBatch.from_arrays(cols, names=["spc", "db", "rel", "fork", "block", "page_lsn", "page"])
+
+
+class PartitionReplayer:
+    """Replays the pages of one partition, chunk by chunk (rows sorted by tag, then LSN)."""
+
+    def __init__(self, ctx: ReplayContext):
+        from logtide.replay.page_store import PageStore
+        self.ctx = ctx
+        self.store = PageStore(ctx.pages_dir) if os.path.isdir(ctx.pages_dir) else None
+        self.writer = PageWriter(ctx.tmp_dir) if ctx.tmp_dir is not None else None
+        self._bufs: dict[int, object] = {}
+        self.pages = np.empty((CHUNK_PAGES, PAGE_SIZE), np.uint8)
+
+    def _buffer(self, seg: int):
+        b = self._bufs.get(seg)
+        if b is None:
+            b = self._bufs[seg] = open_buffer(self.ctx.segment_paths[seg])
+        return b
+
+    def apply(self, tags: np.ndarray, lsn: np.ndarray, seg: np.ndarray, off: np.ndarray, ln: np.ndarray):
+        """Replay rows holding whole pages; yields one Arrow batch of page rows per chunk."""
+        n = len(lsn)
+        if not n:
+            return
+        new = np.ones(n, bool)
+        new[1:] = np.any(tags[1:] != tags[:-1], axis=1)
+        starts = np.nonzero(new)[0]
+        for c in range(0, len(starts), CHUNK_PAGES):
+            a = int(starts[c])
+            z = int(starts[c + CHUNK_PAGES]) if c + CHUNK_PAGES < len(starts) else n
+            yield self._chunk(tags[a:z], lsn[a:z], seg[a:z], off[a:z], ln[a:z], new[a:z])
+
+    def _chunk(self, tags, lsn, seg, off, ln, new):
+        rows = np.cumsum(new) - 1
+        ptags = np.ascontiguousarray(tags[new])
+        m = len(ptags)
+        pages = self.pages[:m]
+        for i, t in enumerate(ptags.tolist()):         # one read per page
+            if self.store is not None:
+                self.store.read_into(t, pages[i])
+            else:
+                pages[i] = 0
+        base = pg.lsn_many(pages)
+        over = np.nonzero(base > self.ctx.target_lsn)[0]
+        if len(over):
+            t = tuple(ptags[over[0]].tolist())
+            raise ReplayInputError(f"target LSN {self.ctx.target_lsn} is below the LSN {int(base[over[0]])} of "
+                                   f"page {t} in the page store: the store is past the target")
+        todo = seg >= 0                                  # seg -1 marks a stored page with no record
+        applied = np.zeros(m, np.int64)
+        if todo.any():
+            segs = seg[todo]
+            used = np.unique(segs)
+            local = np.searchsorted(used, segs).astype(np.int32)
+            bufs = [self._buffer(int(s)) for s in used]
+            res, _, bad = apply_located(pages, rows[todo].astype(np.int64), np.ascontiguousarray(tags[todo]),
+                                        bufs, local, off[todo].astype(np.int64), ln[todo].astype(np.int64),
+                                        lsn[todo].astype(np.uint64))
+            if bad >= 0:
+                self._fail(int(res[bad]), int(lsn[todo][bad]), int(segs[bad]), tuple(tags[todo][bad].tolist()))
+            np.add.at(applied, rows[todo], (res == redo.APPLIED).astype(np.int64))
+        if self.writer is None:
+            pg.set_checksum_many(pages, np.ascontiguousarray(ptags[:, 4]))
+            return page_rows_batch(ptags, pg.lsn_many(pages), pages)
+        crcs = self.writer.write(ptags, pages)
+        return _page_batch(ptags, pg.lsn_many(pages), crcs, applied)
+
+    def _fail(self, code: int, lsn: int, seg: int, tag: tuple) -> None:
+        name = os.path.basename(self.ctx.segment_paths[seg])
+        try:
+            redo.raise_for(code, lsn)
+        except RedoError as exc:
+            raise RedoError(f"log segment {name}: page {tag}: {exc}") from None
+        except Exception as exc:
+            raise SegmentCorruptError(f"log segment {name}: WAL record at LSN {lsn}: {exc}") from None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.store is not None:
+            self.store.close()
+        for b in self._bufs.values():
+            if hasattr(b, "close"):
+                b.close()
+        self._bufs.clear()

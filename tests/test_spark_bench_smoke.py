@@ -1,0 +1,16 @@
+"""bench_spark runs end to end at a small scale (a real Spark session, PostgreSQL WAL and TN), and
+every ratio it declares is computed from that run."""
+import pytest
+
+from logtide.spark.session import java_available
+
+pytestmark = pytest.mark.skipif(not java_available(), reason="no Java runtime for Spark")
+
+
+@pytest.mark.timeout(600)
+def test_bench_spark_small_scale(bench_run):
+    benchmarks, rows = bench_run("bench_spark", timeout=600)
+    names = {r["candidate"] for r in rows if r["ratio"] is not None and r["ratio"] > 0}
+    assert {"test_replay_spark_pages", "test_replay_spark_shuffle", "test_replay_spark_per_core",
+            "test_table_snapshot_spark"} <= names
+    assert benchmarks["test_replay_spark_pages"]["extra_info"]["spark_startup_s"] > 0

@@ -1,0 +1,82 @@
+"""The Cython pieces of the Spark jobs against simple models (hypothesis): segment_refs against
+redo.decode record by record, apply_located against redo.apply, page_owner against mmh3 is in
+test_spark_local.py. No Spark needed."""
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from logtide._ext import redo
+from logtide._ext import xlogwriter as xw
+from logtide._ext.located_redo import apply_located
+from logtide.spark.log_segments import WAL_DATA_OFFSET, block_refs, list_log_segments, scan_segment
+from logtide.spark.wal_workload import write_workload
+
+TAG = st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2**32 - 1), st.integers(0, 3),
+                st.integers(0, 2**32 - 1))
+RECORD = st.one_of(
+    st.builds(lambda t, o, d: xw.heap_insert(t, o, d), TAG, st.integers(1, 300), st.binary(min_size=1, max_size=64)),
+    st.builds(lambda t, o: xw.heap_delete(t, o), TAG, st.integers(1, 300)),
+    st.builds(lambda a, b, o, d: xw.heap_update(a, o, d, b, o), TAG, TAG, st.integers(1, 300),
+              st.binary(min_size=1, max_size=64)),
+    st.builds(lambda t: xw.full_page_images([t], [bytes(8192)]), TAG),
+    st.builds(lambda x: xw.encode(1, 0, x, 0), st.integers(0, 2**32 - 1)),        # no block references
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(RECORD, min_size=1, max_size=120), st.integers(1, 130))
+def test_segment_refs_match_record_decode(tmp_path_factory, records, cut):
+    from logtide.engine.logservice import LogService
+    d = tmp_path_factory.mktemp("refs")
+    log = LogService.open(d, fsync="never", segment_size=2048)
+    for i in range(0, len(records), 7):
+        log.append_many(records[i:i + 7])
+    log.close()
+    want = []
+    for lsn, rec in enumerate(records, 1):
+        if lsn > cut:
+            break
+        dec = redo.decode(rec)
+        if not dec["blocks"]:
+            want.append((lsn, dec["xid"], dec["rmid"], 0, (0, 0, 0, 0, 0), False, len(rec)))
+        for b in dec["blocks"]:
+            want.append((lsn, dec["xid"], dec["rmid"], 1, b["tag"], b["image"] is not None, len(rec)))
+    got = []
+    segs = list_log_segments(str(d))
+    assert len(segs) >= 1
+    for seg in segs:
+        s = scan_segment(seg)
+        c = block_refs(s, cut, null_rows=True)
+        for i in range(len(c["lsn"])):
+            off, n = int(c["rec_off"][i]), int(c["rec_len"][i])
+            k = int(c["lsn"][i]) - seg.first_lsn
+            assert off == int(s.starts[k]) + WAL_DATA_OFFSET and bytes(memoryview(s.buf)[off:off + n]) == \
+                records[int(c["lsn"][i]) - 1]
+            got.append((int(c["lsn"][i]), int(c["xid"][i]), int(c["rmid"][i]), int(c["valid"][i]),
+                        tuple(c["tags"][i].tolist()), bool(c["has_image"][i]), n))
+    assert got == want
+
+
+def test_apply_located_matches_per_record_redo(tmp_path):
+    """Every page of a generated log, replayed by apply_located from the mmap'ed segments in chunks,
+    equals redo.apply one record at a time."""
+    w = write_workload(tmp_path / "w", 3000, seed=4, segment_size=60_000)
+    rows = []
+    bufs = []
+    for k, seg in enumerate(list_log_segments(os.path.join(w.data_dir, "log"))):
+        s = scan_segment(seg)
+        bufs.append(s.buf)
+        c = block_refs(s)
+        rows.append((c["tags"], c["lsn"], np.full(len(c["lsn"]), k, np.int32), c["rec_off"], c["rec_len"]))
+    tags, lsn, seg, off, ln = (np.concatenate([r[i] for r in rows]) for i in range(5))
+    uniq, inv = np.unique(tags, axis=0, return_inverse=True)
+    pages = np.zeros((len(uniq), 8192), np.uint8)
+    for a in range(0, len(lsn), 997):        # chunks in LSN order: per page, records stay in order
+        z = min(len(lsn), a + 997)
+        res, applied, bad = apply_located(pages, inv.reshape(-1)[a:z].astype(np.int64),
+                                          np.ascontiguousarray(tags[a:z]), bufs, seg[a:z], off[a:z].astype(np.int64),
+                                          ln[a:z].astype(np.int64), lsn[a:z].astype(np.uint64))
+        assert bad == -1 and applied == z - a
+    for i, t in enumerate(map(tuple, uniq.tolist())):
+        assert bytes(pages[i]) == bytes(w.pages[t]), t
