@@ -25,6 +25,7 @@ class Checker:
         self.acked: dict[bytes, int] = {}                       # proposal -> index
         self.max_acked = 0
         self.checks = 0
+        self.order: list[tuple[int, bytes]] = []               # (index, data) of normal entries, in log order
 
     def fail(self, what: str) -> None:
         raise SafetyViolation(what)
@@ -67,6 +68,8 @@ class Checker:
         got = self.applied.get(e.index)
         if got is None:
             self.applied[e.index] = (e.term, e.data)
+            if e.type == 0 and e.data:
+                self.order.append((e.index, e.data))
             self.digests[e.index] = digest
             for lid, lraft in leaders:  # a newly known committed entry: every later-term leader has it
                 if lraft.term > e.term and e.index >= lraft.log.first_index() \

@@ -50,7 +50,7 @@ class SimResult:
 
 class Simulation:
     def __init__(self, seed: int, fault_ticks: int = 150, liveness_ticks: int = 200, bug: str | None = None,
-                 voters: int | None = None) -> None:
+                 voters: int | None = None, record: bool = False) -> None:
         self.seed = seed
         self.bug = bug
         self.fault_ticks = fault_ticks
@@ -71,6 +71,9 @@ class Simulation:
         self.pid = 0
         self.acked_pid = 0  # the highest proposal number acknowledged so far
         self.catch_up_to: int | None = None
+        # the clients' history, for the linearizability checker: id -> [input, call, output, return]
+        self.record = record
+        self.history: dict[bytes, list] = {}
         self.removed: set[int] = set()
         founders = list(range(1, self.n + 1))
         self.spares = [self.n + 1, self.n + 2]
@@ -175,10 +178,10 @@ class Simulation:
         if target is None or self.rng.random() < 0.1:
             target = self.nodes[self.rng.choice(list(self.nodes))]
         self.pid += 1
-        if read:
-            target.deliver(("read", b"r%d" % self.pid))
-        else:
-            target.deliver(("prop", b"p%d" % self.pid))
+        key = b"%s%d" % (b"r" if read else b"p", self.pid)
+        if self.record:
+            self.history[key] = [("read", 1) if read else ("append", key), self.now, None, None]
+        target.deliver(("read" if read else "prop", key))
 
     # --- the run ---------------------------------------------------------------------------------
 
@@ -256,6 +259,24 @@ class Simulation:
         if self.catch_up_to is None:  # clients keep writing: members must reach what was acked by now
             self.catch_up_to = self.checker.max_acked
         return all(self.nodes[i].sm.index >= self.catch_up_to for i in lead.raw.raft.conf.members())
+
+
+    def note(self, key: bytes, output=None, failed: bool = False) -> None:
+        """A client call ended: with an output, or refused at once (it had no effect)."""
+        if not self.record or key not in self.history:
+            return
+        if failed:
+            del self.history[key]
+        elif self.history[key][3] is None:
+            self.history[key][2:] = [output, self.now]
+
+    def operations(self) -> list:
+        """The recorded history as lincheck Operations (calls never answered are timed out)."""
+        from logtide.engine.raft.lincheck import INF, UNKNOWN, Operation
+        out = []
+        for k, (inp, call, output, ret) in self.history.items():
+            out.append(Operation(0, inp, call, UNKNOWN if ret is None else output, INF if ret is None else ret))
+        return out
 
 
 def run_seed(seed: int, **kw) -> SimResult:

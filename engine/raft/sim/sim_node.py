@@ -8,6 +8,8 @@ checker must catch.
 """
 from __future__ import annotations
 
+import bisect
+
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import ProposalDropped
 from logtide.engine.raft.messages import ConfChange
@@ -108,7 +110,11 @@ class SimNode:
         try:
             if kind == "prop":
                 pid = item[1]
-                index, term = raw.propose(pid)
+                try:
+                    index, term = raw.propose(pid)
+                except ProposalDropped:
+                    self.sim.note(pid, failed=True)
+                    raise
                 self.proposals[index] = (term, pid)
             elif kind == "read":
                 ctx = item[1]
@@ -160,6 +166,7 @@ class SimNode:
                 p = self.proposals.pop(e.index, None)
                 if p is not None and p[0] == e.term and p[1] == e.data:
                     checker.on_ack(p[1], e.index)
+                    sim.note(p[1], e.index)
                     sim.acks += 1
                     sim.acked_pid = max(sim.acked_pid, int(p[1][1:]))
             self._maybe_compact()
@@ -168,6 +175,10 @@ class SimNode:
             if before is not None:
                 sim.checker.on_read(self.id, rs.index, before)
                 sim.reads_done += 1
+                if sim.record:
+                    order = sim.checker.order
+                    k = bisect.bisect_right(order, rs.index, key=lambda r: r[0])
+                    sim.note(rs.context, tuple(order[:k]))
 
     def _maybe_compact(self) -> None:
         live = self.live
