@@ -7,7 +7,7 @@ from logtide.engine.raft import messages as M
 
 
 class Net:
-    def __init__(self, ids, election_tick: int = 10, seed: int = 7, **cfg) -> None:
+    def __init__(self, ids, election_tick: int = 10, seed: int = 7, storage=None, **cfg) -> None:
         self.election_tick = election_tick
         self.seed = seed
         self.cfg = cfg
@@ -19,7 +19,7 @@ class Net:
         self.inflight: list = []
         self.sent: list = []
         for i in ids:
-            self.add(i, MemoryStorage.bootstrap(ids))
+            self.add(i, storage(i, ids) if storage else MemoryStorage.bootstrap(ids))
 
     def add(self, i: int, storage: MemoryStorage) -> RawNode:
         self.stores[i] = storage
@@ -40,11 +40,14 @@ class Net:
             return False
         rd = n.ready()
         st = self.stores[i]
-        if rd.snapshot is not None:
-            st.apply_snapshot(rd.snapshot)
-        if rd.hard_state is not None:
-            st.set_hard_state(rd.hard_state)
-        st.append(rd.entries)
+        if hasattr(st, "save"):  # DiskStorage: the real, ordered, durable write
+            st.save(rd)
+        else:
+            if rd.snapshot is not None:
+                st.apply_snapshot(rd.snapshot)
+            if rd.hard_state is not None:
+                st.set_hard_state(rd.hard_state)
+            st.append(rd.entries)
         out = n.advance(rd)
         self.inflight += out.messages
         self.sent += out.messages
