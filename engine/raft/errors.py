@@ -46,3 +46,11 @@ class CorruptRaftEntry(RaftError, CorruptionError):
 
 class SafetyViolation(RaftError, AssertionError):
     """The simulator (or a real-process test) saw one of Raft's safety properties broken."""
+
+
+class RaftTimeout(RaftError, TimeoutError):
+    """A request to a Raft replica did not finish within its deadline (it may still take effect)."""
+
+
+class RaftStopped(RaftError):
+    """The Raft replica is stopped (or failed); it takes no more requests."""

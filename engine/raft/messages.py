@@ -116,22 +116,25 @@ CONF_OP_NAMES = ("add_learner", "add_voter", "remove")
 
 
 class ConfChange:
-    """One membership change; carried in an ENTRY_CONF entry as b"<op>:<node id>"."""
-    __slots__ = ("op", "node_id")
+    """One membership change; carried in an ENTRY_CONF entry as b"<op>:<node id>[:<context>]"
+    (the context is opaque to the core: the service puts the new member's address there)."""
+    __slots__ = ("op", "node_id", "context")
 
-    def __init__(self, op: int, node_id: int) -> None:
+    def __init__(self, op: int, node_id: int, context: bytes = b"") -> None:
         self.op = op
         self.node_id = node_id
+        self.context = context
 
     def encode(self) -> bytes:
-        return b"%d:%d" % (self.op, self.node_id)
+        base = b"%d:%d" % (self.op, self.node_id)
+        return base + b":" + self.context if self.context else base
 
     @classmethod
     def decode(cls, data: bytes) -> "ConfChange":
         from logtide.engine.raft.errors import MalformedMessage
         try:
-            op, node = data.split(b":")
-            cc = cls(int(op), int(node))
+            parts = bytes(data).split(b":", 2)
+            cc = cls(int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else b"")
         except ValueError:
             raise MalformedMessage(f"malformed membership change {bytes(data[:40])!r}") from None
         if cc.op not in (ADD_LEARNER, ADD_VOTER, REMOVE) or cc.node_id <= 0:
