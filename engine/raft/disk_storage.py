@@ -97,6 +97,7 @@ class DiskStorage:
         self.fsync = fsync
         self.segment_size = segment_size
         self._cv = threading.Condition(threading.Lock())
+        self._rlock = threading.RLock()  # readers on other threads vs. the driver's compaction and tail cuts
         self._cache: OrderedDict[int, Entry] = OrderedDict()
         fresh = not os.path.exists(os.path.join(self.dir, STATE_FILE))
         self.hard_state, self.snap_meta = self._read_state()
@@ -162,6 +163,10 @@ class DiskStorage:
         return self._terms[i - self._base]
 
     def _reset_log(self, first: int) -> None:
+        with self._rlock:
+            self._reset_log_now(first)
+
+    def _reset_log_now(self, first: int) -> None:
         """Remove every segment and start an empty log at `first` (after a snapshot install)."""
         if self._writer is not None:
             self._writer.close()
@@ -219,8 +224,12 @@ class DiskStorage:
             raise UnavailableError(f"entries [{lo}, {hi}) go beyond the last index {self.last_index()}")
         cache = self._cache
         if lo in cache and hi - 1 in cache:
-            return limit_size([cache[i] for i in range(lo, hi)], max_size)
-        return limit_size(self._read(lo, hi, max_size), max_size)
+            try:
+                return limit_size([cache[i] for i in range(lo, hi)], max_size)
+            except KeyError:  # evicted by a concurrent append: read the disk
+                pass
+        with self._rlock:
+            return limit_size(self._read(lo, hi, max_size), max_size)
 
     def _read(self, lo: int, hi: int, max_size: int) -> list[Entry]:
         out: list[Entry] = []
@@ -295,6 +304,10 @@ class DiskStorage:
             cache.popitem(last=False)
 
     def _truncate_suffix(self, index: int) -> None:
+        with self._rlock:
+            self._truncate_suffix_now(index)
+
+    def _truncate_suffix_now(self, index: int) -> None:
         """Drop entries >= index (a new leader replaced an uncommitted tail)."""
         self._writer.close()
         segs = self._segments
@@ -350,6 +363,10 @@ class DiskStorage:
         return self.snap
 
     def compact(self, index: int) -> None:
+        with self._rlock:
+            self._compact_now(index)
+
+    def _compact_now(self, index: int) -> None:
         """Entries up to `index` are no longer needed (it must not pass the snapshot)."""
         index = min(index, self.snap_meta.index)
         if index < self._first:

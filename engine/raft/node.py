@@ -68,13 +68,14 @@ class RaftNode:
     def __init__(self, node_id: int, storage, sm: StateMachine, *, peers: dict[int, Any] | None = None,
                  cluster_id: int = 1, tick_interval: float = TICK_INTERVAL, election_tick: int = ELECTION_TICK,
                  heartbeat_tick: int = HEARTBEAT_TICK, snapshot_entries: int = SNAPSHOT_ENTRIES,
-                 compact_keep: int = COMPACT_KEEP, seed: int | None = None) -> None:
+                 compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None) -> None:
         self.id = node_id
         self.storage = storage
         self.sm = sm
         self.tick_interval = tick_interval
         self.snapshot_entries = snapshot_entries
         self.compact_keep = compact_keep
+        self.compact_bound = compact_bound  # () -> the highest index the application lets go of
         snap = storage.snapshot()
         applied = snap.meta.index
         if snap.data:
@@ -331,7 +332,11 @@ class RaftNode:
         self.sm.save_snapshot(buf)
         idx = self.applied
         self.storage.create_snapshot(idx, self.raw.conf_at(idx), buf.getvalue())
-        self.storage.compact(max(0, idx - self.compact_keep))
+        upto = idx - self.compact_keep
+        if self.compact_bound is not None:
+            upto = min(upto, self.compact_bound())
+        if upto > 0:
+            self.storage.compact(upto)
         self.raw.compacted()
         self.snapshot_index = idx
 

@@ -38,9 +38,13 @@ class _Servicer:
 
     def Send(self, requests, context) -> pb.RaftAck:
         n = 0
-        for batch in requests:
-            n += 1
-            self.t.receive(batch)
+        try:
+            for batch in requests:
+                n += 1
+                self.t.receive(batch)
+        except Exception as exc:  # the sender went away mid-stream (it reconnects): not a server error
+            if "RpcError" not in type(exc).__name__ and not isinstance(exc, LogtideError):
+                raise
         return pb.RaftAck(batches=n)
 
 
