@@ -202,6 +202,19 @@ def test_learner_added_promoted_and_old_member_removed_under_load(tmp_path):
         g.close()
 
 
+def _change(g, cc, timeout=20.0):
+    """Propose a membership change on the current leader, retrying while leadership moves (a new
+    leader refuses changes until it committed an entry of its term)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return g.nodes[g.leader()].change_membership(cc, timeout=5)
+        except (NotLeader, ProposalDropped, RaftTimeout):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _membership_changes(g, stop, t, acked):
     try:
         time.sleep(0.3)
@@ -210,15 +223,14 @@ def _membership_changes(g, stop, t, acked):
             g.nodes[4].addresses[j] = g.addr(j)
             g.nodes[4].transport.set_peer(j, g.addr(j))
         g.nodes[4].start()
+        _change(g, ConfChange(ADD_LEARNER, 4, g.addr(4).encode()))
         lead = g.leader()
-        g.nodes[lead].change_membership(ConfChange(ADD_LEARNER, 4, g.addr(4).encode()))
         deadline = time.monotonic() + 10
         while g.nodes[4].applied < g.nodes[lead].status()["commit"] - 5 and time.monotonic() < deadline:
             time.sleep(0.02)
-        lead = g.leader()
-        g.nodes[lead].change_membership(ConfChange(ADD_VOTER, 4))
+        _change(g, ConfChange(ADD_VOTER, 4))
         victim = next(i for i in (1, 2, 3) if i != g.leader())
-        g.nodes[g.leader()].change_membership(ConfChange(REMOVE, victim))
+        _change(g, ConfChange(REMOVE, victim))
         g.kill(victim)
         time.sleep(0.3)
     finally:
