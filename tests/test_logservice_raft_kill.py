@@ -1,6 +1,7 @@
 """Real processes: three `logtide logservice serve --raft` replicas on loopback, clients appending
-(and reading, and taking TSO ranges) concurrently while replicas are SIGKILLed: the leader, a
-follower, and all three at once, 21 rounds. Afterwards every acknowledged append is present exactly
+(and reading, and taking TSO ranges) concurrently while replicas are SIGKILLed (the leader, a
+follower, and all three at once, 21 rounds) or partitioned through loopback TCP proxies that
+blackhole traffic (the leader isolated; one follower split from the other two). Afterwards every acknowledged append is present exactly
 once, at the same LSN on every replica, no LSN ever held two records, and the recorded client
 history is linearizable (lincheck)."""
 import os
@@ -12,6 +13,8 @@ import threading
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from logtide.engine.logservice import connect_logservice
 from logtide.engine.logservice.replicated_client import NoLeaderError
@@ -33,13 +36,29 @@ def free_ports(n):
 
 
 class Cluster:
-    def __init__(self, tmp_path, n=3):
+    def __init__(self, tmp_path, n=3, proxied=False):
         self.tmp = tmp_path
         self.ports = dict(zip(range(1, n + 1), free_ports(n)))
-        self.peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in self.ports.items())
+        self.proxies = {}  # (i, j) -> the proxy replica i uses to reach replica j
+        if proxied:
+            from tcp_proxy import TcpProxy
+            self.proxies = {(i, j): TcpProxy(self.ports[j]) for i in self.ports for j in self.ports if i != j}
         self.procs = {}
         for i in self.ports:
             self.start(i)
+
+    def peers_of(self, i):
+        return ",".join(f"{j}=127.0.0.1:{self.proxies[(i, j)].port if (i, j) in self.proxies else p}"
+                        for j, p in self.ports.items())
+
+    def cut(self, side_a, side_b):
+        for a in side_a:
+            for b in side_b:
+                self.proxies[(a, b)].blackhole = self.proxies[(b, a)].blackhole = True
+
+    def heal(self):
+        for p in self.proxies.values():
+            p.blackhole = False
 
     def addr(self, i):
         return f"127.0.0.1:{self.ports[i]}"
@@ -47,8 +66,8 @@ class Cluster:
     def start(self, i):
         log = open(self.tmp / f"replica{i}.log", "ab")
         self.procs[i] = subprocess.Popen(
-            [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers,
-             "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0"],
+            [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers_of(i),
+             "--listen", self.addr(i), "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0"],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
 
     def kill(self, i):
@@ -80,6 +99,8 @@ class Cluster:
         raise AssertionError("no leader within the deadline")
 
     def stop(self):
+        for p in self.proxies.values():
+            p.close()
         for i in list(self.procs):
             self.procs[i].send_signal(signal.SIGTERM)
         for p in self.procs.values():
@@ -97,6 +118,64 @@ def cluster(tmp_path):
 
 
 def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+    def faults():
+        rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
+        for kind in rounds:
+            time.sleep(0.4)
+            lead = cluster.leader()
+            victims = {"leader": [lead], "follower": [next(i for i in cluster.procs if i != lead)],
+                       "all": list(cluster.procs)}[kind]
+            for v in victims:
+                cluster.kill(v)
+            time.sleep(0.2)
+            for v in victims:
+                cluster.start(v)
+
+    _run_and_verify(cluster, faults)
+
+
+def test_partitions_through_a_blackholing_proxy(tmp_path):
+    """Isolate the leader from both followers, then split one follower from the other two; each
+    partition lasts several election timeouts, twice."""
+    cluster = Cluster(tmp_path, proxied=True)
+
+    def faults():
+        for _ in range(2):
+            time.sleep(0.5)
+            lead = cluster.leader()
+            term = cluster.status(lead)["term"]
+            others = [i for i in cluster.ports if i != lead]
+            cluster.cut([lead], others)
+            end = time.monotonic() + 10
+            while not any(_role(cluster, i)[0] == "leader" and _role(cluster, i)[1] > term for i in others):
+                assert time.monotonic() < end, "the majority side elected no new leader"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert _role(cluster, lead)[0] != "leader", "the isolated leader did not step down (check-quorum)"
+            cluster.heal()
+            time.sleep(0.5)
+            lead = cluster.leader()
+            lone = next(i for i in cluster.ports if i != lead)
+            cluster.cut([lone], [i for i in cluster.ports if i != lone])
+            time.sleep(2.5)
+            cluster.heal()
+
+    try:
+        _run_and_verify(cluster, faults)
+    finally:
+        cluster.stop()
+
+
+def _role(cluster, i):
+    """(role, term) of replica i, ("down", 0) when it does not answer."""
+    try:
+        st = cluster.status(i)
+    except LogtideError:
+        return "down", 0
+    return st["role"], st["term"]
+
+
+def _run_and_verify(cluster, faults):
     history = []  # [input, call, output, return]
     lock = threading.Lock()
     stop = threading.Event()
@@ -143,17 +222,7 @@ def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
     for t in threads:
         t.start()
     try:
-        rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
-        for kind in rounds:
-            time.sleep(0.4)
-            lead = cluster.leader()
-            victims = {"leader": [lead], "follower": [next(i for i in cluster.procs if i != lead)],
-                       "all": list(cluster.procs)}[kind]
-            for v in victims:
-                cluster.kill(v)
-            time.sleep(0.2)
-            for v in victims:
-                cluster.start(v)
+        faults()
         cluster.leader()
         time.sleep(1.0)
     finally:
