@@ -36,8 +36,9 @@ def free_ports(n):
 
 
 class Cluster:
-    def __init__(self, tmp_path, n=3, proxied=False):
+    def __init__(self, tmp_path, n=3, proxied=False, extra=()):
         self.tmp = tmp_path
+        self.extra = list(extra)
         self.ports = dict(zip(range(1, n + 1), free_ports(n)))
         self.proxies = {}  # (i, j) -> the proxy replica i uses to reach replica j
         if proxied:
@@ -67,7 +68,8 @@ class Cluster:
         log = open(self.tmp / f"replica{i}.log", "ab")
         self.procs[i] = subprocess.Popen(
             [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers_of(i),
-             "--listen", self.addr(i), "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0"],
+             "--listen", self.addr(i), "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0",
+             *self.extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
 
     def kill(self, i):
@@ -260,3 +262,122 @@ def _run_and_verify(cluster, faults):
     ops = [Operation(0, i, c, o, r) for i, c, o, r in history]
     res = check_operations(LogModel(), ops)
     assert res.ok, f"the client history is not linearizable (longest prefix {len(res.partial)} ops)"
+
+
+def test_fourth_replica_joins_is_promoted_and_an_old_one_is_removed_under_load(tmp_path):
+    from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE
+    cluster = Cluster(tmp_path)
+    port4 = free_ports(1)[0]
+    cluster.ports[4] = port4
+    peers4 = ",".join(f"{i}=127.0.0.1:{p}" for i, p in cluster.ports.items())
+    log4 = open(tmp_path / "replica4.log", "ab")
+    cluster.procs[4] = subprocess.Popen(
+        [LOGTIDE, "logservice", "serve", "--raft", "--join", "--id", "4", "--peers", peers4,
+         "--dir", str(tmp_path / "r4"), "--tick", TICK, "--stats-interval", "0"],
+        stdout=log4, stderr=subprocess.STDOUT, cwd=tmp_path)
+    addrs = ",".join(cluster.addr(i) for i in (1, 2, 3))
+    admin = connect_logservice(addrs, deadline=20.0)
+    stop = threading.Event()
+    acked = {}
+
+    def writer(w):
+        c = connect_logservice(addrs + "," + cluster.addr(4), deadline=10.0, call_timeout=1.0)
+        k = 0
+        while not stop.is_set():
+            try:
+                acked[b"m%d-%d" % (w, k)] = c.append(b"m%d-%d" % (w, k))
+            except NoLeaderError:
+                pass
+            k += 1
+        c.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    try:
+        cluster.leader()
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        admin.change_membership(ADD_LEARNER, 4, cluster.addr(4))
+        end = time.monotonic() + 30
+        while True:  # the learner catches up before it may vote
+            lead = cluster.leader()
+            if cluster.status(4)["applied"] >= cluster.status(lead)["commit"] - 10:
+                break
+            assert time.monotonic() < end, "the learner did not catch up"
+            time.sleep(0.05)
+        assert cluster.status(4)["role"] == "follower" and 4 in cluster.status(lead)["learners"]
+        admin.change_membership(ADD_VOTER, 4)
+        victim = next(i for i in (1, 2, 3) if i != cluster.leader())
+        admin.change_membership(REMOVE, victim)
+        time.sleep(0.5)
+        cluster.kill(victim)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    try:
+        lead = cluster.leader()
+        st = cluster.status(lead)
+        assert sorted(st["voters"]) == sorted({1, 2, 3, 4} - {victim})
+        target = st["commit"]
+        logs = {}
+        for i in st["voters"]:
+            end = time.monotonic() + 30
+            while cluster.status(i)["applied"] < target and time.monotonic() < end:
+                time.sleep(0.05)
+            c = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
+            recs, _n = c.read(1, 8 << 20, stale=True)
+            c.close()
+            logs[i] = [(r.lsn, r.payload) for r in recs if r.lsn <= target]
+        first = logs[st["voters"][0]]
+        assert all(v == first for v in logs.values())
+        got = dict((p, l) for l, p in first)
+        assert len(got) == len(first) and len(acked) > 20
+        assert all(got.get(p) == l for p, l in acked.items())
+    finally:
+        admin.close()
+        cluster.stop()
+
+
+def test_a_replica_down_past_compaction_catches_up_through_a_snapshot(tmp_path):
+    cluster = Cluster(tmp_path, extra=["--snapshot-entries", "50", "--compact-keep", "5",
+                                       "--segment-size", "4096"])
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    c = connect_logservice(addrs, deadline=20.0)
+    try:
+        cluster.leader()
+        for k in range(20):
+            c.append(b"early-%d" % k)
+        lead = cluster.leader()
+        down = next(i for i in cluster.ports if i != lead)
+        cluster.kill(down)
+        lsns = [c.append(b"later-%d" % k) for k in range(300)]
+        c.truncate(lsns[250])  # the log may now be compacted up to here on every live replica
+        for k in range(60):
+            c.append(b"more-%d" % k)
+        lead = cluster.leader()
+        first = cluster.status(lead)["first_index"]
+        assert first > 25, f"the leader did not compact its log (first index {first})"
+        cluster.start(down)
+        end = time.monotonic() + 30
+        target = cluster.status(lead)["commit"]
+        while True:
+            try:
+                st = cluster.status(down)
+                if st["applied"] >= target:
+                    break
+            except LogtideError:
+                pass
+            assert time.monotonic() < end, "the restarted replica did not catch up"
+            time.sleep(0.05)
+        assert st["first_index"] > 25  # it starts from the snapshot, not from entry 1
+        r = connect_logservice(cluster.addr(down) + ",", deadline=10.0)
+        recs, _n = r.read(st["first_index"], 8 << 20, stale=True)
+        r.close()
+        assert recs[-1].payload == b"more-59"
+        assert [x.lsn for x in recs] == [x.lsn for x in c.read(st["first_index"], 8 << 20)[0]]
+        assert c.get_truncated_lsn() == lsns[250]
+    finally:
+        c.close()
+        cluster.stop()

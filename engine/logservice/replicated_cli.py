@@ -18,6 +18,10 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
     s.add_argument("--election-tick", type=int, default=10,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
+    s.add_argument("--snapshot-entries", type=int, default=20000,
+                   help="(--raft) applied entries between state machine snapshots (default %(default)s)")
+    s.add_argument("--compact-keep", type=int, default=5000,
+                   help="(--raft) entries kept below a snapshot for lagging followers (default %(default)s)")
 
 
 def register_status(cmds) -> None:
@@ -38,7 +42,8 @@ def serve_raft(args: argparse.Namespace) -> int:
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
     svc = ReplicatedLogService.open(args.dir, args.id, peers, listen, join=args.join, tick_interval=args.tick,
                                     election_tick=args.election_tick, fsync=args.fsync,
-                                    segment_size=args.segment_size)
+                                    segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
+                                    compact_keep=args.compact_keep)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
