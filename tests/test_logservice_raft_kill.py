@@ -381,3 +381,62 @@ def test_a_replica_down_past_compaction_catches_up_through_a_snapshot(tmp_path):
     finally:
         c.close()
         cluster.stop()
+
+
+def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
+    """Malformed messages, non-members, forged senders, stale terms and CRC failures on the wire go
+    to a live replica: each is refused with a logged reason, no replica crashes, nothing wrong commits."""
+    from logtide.engine.raft import messages as M
+    from logtide.engine.raft import raft_pb2 as rpb
+    from logtide.engine.raft.messages import Entry, Message
+    from logtide.engine.raft.transport import RAFT_SERVICE
+    from logtide.engine.raft.wire import encode_message
+    from logtide.engine.rpc import connect
+
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    c = connect_logservice(addrs, deadline=20.0)
+    before = [c.append(b"ok-%d" % k) for k in range(5)]
+    lead = cluster.leader()
+    victim = next(i for i in cluster.ports if i != lead)
+    term = cluster.status(lead)["term"]
+    last = cluster.status(victim)["last_index"]
+    evil = Entry(term, last + 1, M.ENTRY_NORMAL, b"A" + b"\0" * 20 + b"evil")
+    app = encode_message(Message(M.APP, to=victim, frm=lead, term=term, index=last, log_term=term, entries=[evil],
+                                 commit=last + 1))
+    broken = rpb.RaftMessage()
+    broken.CopyFrom(app)
+    broken.entries[0].data = b"A" + b"\0" * 20 + b"EVIL"           # CRC no longer matches
+    unknown = rpb.RaftMessage()
+    unknown.CopyFrom(app)
+    unknown.type = 99
+    stale = encode_message(Message(M.APP, to=victim, frm=lead, term=1, index=last, log_term=1,
+                                   entries=[Entry(1, last + 1, 0, b"stale")], commit=last + 1))
+    batches = [
+        rpb.RaftBatch(cluster=99, frm=lead, messages=[app]),          # another group
+        rpb.RaftBatch(cluster=1, frm=42, messages=[app]),             # not a member
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[broken]),        # CRC fails on the wire
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[unknown]),       # malformed
+        rpb.RaftBatch(cluster=1, frm=next(i for i in cluster.ports if i not in (lead, victim)),
+                      messages=[app]),                                  # forged sender
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[stale]),         # a stale term
+    ]
+    raft = connect(RAFT_SERVICE, cluster.addr(victim), timeout=10)
+    raft.Send(iter(batches))
+    raft.close()
+    time.sleep(0.5)
+    after = [c.append(b"ok2-%d" % k) for k in range(5)]
+    assert all(p.poll() is None for p in cluster.procs.values()), "a replica crashed on bad input"
+    for i in cluster.ports:
+        r = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
+        end = time.monotonic() + 10
+        while cluster.status(i)["applied"] < after[-1] and time.monotonic() < end:
+            time.sleep(0.05)
+        recs, _n = r.read(1, 8 << 20, stale=True)
+        r.close()
+        payloads = [x.payload for x in recs]
+        assert b"evil" not in b"".join(payloads) and b"EVIL" not in b"".join(payloads) and b"stale" not in payloads
+        assert [x.lsn for x in recs if x.payload.startswith(b"ok")] == before + after
+    log = (cluster.tmp / f"replica{victim}.log").read_text()
+    for reason in ("group 99", "node 42", "failed its CRC", "unknown Raft message type", "claiming node"):
+        assert reason in log, f"no logged reason containing {reason!r}"
+    c.close()
