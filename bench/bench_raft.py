@@ -66,13 +66,13 @@ class _RaftCluster:
         import json
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.rpc import connect
+        from logtide.engine.raft.channel import connect_replica
         from logtide.errors import LogtideError
         end = time.monotonic() + deadline
         while time.monotonic() < end:
             for i in list(self.procs):
                 try:
-                    c = connect(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", connect_timeout=None, timeout=0.5)
+                    c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
                     try:
                         if json.loads(c.invoke("Status", pb.REmpty()).json)["role"] == "leader":
                             return i

@@ -80,9 +80,9 @@ class Cluster:
     def status(self, i, timeout=0.5):
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.rpc import connect
+        from logtide.engine.raft.channel import connect_replica
         import json
-        c = connect(REPLICATED_SERVICE, self.addr(i), connect_timeout=None, timeout=timeout)
+        c = connect_replica(REPLICATED_SERVICE, self.addr(i), timeout=timeout)
         try:
             return json.loads(c.invoke("Status", pb.REmpty()).json)
         finally:
@@ -421,7 +421,8 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
         rpb.RaftBatch(cluster=1, frm=lead, messages=[stale]),         # a stale term
     ]
     raft = connect(RAFT_SERVICE, cluster.addr(victim), timeout=10)
-    raft.Send(iter(batches))
+    for b in batches:
+        raft.Send(b)
     raft.close()
     time.sleep(0.5)
     after = [c.append(b"ok2-%d" % k) for k in range(5)]

@@ -64,7 +64,7 @@ class Group:
         if server is None or self.ports.get(i) is not None:
             server = RpcServer(f"127.0.0.1:{self.ports.get(i) or 0}")
             self.servers[i] = server
-        node = RaftNode(i, st, sm, tick_interval=0.02, seed=i, **self.kw)
+        node = RaftNode(i, st, sm, tick_interval=0.02, election_tick=10, seed=i, **self.kw)
         server.add_service(RAFT_SERVICE, node.transport.servicer)
         self.ports[i] = server.start()
         self.nodes[i], self.sms[i] = node, sm

@@ -56,7 +56,7 @@ class ReplicatedLogService:
 
     @classmethod
     def open(cls, path, node_id: int, peers: dict[int, str], listen: str, *, join: bool = False,
-             cluster_id: int = 1, tick_interval: float = 0.1, election_tick: int = 10, fsync: str = "always",
+             cluster_id: int = 1, tick_interval: float = 0.1, election_tick: int = 6, fsync: str = "always",
              segment_size: int = DEFAULT_SEGMENT_SIZE, snapshot_entries: int = 20000, compact_keep: int = 5000,
              request_timeout: float = REQUEST_TIMEOUT) -> "ReplicatedLogService":
         """Open (or create) replica `node_id` in `path`. A new replica founds the group of `peers`
@@ -127,19 +127,22 @@ class ReplicatedLogService:
             raise InvalidRange(f"read({first_lsn}): beyond the end of the log (applied {applied})")
         if first_lsn == applied + 1:
             return [], first_lsn
-        try:
-            ents = self.storage.entries(first_lsn, applied + 1, min(max_size, MAX_READ_SIZE))
-        except CompactedError as exc:
-            raise InvalidRange(f"read({first_lsn}): {exc}") from None
         dups = self.sm.duplicates
-        out = []
-        for e in ents:
-            if e.type != M.ENTRY_NORMAL or e.index in dups:
-                continue
-            a = parse_append(e.data)
-            if a is not None:
-                out.append(LogRecord(e.index, a[2], a[3]))
-        return out, ents[-1].index + 1
+        out: list[LogRecord] = []
+        nxt = first_lsn
+        while not out and nxt <= applied:  # a window of only internal entries: keep going, so an
+            try:                           # empty answer always means the end of the log
+                ents = self.storage.entries(nxt, applied + 1, min(max_size, MAX_READ_SIZE))
+            except CompactedError as exc:
+                raise InvalidRange(f"read({first_lsn}): {exc}") from None
+            for e in ents:
+                if e.type != M.ENTRY_NORMAL or e.index in dups:
+                    continue
+                a = parse_append(e.data)
+                if a is not None:
+                    out.append(LogRecord(e.index, a[2], a[3]))
+            nxt = ents[-1].index + 1
+        return out, nxt
 
     def truncate(self, lsn: int) -> None:
         self._propose(json_command("truncate", lsn=int(lsn)))

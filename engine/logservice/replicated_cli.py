@@ -16,7 +16,7 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--join", action="store_true",
                    help="(--raft) a new replica: wait to be added by the leader instead of founding a group")
     s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
-    s.add_argument("--election-tick", type=int, default=10,
+    s.add_argument("--election-tick", type=int, default=6,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
     s.add_argument("--snapshot-entries", type=int, default=20000,
                    help="(--raft) applied entries between state machine snapshots (default %(default)s)")

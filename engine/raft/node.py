@@ -31,7 +31,7 @@ from logtide.engine.statemachine import StateMachine
 log = logging.getLogger("logtide.raft")
 
 TICK_INTERVAL = 0.1      # seconds per tick
-ELECTION_TICK = 10       # 1-2 s without a leader before a follower campaigns
+ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaigns
 HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
 SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
 COMPACT_KEEP = 5000      # entries kept below the snapshot, so a briefly lagging follower needs no snapshot

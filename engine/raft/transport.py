@@ -1,10 +1,13 @@
-"""RaftTransport: streams Raft messages between replicas over the RPC layer (gRPC or in-process).
+"""RaftTransport: carries Raft messages between replicas over the RPC layer (gRPC or in-process).
 
-Each peer gets one sender thread holding one long-lived client stream (RaftTransport.Send in
-raft.proto); the driver's messages for that peer are queued and go out in batches, so replication
-is a stream, not a call per entry. A failed stream is reported as unreachable (the leader falls
-back to probing) and reopened with backoff. Raft tolerates lost messages, so a full queue drops
-instead of blocking the driver. Received batches are decoded and checked here (CRC, types, sender,
+Each peer gets one sender thread. The driver's messages for that peer are queued; the thread takes
+everything queued and sends it as one batch (RaftTransport.Send in raft.proto), so while one call
+is in flight the next batch builds up: replication is pipelined in batches, never a call per
+entry. (A long-lived gRPC client stream per peer was the first design; under load, grpc-python
+left messages of idle streams undelivered for seconds, which stalled elections, so each batch is
+its own call, with a deadline.) A failed call is reported as unreachable (the leader falls back to
+probing) and retried with backoff. Raft tolerates lost messages, so a full queue drops instead of
+blocking the driver. Received batches are decoded and checked here (CRC, types, sender,
 group) before the driver sees them; a bad message is dropped with a logged reason and counted.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftError, UnknownPeer
 from logtide.engine.raft.messages import Message
+from logtide.engine.raft.channel import connect_replica
 from logtide.engine.raft.wire import decode_message, encode_message
 from logtide.engine.rpc import ServiceDef, connect
 from logtide.errors import LogtideError
@@ -28,24 +32,18 @@ log = logging.getLogger("logtide.raft")
 
 RAFT_SERVICE = ServiceDef.from_proto(pb, "RaftTransport")
 QUEUE_BATCHES = 1024        # batches waiting per peer before new ones are dropped
-MAX_BACKOFF = 0.5           # seconds between attempts to reopen a failed stream
-IDLE_POLL = 0.2             # how often an idle stream checks for close()
+MAX_BATCH_MESSAGES = 4096   # messages merged into one call
+MAX_BACKOFF = 0.5           # seconds between retries to an unreachable peer
+CALL_TIMEOUT = 5.0          # deadline of one call (a snapshot may be large)
+IDLE_POLL = 0.2             # how often an idle sender checks for close()
 
 
 class _Servicer:
     def __init__(self, transport: "RaftTransport") -> None:
         self.t = transport
 
-    def Send(self, requests, context) -> pb.RaftAck:
-        n = 0
-        try:
-            for batch in requests:
-                n += 1
-                self.t.receive(batch)
-        except Exception as exc:  # the sender went away mid-stream (it reconnects): not a server error
-            if "RpcError" not in type(exc).__name__ and not isinstance(exc, LogtideError):
-                raise
-        return pb.RaftAck(batches=n)
+    def Send(self, batch, context) -> pb.RaftAck:
+        return pb.RaftAck(messages=self.t.receive(batch))
 
 
 class _Peer:
@@ -59,40 +57,55 @@ class _Peer:
         self.thread = threading.Thread(target=self._run, name=f"raft-{transport.node_id}-to-{peer_id}", daemon=True)
         self.thread.start()
 
-    def _batches(self):
+    def _next_batch(self) -> pb.RaftBatch | None:
+        """Everything queued for this peer as one batch (None once closed)."""
         while not self.closed:
             try:
-                batch = self.q.get(timeout=IDLE_POLL)
+                first = self.q.get(timeout=IDLE_POLL)
             except queue.Empty:
                 continue
-            if batch is None:
-                return
-            self.connected = True
-            yield batch
+            if first is None:
+                return None
+            batch = first
+            while len(batch.messages) < MAX_BATCH_MESSAGES:
+                try:
+                    more = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.closed = True
+                    break
+                batch.messages.extend(more.messages)
+            return batch
+        return None
 
     def _run(self) -> None:
         backoff = 0.01
+        client = None
         while not self.closed:
-            client = None
+            batch = self._next_batch()
+            if batch is None:
+                break
             try:
-                if isinstance(self.target, str):
-                    client = connect(RAFT_SERVICE, self.target, connect_timeout=None)
-                else:
-                    client = connect(RAFT_SERVICE, self.target)
-                client.Send(self._batches())
+                if client is None:
+                    if isinstance(self.target, str):
+                        client = connect_replica(RAFT_SERVICE, self.target, timeout=CALL_TIMEOUT)
+                    else:
+                        client = connect(RAFT_SERVICE, self.target)
+                client.Send(batch)
+                self.connected = True
                 backoff = 0.01
             except (LogtideError, OSError, RuntimeError, ValueError) as exc:
                 if self.closed:
-                    return
+                    break
                 if self.connected:
-                    log.info("raft %d: stream to %d failed: %s", self.t.node_id, self.id, exc)
+                    log.info("raft %d: sending to %d failed: %s", self.t.node_id, self.id, exc)
                 self.connected = False
                 self.t.unreachable(self.id)
                 time.sleep(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
-            finally:
-                if client is not None:
-                    client.close()
+        if client is not None:
+            client.close()
 
     def close(self) -> None:
         self.closed = True
@@ -157,14 +170,15 @@ class RaftTransport:
         if self._on_unreachable is not None:
             self._on_unreachable(peer_id)
 
-    def receive(self, batch: pb.RaftBatch) -> None:
+    def receive(self, batch: pb.RaftBatch) -> int:
+        """Check and deliver a received batch; returns how many messages were accepted."""
         if batch.cluster != self.cluster_id:
             self._refuse(UnknownPeer(f"a batch for Raft group {batch.cluster} from node {batch.frm}; "
                                      f"this is group {self.cluster_id}"))
-            return
+            return 0
         if batch.frm not in self._peers:
             self._refuse(UnknownPeer(f"a batch from node {batch.frm}, which is not a known member"))
-            return
+            return 0
         out = []
         for p in batch.messages:
             try:
@@ -181,6 +195,7 @@ class RaftTransport:
         if out:
             self.received += len(out)
             self._deliver(out)
+        return len(out)
 
     def _refuse(self, exc: RaftError) -> None:
         self.rejected += 1
