@@ -441,3 +441,18 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     for reason in ("group 99", "node 42", "failed its CRC", "unknown Raft message type", "claiming node"):
         assert reason in log, f"no logged reason containing {reason!r}"
     c.close()
+
+
+def test_status_command_prints_every_replica(cluster):
+    cluster.leader()
+    out = subprocess.run([LOGTIDE, "logservice", "status", *(cluster.addr(i) for i in cluster.ports), "127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60, cwd=cluster.tmp)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0 and len(lines) == 4, out.stdout + out.stderr
+    assert all("term" in l and "commit" in l and "applied" in l and "lag" in l for l in lines[:3])
+    assert "unreachable" in lines[3]
+    import json
+    out = subprocess.run([LOGTIDE, "logservice", "status", "--json", *(cluster.addr(i) for i in cluster.ports)],
+                         capture_output=True, text=True, timeout=60, cwd=cluster.tmp)
+    rows = [json.loads(l) for l in out.stdout.splitlines()]
+    assert [r["role"] for r in rows].count("leader") == 1 and {r["id"] for r in rows} == {1, 2, 3}

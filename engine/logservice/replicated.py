@@ -35,6 +35,7 @@ log = logging.getLogger("logtide.logservice")
 
 REPLICATED_SERVICE = ServiceDef.from_proto(pb, "ReplicatedLogService")
 REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or confirm a request
+SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
 MAX_READ_SIZE = 16 << 20
 
 
@@ -78,7 +79,7 @@ class ReplicatedLogService:
                              tick_interval=tick_interval, election_tick=election_tick,
                              snapshot_entries=snapshot_entries, compact_keep=compact_keep,
                              compact_bound=lambda: self.sm.lookup("deletion_bound"))
-        self.server = RpcServer(listen)
+        self.server = RpcServer(listen, max_workers=SERVER_WORKERS)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
         self.port = self.server.start()
