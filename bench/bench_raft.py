@@ -74,7 +74,7 @@ class _RaftCluster:
                 try:
                     c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
                     try:
-                        if json.loads(c.invoke("Status", pb.REmpty()).json)["role"] == "leader":
+                        if json.loads(c.invoke("Status", pb.REmpty()).json).get("role") == "leader":
                             return i
                     finally:
                         c.close()

@@ -93,7 +93,7 @@ class Cluster:
         while time.monotonic() < end:
             for i in list(self.procs):
                 try:
-                    if self.status(i)["role"] == "leader":
+                    if self.status(i).get("role") == "leader":
                         return i
                 except LogtideError:
                     pass

@@ -100,6 +100,7 @@ class RaftNode:
         self._stop = threading.Event()
         self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"raft-node-{node_id}", daemon=True)
+        self._publish_status()  # a status request may come before the driver's first turn
 
     # --- life cycle ------------------------------------------------------------------------------
 
