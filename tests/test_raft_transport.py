@@ -1,4 +1,4 @@
-"""RaftTransport: batches stream between replicas over real gRPC on 127.0.0.1 and in-process; bad
+"""RaftTransport: batches go between replicas over real gRPC on 127.0.0.1 and in-process; bad
 messages (CRC failures, unknown types, foreign groups, non-members) are refused with a typed error."""
 import queue
 import threading
@@ -34,7 +34,7 @@ def _pair(grpc: bool):
 
 
 @pytest.mark.parametrize("grpc", [True, False], ids=["grpc", "inproc"])
-def test_messages_stream_both_ways_in_order(grpc):
+def test_messages_go_both_ways_in_order(grpc):
     ts, got, servers = _pair(grpc)
     try:
         snap = Snapshot(SnapshotMeta(9, 2, ConfState([1, 2], [3])), b"image")
@@ -94,7 +94,7 @@ def test_receiver_refuses_foreign_groups_non_members_and_forgeries():
         t.close()
 
 
-def test_a_dead_peer_is_reported_unreachable_and_the_stream_reopens():
+def test_a_dead_peer_is_reported_unreachable_and_sending_resumes():
     reports = []
     got = queue.Queue()
     a = RaftTransport(1, 7, lambda ms: None, on_unreachable=reports.append)
@@ -125,7 +125,7 @@ def test_a_dead_peer_is_reported_unreachable_and_the_stream_reopens():
             except queue.Empty:
                 pass
         else:
-            raise AssertionError("the stream did not reopen after the peer came back")
+            raise AssertionError("sending did not resume after the peer came back")
     finally:
         a.close()
         b.close()

@@ -7,8 +7,6 @@ election timeout. Channels made here retry every 50-500 ms and own their subchan
 """
 from __future__ import annotations
 
-import threading
-
 from logtide.engine.rpc import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, RpcClient
 
 RECONNECT_MIN_MS = 50
@@ -32,13 +30,10 @@ class ReplicaTransport(GrpcTransport):
 
     def __init__(self, address: str, *, timeout: float | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
-        import grpc
-        self._grpc = grpc
-        self.address = address
-        self._timeout = timeout
+        super().__init__(address, max_message_size=max_message_size, timeout=timeout, connect_timeout=None)
+        default = self._channel  # no call has used it yet: swap in the fast-reconnecting channel
         self._channel = replica_channel(address, max_message_size)
-        self._calls = {}
-        self._lock = threading.Lock()
+        default.close()
 
 
 def connect_replica(service, address: str, timeout: float | None = None) -> RpcClient:
