@@ -39,6 +39,8 @@ class Net:
         if not n.has_ready():
             return False
         rd = n.ready()
+        self.inflight += rd.send_now  # a leader's appends may leave before its write
+        self.sent += rd.send_now
         st = self.stores[i]
         if hasattr(st, "save"):  # DiskStorage: the real, ordered, durable write
             st.save(rd)

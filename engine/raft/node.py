@@ -260,6 +260,8 @@ class RaftNode:
     def _ready_once(self) -> None:
         raw = self.raw
         rd = raw.ready()
+        if rd.send_now:  # the leader's appends: replicated while its own write is under way
+            self.transport.send(rd.send_now)
         self.storage.save(rd)  # durable before anything that depends on it leaves (the contract)
         if rd.snapshot is not None:
             self.sm.recover_from_snapshot(io.BytesIO(rd.snapshot.data))

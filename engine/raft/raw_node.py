@@ -2,13 +2,17 @@
 
 The contract makes the ordering rule structural:
 
-    rd = node.ready()                 # what must become durable: entries, hard state, snapshot, membership
+    rd = node.ready()                 # what must become durable: entries, hard state, snapshot
+    send(rd.send_now)                 # only a leader's appends and heartbeats (see below)
     persist(rd)                       # the driver writes rd and fsyncs when rd.must_sync
     out = node.advance(rd)            # "rd is durable" -> only now: messages, committed entries, reads
     send(out.messages); apply(out.committed_entries)
 
-A Ready does not expose its messages at all: they come out of advance(), which the driver calls to
-declare that the Ready is durable. Nothing may step the node between ready() and advance()
+A Ready does not expose its other messages at all: they come out of advance(), which the driver
+calls to declare that the Ready is durable. The one exception is the leader's APPs and heartbeats
+(`send_now`), and only when this Ready changes neither term nor vote: they depend on nothing the
+Ready still has to write (the thesis's §10.2.1: a leader writes its log in parallel with sending
+it), because the leader's own entries count toward commit only from advance() on. Nothing may step the node between ready() and advance()
 (ReadyOutstanding), so every message handed out depends only on state that is on disk, and a
 committed entry is handed to the state machine (and so acknowledged) only once it is durable here
 and on a majority. The leader counts its own log toward commit only from advance() on.
@@ -40,7 +44,7 @@ class SoftState:
 
 class Ready:
     """What the driver must make durable before calling advance(rd)."""
-    __slots__ = ("soft_state", "hard_state", "entries", "snapshot", "must_sync",
+    __slots__ = ("soft_state", "hard_state", "entries", "snapshot", "must_sync", "send_now",
                  "_messages", "_read_states")
 
     def __init__(self) -> None:
@@ -49,6 +53,7 @@ class Ready:
         self.entries: list[Entry] = []                 # append (replacing any conflicting suffix)
         self.snapshot: Snapshot | None = None          # install before the entries; restore the state machine from it
         self.must_sync = False                         # fsync before advance (term, vote, entries, snapshot changed)
+        self.send_now: list[Message] = []              # the leader's appends and heartbeats: may go before the write
         self._messages: list[Message] = []
         self._read_states: list[ReadState] = []
 
@@ -216,7 +221,15 @@ class RawNode:
         if log.pending_snapshot is not None:
             rd.snapshot = log.pending_snapshot
             rd.must_sync = True
-        rd._messages, r.msgs = r.msgs, []
+        msgs, r.msgs = r.msgs, []
+        if r.state == M.LEADER and (rd.hard_state is None or not rd.must_sync or rd.hard_state.term ==
+                                    self._prev_hs.term and rd.hard_state.vote == self._prev_hs.vote):
+            # Raft thesis §10.2.1: a leader may write its log in parallel with replicating it. Its own
+            # entries count toward commit only after advance(), and its term and vote are already durable
+            # (checked above), so its appends and heartbeats depend on nothing this Ready still has to write.
+            rd.send_now = [m for m in msgs if m.type == M.APP or m.type == M.HEARTBEAT]
+            msgs = [m for m in msgs if m.type != M.APP and m.type != M.HEARTBEAT]
+        rd._messages = msgs
         rd._read_states, r.read_states = r.read_states, []
         self._rd = rd
         return rd

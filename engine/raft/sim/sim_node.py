@@ -93,6 +93,8 @@ class SimNode:
         if raw.has_ready():
             rd = raw.ready()
             self.writing = rd
+            for m in rd.send_now:  # the leader's appends go out while its own write is under way
+                self.sim.send(m)
             if self.sim.bug == "ack-before-sync":
                 self._land(rd)
                 self._finish(raw.advance(rd))  # acknowledges what is not durable yet
