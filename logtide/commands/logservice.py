@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--truncation-interval", type=float, default=1.0, help="seconds between truncation rounds")
     s.add_argument("--stats-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     s.set_defaults(func=serve)
+    from logtide.engine.logservice import replicated_cli as logservice_raft
+    logservice_raft.add_serve_arguments(s)
+    logservice_raft.register_status(cmds)
 
     i = cmds.add_parser("info", help="open a log directory (recovering it) and print its state")
     i.add_argument("--dir", required=True)
@@ -29,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    if args.raft:
+        from logtide.engine.logservice.replicated_cli import serve_raft
+        return serve_raft(args)
     from logtide.engine.logservice.grpc_service import LogServiceServer
     server = LogServiceServer.open(args.dir, args.listen, max_message_size=args.max_message_size,
                                    fsync=args.fsync, segment_size=args.segment_size,

@@ -1,0 +1,231 @@
+"""The replicated log service: one replica of a log kept by Raft (the seed's dragonboat layout).
+
+LSN = Raft index. append, truncate, TSO and reader registration go through Raft as commands of
+ReplicatedLogStateMachine; the records are the Raft log itself (DiskStorage: the log service's
+segment files). Reads by default pass a ReadIndex barrier first (linearizable; any replica may
+serve, the barrier asks the leader); stale=True serves this replica's applied state at once.
+Physical removal of log segments stays local to each replica and never goes below
+min(snapshot index, truncated LSN, every registered reader's replayed LSN).
+
+Serve with `ReplicatedLogService.open(dir, node_id, peers, listen)`; clients use
+`connect_logservice("h1:p1,h2:p2,h3:p3")` (replicated_client.py).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from logtide.engine.logservice import replicated_pb2 as pb
+from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE, USER_RECORD
+from logtide.engine.logservice.record import LogRecord
+from logtide.engine.logservice.replicated_state_machine import (
+    ReplicatedLogStateMachine, append_command, json_command, parse_append)
+from logtide.engine.raft import messages as M
+from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.raft.errors import CompactedError, NotLeader
+from logtide.engine.raft.messages import ConfChange
+from logtide.engine.raft.node import RaftNode
+from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.errors import InvalidArgument, InvalidRange
+
+log = logging.getLogger("logtide.logservice")
+
+REPLICATED_SERVICE = ServiceDef.from_proto(pb, "ReplicatedLogService")
+REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or confirm a request
+SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
+MAX_READ_SIZE = 16 << 20
+
+
+def parse_peers(text: str) -> dict[int, str]:
+    """"1=h:p,2=h:p,..." -> {1: "h:p", ...}."""
+    out: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        ident, sep, addr = part.partition("=")
+        if not sep or not ident.isdigit() or int(ident) <= 0 or ":" not in addr:
+            raise InvalidArgument(f"peer {part!r}: expected ID=HOST:PORT with a positive ID")
+        out[int(ident)] = addr
+    if not out:
+        raise InvalidArgument("no peers given")
+    return out
+
+
+class ReplicatedLogService:
+    """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over gRPC."""
+
+    @classmethod
+    def open(cls, path, node_id: int, peers: dict[int, str], listen: str, *, join: bool = False,
+             cluster_id: int = 1, tick_interval: float = 0.1, election_tick: int = 6, fsync: str = "always",
+             segment_size: int = DEFAULT_SEGMENT_SIZE, snapshot_entries: int = 20000, compact_keep: int = 5000,
+             request_timeout: float = REQUEST_TIMEOUT) -> "ReplicatedLogService":
+        """Open (or create) replica `node_id` in `path`. A new replica founds the group of `peers`
+        unless join=True (then it waits to be added as a learner by the leader)."""
+        return cls(os.fspath(path), node_id, dict(peers), listen, join, cluster_id, tick_interval, election_tick,
+                   fsync, segment_size, snapshot_entries, compact_keep, request_timeout)
+
+    def __init__(self, path, node_id, peers, listen, join, cluster_id, tick_interval, election_tick, fsync,
+                 segment_size, snapshot_entries, compact_keep, request_timeout) -> None:
+        self.id = node_id
+        self.timeout = request_timeout
+        os.makedirs(path, exist_ok=True)
+        self.dir = os.path.abspath(path)
+        founders = None if join else sorted(peers)
+        self.storage = DiskStorage.open(os.path.join(path, "raft"), voters=founders, fsync=fsync,
+                                        segment_size=segment_size)
+        self.sm = ReplicatedLogStateMachine()
+        self.node = RaftNode(node_id, self.storage, self.sm, peers=peers, cluster_id=cluster_id,
+                             tick_interval=tick_interval, election_tick=election_tick,
+                             snapshot_entries=snapshot_entries, compact_keep=compact_keep,
+                             compact_bound=lambda: self.sm.lookup("deletion_bound"))
+        self.server = RpcServer(listen, max_workers=SERVER_WORKERS)
+        self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
+        self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
+        self.port = self.server.start()
+        self.address = self.server.address
+        self.node.start()
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    def _leader_error(self, exc: NotLeader) -> NotLeader:
+        lead = exc.leader or self.node.leader
+        addr = self.node.addresses.get(lead, "") if lead != self.id else self.address
+        where = f"leader {lead} at {addr}" if lead and addr else "leader unknown"
+        return NotLeader(f"replica {self.id} is not the leader ({where})", lead)
+
+    def _propose(self, cmd: bytes) -> tuple[int, Any]:
+        try:
+            return self.node.propose(cmd, timeout=self.timeout)
+        except NotLeader as exc:
+            raise self._leader_error(exc) from None
+
+    def _barrier(self, stale: bool) -> None:
+        if not stale:
+            try:
+                self.node.read_index(timeout=self.timeout)
+            except NotLeader as exc:
+                raise self._leader_error(exc) from None
+
+    # --- the log service operations ------------------------------------------------------------------
+
+    def append(self, client: int, seq: int, rtype: int, data: bytes) -> int:
+        if not 0 <= rtype < 1 << 32:
+            raise InvalidArgument(f"record type must be a u32, got {rtype}")
+        return self._propose(append_command(client, seq, rtype, data))[1]
+
+    def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
+        if first_lsn <= 0:
+            raise InvalidRange(f"read({first_lsn}): LSNs start at 1")
+        self._barrier(stale)
+        applied = self.node.applied
+        bound = self.sm.lookup("deletion_bound")
+        first = self.storage.first_index()
+        if first_lsn < first:
+            raise InvalidRange(f"read({first_lsn}): LSNs below {first} are truncated on this replica "
+                               f"(truncated LSN {self.sm.lookup('truncated_lsn')}, deletion bound {bound})")
+        if first_lsn > applied + 1:
+            raise InvalidRange(f"read({first_lsn}): beyond the end of the log (applied {applied})")
+        if first_lsn == applied + 1:
+            return [], first_lsn
+        dups = self.sm.duplicates
+        out: list[LogRecord] = []
+        nxt = first_lsn
+        while not out and nxt <= applied:  # a window of only internal entries: keep going, so an
+            try:                           # empty answer always means the end of the log
+                ents = self.storage.entries(nxt, applied + 1, min(max_size, MAX_READ_SIZE))
+            except CompactedError as exc:
+                raise InvalidRange(f"read({first_lsn}): {exc}") from None
+            for e in ents:
+                if e.type != M.ENTRY_NORMAL or e.index in dups:
+                    continue
+                a = parse_append(e.data)
+                if a is not None:
+                    out.append(LogRecord(e.index, a[2], a[3]))
+            nxt = ents[-1].index + 1
+        return out, nxt
+
+    def truncate(self, lsn: int) -> None:
+        self._propose(json_command("truncate", lsn=int(lsn)))
+
+    def get_tso_timestamp(self, count: int) -> int:
+        if not 1 <= count <= 1 << 32:
+            raise InvalidArgument(f"get_tso_timestamp(count): count must be in [1, 2**32], got {count}")
+        return self._propose(json_command("tso", count=int(count)))[1]
+
+    def lookup(self, query: str, stale: bool = False):
+        self._barrier(stale)
+        return self.sm.lookup(query)
+
+    def status(self) -> dict:
+        st = self.node.status()
+        st["address"] = self.address
+        st["dir"] = self.dir
+        st["readers"] = self.sm.lookup("readers")
+        st["truncated_lsn"] = self.sm.lookup("truncated_lsn")
+        return st
+
+    def close(self) -> None:
+        self.server.stop(grace=0.5)
+        self.node.stop()
+        self.storage.close()
+
+
+class _Servicer:
+    def __init__(self, svc: ReplicatedLogService) -> None:
+        self.s = svc
+
+    def Append(self, req, ctx):
+        return pb.RLsn(lsn=self.s.append(req.client, req.seq, req.type, req.data))
+
+    def Read(self, req, ctx):
+        recs, nxt = self.s.read(req.first_lsn, req.max_size or (1 << 20), req.stale)
+        return pb.RReadResponse(records=[pb.RRecord(lsn=r.lsn, type=r.type, data=r.data) for r in recs], next_lsn=nxt)
+
+    def Truncate(self, req, ctx):
+        self.s.truncate(req.lsn)
+        return pb.REmpty()
+
+    def GetTruncatedLsn(self, req, ctx):
+        return pb.RLsn(lsn=self.s.lookup("truncated_lsn"))
+
+    def GetLatestLsn(self, req, ctx):
+        return pb.RLsn(lsn=self.s.lookup("last_record"))
+
+    def GetFirstLsn(self, req, ctx):
+        return pb.RLsn(lsn=max(self.s.storage.first_index(), self.s.lookup("deletion_bound", stale=True) + 1))
+
+    def GetTsoTimestamp(self, req, ctx):
+        return pb.RLsn(lsn=self.s.get_tso_timestamp(req.count))
+
+    def RegisterReader(self, req, ctx):
+        self.s._propose(json_command("register", name=req.name, lsn=req.lsn))
+        return pb.REmpty()
+
+    def ReportReplayed(self, req, ctx):
+        self.s._propose(json_command("report", name=req.name, lsn=req.lsn))
+        return pb.REmpty()
+
+    def UnregisterReader(self, req, ctx):
+        self.s._propose(json_command("unregister", name=req.name))
+        return pb.REmpty()
+
+    def ChangeMembership(self, req, ctx):
+        if req.op not in (M.ADD_LEARNER, M.ADD_VOTER, M.REMOVE) or req.node_id == 0:
+            raise InvalidArgument(f"membership change: bad op {req.op} or node 0")
+        try:
+            idx = self.s.node.change_membership(ConfChange(req.op, req.node_id, req.address.encode()),
+                                                timeout=2 * self.s.timeout)
+        except NotLeader as exc:
+            raise self.s._leader_error(exc) from None
+        return pb.RLsn(lsn=idx)
+
+    def TransferLeader(self, req, ctx):
+        self.s.node.transfer_leader(req.lsn)
+        return pb.REmpty()
+
+    def Status(self, req, ctx):
+        return pb.RStatus(json=json.dumps(self.s.status(), sort_keys=True, default=str))
+
+
+__all__ = ["REPLICATED_SERVICE", "ReplicatedLogService", "USER_RECORD", "parse_peers"]

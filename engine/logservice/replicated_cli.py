@@ -1,0 +1,87 @@
+"""`logtide logservice serve --raft ...` (one replica of a replicated log service) and
+`logtide logservice status ADDR...` (each replica's role, term, commit and applied index, lag)."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+
+def add_serve_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--raft", action="store_true", help="serve one replica of a Raft-replicated log service")
+    s.add_argument("--id", type=int, help="(--raft) this replica's id, a key of --peers")
+    s.add_argument("--peers", help="(--raft) every founding replica: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT")
+    s.add_argument("--join", action="store_true",
+                   help="(--raft) a new replica: wait to be added by the leader instead of founding a group")
+    s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
+    s.add_argument("--election-tick", type=int, default=6,
+                   help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
+    s.add_argument("--snapshot-entries", type=int, default=20000,
+                   help="(--raft) applied entries between state machine snapshots (default %(default)s)")
+    s.add_argument("--compact-keep", type=int, default=5000,
+                   help="(--raft) entries kept below a snapshot for lagging followers (default %(default)s)")
+
+
+def register_status(cmds) -> None:
+    st = cmds.add_parser("status", help="print each replica's role, term, commit and applied index, and lag")
+    st.add_argument("addresses", nargs="+", metavar="ADDR", help="HOST:PORT of a replica (several allowed)")
+    st.add_argument("--json", action="store_true", help="one JSON object per replica")
+    st.set_defaults(func=status)
+
+
+def serve_raft(args: argparse.Namespace) -> int:
+    from logtide.engine.logservice.replicated import ReplicatedLogService, parse_peers
+    from logtide.errors import InvalidArgument
+    if args.id is None or not args.peers:
+        raise InvalidArgument("--raft needs --id and --peers")
+    peers = parse_peers(args.peers)
+    if args.id not in peers:
+        raise InvalidArgument(f"--id {args.id} is not one of --peers ({sorted(peers)})")
+    listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
+    svc = ReplicatedLogService.open(args.dir, args.id, peers, listen, join=args.join, tick_interval=args.tick,
+                                    election_tick=args.election_tick, fsync=args.fsync,
+                                    segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
+                                    compact_keep=args.compact_keep)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers})", flush=True)
+    try:
+        while not stop.wait(args.stats_interval if args.stats_interval > 0 else None):
+            s = svc.status()
+            print(f"logservice: replica {args.id} {s['role']} term {s['term']} leader {s['lead']} "
+                  f"commit {s['commit']} applied {s['applied']}", flush=True)
+    finally:
+        svc.close()
+        print("logservice: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from logtide.engine.logservice import replicated_pb2 as pb
+    from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+    from logtide.engine.rpc import connect
+    from logtide.errors import LogtideError
+    rows, failed = [], 0
+    for addr in args.addresses:
+        try:
+            c = connect(REPLICATED_SERVICE, addr, connect_timeout=3.0, timeout=3.0)
+            try:
+                rows.append((addr, json.loads(c.invoke("Status", pb.REmpty()).json)))
+            finally:
+                c.close()
+        except LogtideError as exc:
+            rows.append((addr, {"error": str(exc)}))
+            failed += 1
+    top = max((r.get("commit", 0) for _a, r in rows), default=0)
+    for addr, r in rows:
+        if args.json:
+            print(json.dumps({"address": addr, **r}, sort_keys=True))
+        elif "error" in r:
+            print(f"{addr}  unreachable: {r['error']}")
+        else:
+            print(f"{addr}  id {r['id']}  {r['role']:<13} term {r['term']}  leader {r['lead']}  "
+                  f"commit {r['commit']}  applied {r['applied']}  lag {top - r['applied']}")
+    return 1 if failed == len(rows) else 0

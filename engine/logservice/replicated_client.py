@@ -1,0 +1,174 @@
+"""ReplicatedLogServiceClient: the log service client API over a Raft group, following its leader.
+
+Each call goes to the replica believed to lead; a NotLeader answer (which names the leader's
+address), an unreachable replica or an RPC deadline moves it to the named leader or the next
+replica, with a short backoff, until the call's deadline. Appends are exactly-once: every thread
+has its own client id and numbers its appends, and a retry resends the same (id, seq), so the
+group stores it once and answers with the original LSN.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import threading
+import time
+from typing import Iterable
+
+import numpy as np
+
+from logtide.engine.logservice import replicated_pb2 as pb
+from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
+from logtide.engine.logservice.log_format import USER_RECORD
+from logtide.engine.logservice.record import LogRecord, data_prefix
+from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
+from logtide.engine.raft.channel import connect_replica
+from logtide.errors import InvalidArgument, LogServiceClosed, LogServiceError, RpcError
+
+_LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
+CALL_TIMEOUT = 2.0      # one RPC to one replica
+DEADLINE = 15.0         # a whole call, across leader changes (failover takes ~1-2 s by default)
+_ids = itertools.count(1)
+
+
+class NoLeaderError(LogServiceError, RaftTimeout):
+    """No replica led the group (or answered) before the call's deadline."""
+
+
+class ReplicatedLogServiceClient(LogServiceClient):
+    def __init__(self, addresses: str | Iterable[str], *, deadline: float = DEADLINE,
+                 call_timeout: float = CALL_TIMEOUT) -> None:
+        if isinstance(addresses, str):
+            addresses = [a.strip() for a in addresses.split(",") if a.strip()]
+        self.addresses = list(addresses)
+        if not self.addresses:
+            raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
+        self.deadline = deadline
+        self.call_timeout = call_timeout
+        self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
+        self._leader = self.addresses[0]
+        self._tls = threading.local()
+        self._base = random.getrandbits(40) << 20  # client ids: distinct across processes
+        self._closed = False
+
+    # --- leader following ------------------------------------------------------------------------------
+
+    def _next(self, addr: str) -> str:
+        i = self.addresses.index(addr) if addr in self.addresses else -1
+        return self.addresses[(i + 1) % len(self.addresses)]
+
+    def _call(self, name: str, req, deadline: float | None = None):
+        if self._closed:
+            raise LogServiceClosed("the log service client is closed")
+        end = time.monotonic() + (deadline or self.deadline)
+        backoff = 0.01
+        last: BaseException | None = None
+        while True:
+            addr = self._leader
+            try:
+                return self._clients[addr].invoke(name, req)
+            except NotLeader as exc:
+                last = exc
+                m = _LEADER_AT.search(str(exc))
+                hint = m.group(1) if m else None
+                self._leader = hint if hint in self._clients and hint != addr else self._next(addr)
+                if hint in self._clients and hint != addr:
+                    continue  # follow the named leader at once
+            except (RpcError, RaftTimeout, RaftStopped, ProposalDropped, LogServiceClosed) as exc:
+                last = exc
+                self._leader = self._next(addr)
+            if time.monotonic() >= end:
+                raise NoLeaderError(f"{name}: no leader answered within {deadline or self.deadline:g} s "
+                                    f"(last error: {last})") from last
+            time.sleep(backoff)
+            backoff = min(0.2, backoff * 2)
+
+    def _session(self) -> tuple[int, int]:
+        t = self._tls
+        if not hasattr(t, "client"):
+            t.client, t.seq = self._base + next(_ids), 0
+        t.seq += 1
+        return t.client, t.seq
+
+    # --- the log service API ---------------------------------------------------------------------------
+
+    def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
+        if isinstance(payload, LogRecord):
+            data, rtype = bytes(payload.data), payload.type
+        else:
+            if not isinstance(payload, (bytes, bytearray, memoryview)):
+                raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
+            data, rtype = data_prefix(replica_id) + bytes(payload), type
+        client, seq = self._session()
+        return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=data)).lsn
+
+    def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
+        lsns = [self.append(p, replica_id, type) for p in payloads]
+        if not lsns:
+            raise InvalidArgument("append_many needs at least one payload")
+        return lsns[0]
+
+    def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
+        r = self._call("Read", pb.RReadRequest(first_lsn=first_lsn, max_size=max_size, stale=stale))
+        return [LogRecord(x.lsn, x.type, x.data) for x in r.records], r.next_lsn
+
+    def read_batch(self, first_lsn: int, max_size: int) -> RecordBatch:
+        recs, nxt = self.read(first_lsn, max_size)
+        # LSNs of a replicated log have gaps (internal entries): a batch holds the dense run from first_lsn
+        run = []
+        for r in recs:
+            if r.lsn != first_lsn + len(run):
+                nxt = first_lsn + len(run) if run else r.lsn
+                break
+            run.append(r)
+        buf = b"".join(r.data for r in run)
+        lengths = np.array([len(r.data) for r in run], dtype=np.uint32)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.uint64)[:-1]]).astype(np.uint64) if run \
+            else np.empty(0, dtype=np.uint64)
+        return RecordBatch(first_lsn, np.array([r.type for r in run], dtype=np.uint32), offsets, lengths, buf, nxt)
+
+    def truncate(self, lsn: int) -> None:
+        self._call("Truncate", pb.RLsn(lsn=lsn))
+
+    def get_truncated_lsn(self) -> int:
+        return self._call("GetTruncatedLsn", pb.REmpty()).lsn
+
+    def get_latest_lsn(self) -> int:
+        return self._call("GetLatestLsn", pb.REmpty()).lsn
+
+    def get_first_lsn(self) -> int:
+        return self._call("GetFirstLsn", pb.REmpty()).lsn
+
+    def get_tso_timestamp(self, count: int) -> int:
+        return self._call("GetTsoTimestamp", pb.RTsoRequest(count=count)).lsn
+
+    def config(self) -> LogServiceConfig:
+        return LogServiceConfig(",".join(self.addresses), "always", 0, 0, 0.0)
+
+    def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
+        self._call("RegisterReader", pb.RReaderRequest(name=name, lsn=replayed_lsn))
+
+    def report_replayed(self, name: str, lsn: int) -> None:
+        self._call("ReportReplayed", pb.RReaderRequest(name=name, lsn=lsn))
+
+    def unregister_reader(self, name: str) -> None:
+        self._call("UnregisterReader", pb.RReaderRequest(name=name))
+
+    def readers(self) -> dict[str, int]:
+        import json
+        return json.loads(self._call("Status", pb.REmpty()).json).get("readers", {})
+
+    def status(self, address: str) -> dict:
+        """One replica's role, term, leader, commit, applied and last index (no leader needed)."""
+        import json
+        return json.loads(self._clients[address].invoke("Status", pb.REmpty()).json)
+
+    def change_membership(self, op: int, node_id: int, address: str = "") -> int:
+        return self._call("ChangeMembership", pb.RMembershipRequest(op=op, node_id=node_id, address=address),
+                          deadline=2 * self.deadline)
+
+    def close(self) -> None:
+        self._closed = True
+        for c in self._clients.values():
+            c.close()

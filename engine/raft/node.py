@@ -1,0 +1,352 @@
+"""RaftNode: one Raft replica inside a process: a RawNode, its DiskStorage, a RaftTransport and a
+state machine (engine/statemachine.py's RSM interface), driven by one thread.
+
+The thread is the only one that touches the core. Each turn it takes everything queued (messages,
+proposals, reads, membership changes), ticks on the wall clock, then runs the Ready loop:
+save(rd) to disk (fsync) -> advance -> send -> apply. Proposals queued while a Ready is being
+written go out together in the next one, so one fsync covers many appends (group commit).
+
+Every request carries a deadline and ends in a result or a typed error (NotLeader with the
+leader's id, ProposalDropped, RaftTimeout, RaftStopped).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from logtide.engine.raft import messages as M
+from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
+from logtide.engine.raft.messages import ConfChange, ConfState
+from logtide.engine.raft.progress import SNAPSHOT
+from logtide.engine.raft.raft import Config
+from logtide.engine.raft.raw_node import RawNode
+from logtide.engine.raft.transport import RaftTransport
+from logtide.engine.statemachine import Entry as SMEntry
+from logtide.engine.statemachine import StateMachine
+
+log = logging.getLogger("logtide.raft")
+
+TICK_INTERVAL = 0.1      # seconds per tick
+ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaigns
+HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
+SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
+COMPACT_KEEP = 5000      # entries kept below the snapshot, so a briefly lagging follower needs no snapshot
+
+
+class Future:
+    """The outcome of one request, set by the driver thread."""
+    __slots__ = ("_ev", "value", "error", "index", "term")
+
+    def __init__(self) -> None:
+        self._ev = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.index = 0
+        self.term = 0
+
+    def set(self, value: Any = None, error: BaseException | None = None) -> None:
+        if not self._ev.is_set():
+            self.value, self.error = value, error
+            self._ev.set()
+
+    def done(self) -> bool:
+        return self._ev.is_set()
+
+    def wait(self, timeout: float, what: str) -> Any:
+        if not self._ev.wait(timeout):
+            raise RaftTimeout(f"{what} did not finish within {timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class RaftNode:
+    def __init__(self, node_id: int, storage, sm: StateMachine, *, peers: dict[int, Any] | None = None,
+                 cluster_id: int = 1, tick_interval: float = TICK_INTERVAL, election_tick: int = ELECTION_TICK,
+                 heartbeat_tick: int = HEARTBEAT_TICK, snapshot_entries: int = SNAPSHOT_ENTRIES,
+                 compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None) -> None:
+        self.id = node_id
+        self.storage = storage
+        self.sm = sm
+        self.tick_interval = tick_interval
+        self.snapshot_entries = snapshot_entries
+        self.compact_keep = compact_keep
+        self.compact_bound = compact_bound  # () -> the highest index the application lets go of
+        snap = storage.snapshot()
+        applied = snap.meta.index
+        if snap.data:
+            sm.recover_from_snapshot(io.BytesIO(snap.data))
+        cfg = Config(node_id, election_tick=election_tick, heartbeat_tick=heartbeat_tick,
+                     seed=seed if seed is not None else int(time.time_ns() % (1 << 31)))
+        self.raw = RawNode(cfg, storage, applied=applied)
+        self.applied = applied
+        self.snapshot_index = applied
+        self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
+        self.addresses: dict[int, Any] = {}
+        for pid, target in (peers or {}).items():
+            if pid != node_id:
+                self.addresses[pid] = target
+                self.transport.set_peer(pid, target)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
+        self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
+        self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
+        self._seq = 0
+        self._status: dict = {}
+        self._stop = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"raft-node-{node_id}", daemon=True)
+        self._publish_status()  # a status request may come before the driver's first turn
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    def start(self) -> "RaftNode":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._inbox.put(("wake",))
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.transport.close()
+        err = RaftStopped(f"raft node {self.id} stopped")
+        for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+            f.set(error=err)
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise RaftStopped(f"raft node {self.id} failed: {self._failed!r}") from self._failed
+        if self._stop.is_set():
+            raise RaftStopped(f"raft node {self.id} is stopped")
+
+    # --- requests (any thread) -----------------------------------------------------------------------
+
+    def propose(self, cmd: bytes, timeout: float = 5.0) -> tuple[int, Any]:
+        """Replicate a command; returns (index, the state machine's result) once applied here."""
+        self._check()
+        f = Future()
+        self._inbox.put(("prop", bytes(cmd), f))
+        value = f.wait(timeout, f"proposal to raft node {self.id}")
+        return f.index, value
+
+    def read_index(self, timeout: float = 5.0) -> int:
+        """A linearizable read barrier: returns once this replica applied everything committed when
+        the call began (confirmed by a heartbeat quorum); then read the state machine."""
+        self._check()
+        f = Future()
+        self._inbox.put(("read", f))
+        return f.wait(timeout, f"read index on raft node {self.id}")
+
+    def change_membership(self, cc: ConfChange, timeout: float = 10.0) -> int:
+        self._check()
+        f = Future()
+        self._inbox.put(("conf", cc, f))
+        f.wait(timeout, f"membership change {cc} on raft node {self.id}")
+        return f.index
+
+    def transfer_leader(self, to: int) -> None:
+        self._check()
+        self._inbox.put(("transfer", to))
+
+    def status(self) -> dict:
+        """Role, term, leader, commit and applied index (and each follower's match on the leader)."""
+        st = dict(self._status)
+        st["applied"] = self.applied
+        return st
+
+    @property
+    def leader(self) -> int:
+        return self._status.get("lead", 0)
+
+    def is_leader(self) -> bool:
+        return self._status.get("role") == "leader"
+
+    # --- transport callbacks -----------------------------------------------------------------------
+
+    def _deliver(self, msgs) -> None:
+        self._inbox.put(("msgs", msgs))
+
+    def _unreachable(self, peer: int) -> None:
+        self._inbox.put(("unreachable", peer))
+
+    # --- the driver thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a disk failure: stop taking requests, keep the process up
+            self._failed = exc
+            log.exception("raft node %d stopped on an error", self.id)
+            err = RaftStopped(f"raft node {self.id} failed: {exc!r}")
+            for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+                f.set(error=err)
+
+    def _loop(self) -> None:
+        raw = self.raw
+        next_tick = time.monotonic() + self.tick_interval
+        self._publish_status()
+        while not self._stop.is_set():
+            wait = next_tick - time.monotonic()
+            items = []
+            try:
+                items.append(self._inbox.get(timeout=max(0.0, wait)) if wait > 0 else self._inbox.get_nowait())
+            except queue.Empty:
+                pass
+            while True:
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for item in items:
+                self._handle(item)
+            now = time.monotonic()
+            if now >= next_tick:
+                raw.tick()
+                next_tick += self.tick_interval
+                if next_tick < now:  # a long stall (slow disk): do not replay missed ticks in a burst
+                    next_tick = now + self.tick_interval
+            while raw.has_ready():
+                self._ready_once()
+            self._publish_status()
+
+    def _handle(self, item) -> None:
+        kind = item[0]
+        raw = self.raw
+        try:
+            if kind == "msgs":
+                for m in item[1]:
+                    try:
+                        raw.step(m)
+                    except RaftError as exc:
+                        log.warning("raft node %d: refused %r: %s", self.id, m, exc)
+            elif kind == "prop":
+                f = item[2]
+                try:
+                    f.index, f.term = raw.propose(item[1])
+                    self._pending[f.index] = f
+                except ProposalDropped as exc:
+                    f.set(error=exc)
+            elif kind == "read":
+                self._seq += 1
+                ctx = b"%d-%d" % (self.id, self._seq)
+                self._reads[ctx] = item[1]
+                raw.read_index(ctx)
+                if raw.raft.state not in (M.LEADER, M.FOLLOWER) or raw.raft.lead == 0:
+                    self._reads.pop(ctx)
+                    item[1].set(error=NotLeader(f"raft node {self.id} knows no leader to confirm a read", 0))
+            elif kind == "conf":
+                f = item[2]
+                try:
+                    f.index, f.term = raw.propose_conf_change(item[1])
+                    self._pending[f.index] = f
+                except ProposalDropped as exc:
+                    f.set(error=exc)
+            elif kind == "transfer":
+                raw.transfer_leader(item[1])
+            elif kind == "unreachable":
+                pr = raw.raft.prs.get(item[1])
+                if pr is not None:
+                    if pr.state == SNAPSHOT:  # the snapshot may have been lost with the stream
+                        raw.report_snapshot(item[1], False)
+                    raw.report_unreachable(item[1])
+        except RaftError as exc:
+            log.warning("raft node %d: %s: %s", self.id, kind, exc)
+
+    def _ready_once(self) -> None:
+        raw = self.raw
+        rd = raw.ready()
+        if rd.send_now:  # the leader's appends: replicated while its own write is under way
+            self.transport.send(rd.send_now)
+        self.storage.save(rd)  # durable before anything that depends on it leaves (the contract)
+        if rd.snapshot is not None:
+            self.sm.recover_from_snapshot(io.BytesIO(rd.snapshot.data))
+            self.applied = self.snapshot_index = rd.snapshot.meta.index
+        out = raw.advance(rd)
+        if out.messages:
+            self._send(out.messages)
+        for e in out.committed_entries:
+            self._apply(e)
+        for rs in out.read_states:
+            f = self._reads.pop(rs.context, None)
+            if f is not None:
+                self._read_wait.append((rs.index, f))
+        if self._read_wait:
+            still = []
+            for idx, f in self._read_wait:
+                if self.applied >= idx:
+                    f.set(idx)
+                else:
+                    still.append((idx, f))
+            self._read_wait = still
+        if rd.soft_state is not None and rd.soft_state.role != M.LEADER and self._reads:
+            err = NotLeader(f"raft node {self.id} lost leadership", rd.soft_state.lead)
+            for f in self._reads.values():
+                f.set(error=err)
+            self._reads.clear()
+        self._maybe_snapshot()
+
+    def _send(self, msgs) -> None:
+        # a snapshot counts as delivered when the follower answers it (APP_RESP); a failed stream
+        # reports it lost (see "unreachable"), so the leader retries
+        self.transport.send(msgs)
+
+    def _apply(self, e) -> None:
+        result: Any = None
+        error: BaseException | None = None
+        if e.type == M.ENTRY_CONF:
+            self._apply_conf(e)
+        elif e.data:
+            try:
+                result = self.sm.update(SMEntry(e.index, e.data))
+            except Exception as exc:  # a refused command (e.g. a bad truncate): the same on every replica
+                error = exc
+        self.applied = e.index
+        f = self._pending.pop(e.index, None)
+        if f is not None:
+            if f.term != e.term:
+                f.set(error=ProposalDropped(f"entry {e.index} was replaced by a new leader's entry; retry"))
+            else:
+                f.set(result, error)
+
+    def _apply_conf(self, e) -> None:
+        try:
+            cc = ConfChange.decode(e.data)
+        except RaftError:
+            return
+        if cc.node_id == self.id:
+            return
+        if cc.op == M.REMOVE:
+            self.addresses.pop(cc.node_id, None)
+            self.transport.remove_peer(cc.node_id)
+        elif cc.context:
+            target = cc.context.decode()
+            self.addresses[cc.node_id] = target
+            self.transport.set_peer(cc.node_id, target)
+
+    def _maybe_snapshot(self) -> None:
+        if self.applied - self.snapshot_index < self.snapshot_entries:
+            return
+        buf = io.BytesIO()
+        self.sm.save_snapshot(buf)
+        idx = self.applied
+        self.storage.create_snapshot(idx, self.raw.conf_at(idx), buf.getvalue())
+        upto = idx - self.compact_keep
+        if self.compact_bound is not None:
+            upto = min(upto, self.compact_bound())
+        if upto > 0:
+            self.storage.compact(upto)
+        self.raw.compacted()
+        self.snapshot_index = idx
+
+    def _publish_status(self) -> None:
+        st = self.raw.status()
+        st["addresses"] = {k: v for k, v in self.addresses.items() if isinstance(v, str)}
+        self._status = st
+
+    def conf(self) -> ConfState:
+        return self.raw.raft.conf

@@ -1,0 +1,459 @@
+"""Real processes: three `logtide logservice serve --raft` replicas on loopback, clients appending
+(and reading, and taking TSO ranges) concurrently while replicas are SIGKILLed (the leader, a
+follower, and all three at once, 21 rounds) or partitioned through loopback TCP proxies that
+blackhole traffic (the leader isolated; one follower split from the other two). Afterwards every acknowledged append is present exactly
+once, at the same LSN on every replica, no LSN ever held two records, and the recorded client
+history is linearizable (lincheck)."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from logtide.engine.logservice import connect_logservice
+from logtide.engine.logservice.replicated_client import NoLeaderError
+from logtide.engine.raft.lincheck import INF, UNKNOWN, LogModel, Operation, check_operations
+from logtide.errors import LogtideError
+
+LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
+TICK = "0.05"  # 0.5-1 s elections keep the rounds short; the defaults are 0.1 s x 10 ticks
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    def __init__(self, tmp_path, n=3, proxied=False, extra=()):
+        self.tmp = tmp_path
+        self.extra = list(extra)
+        self.ports = dict(zip(range(1, n + 1), free_ports(n)))
+        self.proxies = {}  # (i, j) -> the proxy replica i uses to reach replica j
+        if proxied:
+            from tcp_proxy import TcpProxy
+            self.proxies = {(i, j): TcpProxy(f"127.0.0.1:{self.ports[j]}") for i in self.ports for j in self.ports if i != j}
+        self.procs = {}
+        for i in self.ports:
+            self.start(i)
+
+    def peers_of(self, i):
+        return ",".join(f"{j}={self.proxies[(i, j)].address if (i, j) in self.proxies else '127.0.0.1:' + str(p)}"
+                        for j, p in self.ports.items())
+
+    def cut(self, side_a, side_b):
+        for a in side_a:
+            for b in side_b:
+                self.proxies[(a, b)].blackhole(True)
+                self.proxies[(b, a)].blackhole(True)
+
+    def heal(self):
+        for p in self.proxies.values():
+            p.blackhole(False)
+
+    def addr(self, i):
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def start(self, i):
+        log = open(self.tmp / f"replica{i}.log", "ab")
+        self.procs[i] = subprocess.Popen(
+            [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers_of(i),
+             "--listen", self.addr(i), "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0",
+             *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+
+    def kill(self, i):
+        p = self.procs.pop(i)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+
+    def status(self, i, timeout=0.5):
+        from logtide.engine.logservice import replicated_pb2 as pb
+        from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+        from logtide.engine.raft.channel import connect_replica
+        import json
+        c = connect_replica(REPLICATED_SERVICE, self.addr(i), timeout=timeout)
+        try:
+            return json.loads(c.invoke("Status", pb.REmpty()).json)
+        finally:
+            c.close()
+
+    def leader(self, deadline=30.0):
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            for i in list(self.procs):
+                try:
+                    if self.status(i).get("role") == "leader":
+                        return i
+                except LogtideError:
+                    pass
+            time.sleep(0.05)
+        raise AssertionError("no leader within the deadline")
+
+    def stop(self):
+        for p in self.proxies.values():
+            p.close()
+        for i in list(self.procs):
+            self.procs[i].send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+    def faults():
+        rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
+        for kind in rounds:
+            time.sleep(0.4)
+            lead = cluster.leader()
+            victims = {"leader": [lead], "follower": [next(i for i in cluster.procs if i != lead)],
+                       "all": list(cluster.procs)}[kind]
+            for v in victims:
+                cluster.kill(v)
+            time.sleep(0.2)
+            for v in victims:
+                cluster.start(v)
+
+    _run_and_verify(cluster, faults)
+
+
+def test_partitions_through_a_blackholing_proxy(tmp_path):
+    """Isolate the leader from both followers, then split one follower from the other two; each
+    partition lasts several election timeouts, twice."""
+    cluster = Cluster(tmp_path, proxied=True)
+
+    def faults():
+        for _ in range(2):
+            time.sleep(0.5)
+            lead = cluster.leader()
+            term = cluster.status(lead)["term"]
+            others = [i for i in cluster.ports if i != lead]
+            cluster.cut([lead], others)
+            end = time.monotonic() + 10
+            while not any(_role(cluster, i)[0] == "leader" and _role(cluster, i)[1] > term for i in others):
+                assert time.monotonic() < end, "the majority side elected no new leader"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert _role(cluster, lead)[0] != "leader", "the isolated leader did not step down (check-quorum)"
+            cluster.heal()
+            time.sleep(0.5)
+            lead = cluster.leader()
+            lone = next(i for i in cluster.ports if i != lead)
+            cluster.cut([lone], [i for i in cluster.ports if i != lone])
+            time.sleep(2.5)
+            cluster.heal()
+
+    try:
+        _run_and_verify(cluster, faults)
+    finally:
+        cluster.stop()
+
+
+def _role(cluster, i):
+    """(role, term) of replica i, ("down", 0) when it does not answer."""
+    try:
+        st = cluster.status(i)
+    except LogtideError:
+        return "down", 0
+    return st["role"], st["term"]
+
+
+def _run_and_verify(cluster, faults):
+    history = []  # [input, call, output, return]
+    lock = threading.Lock()
+    stop = threading.Event()
+    t0 = time.monotonic()
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+
+    def writer(w):
+        c = connect_logservice(addrs, deadline=8.0, call_timeout=1.0)
+        k = 0
+        while not stop.is_set():
+            payload = b"w%d-%d" % (w, k)
+            k += 1
+            op = [("append", payload), time.monotonic() - t0, UNKNOWN, INF]
+            with lock:
+                history.append(op)
+            try:
+                lsn = c.append(payload)
+                op[2], op[3] = lsn, time.monotonic() - t0
+            except NoLeaderError:
+                pass  # timed out: may or may not have taken effect
+        c.close()
+
+    def other():
+        c = connect_logservice(addrs, deadline=8.0, call_timeout=1.0)
+        while not stop.is_set():
+            for kind in ("read", "tso"):
+                op = [("read", 1) if kind == "read" else ("tso", 3), time.monotonic() - t0, UNKNOWN, INF]
+                with lock:
+                    history.append(op)
+                try:
+                    if kind == "read":
+                        recs, _n = c.read(1, 8 << 20)
+                        out = tuple((r.lsn, r.payload) for r in recs)
+                    else:
+                        out = c.get_tso_timestamp(3)
+                    op[2], op[3] = out, time.monotonic() - t0
+                except NoLeaderError:
+                    pass
+            time.sleep(0.05)
+        c.close()
+
+    cluster.leader()
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)] + [threading.Thread(target=other)]
+    for t in threads:
+        t.start()
+    try:
+        faults()
+        cluster.leader()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+
+    acked = {op[0][1]: op[2] for op in history if op[0][0] == "append" and op[2] is not UNKNOWN}
+    assert len(acked) > 50, f"only {len(acked)} appends were acknowledged"
+    # every replica converges on the same log
+    lead = cluster.leader()
+    target = cluster.status(lead)["commit"]
+    logs = {}
+    for i in cluster.ports:
+        end = time.monotonic() + 30
+        while cluster.status(i, timeout=2)["applied"] < target and time.monotonic() < end:
+            time.sleep(0.05)
+        c = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
+        recs, nxt = [], 1
+        while True:
+            got, nxt2 = c.read(nxt, 8 << 20, stale=True)
+            recs += got
+            if nxt2 == nxt:
+                break
+            nxt = nxt2
+        c.close()
+        logs[i] = [(r.lsn, r.payload) for r in recs if r.lsn <= target]
+    assert logs[1] == logs[2] == logs[3], "replicas disagree about the log"
+    by_payload = {}
+    for lsn, payload in logs[1]:
+        assert payload not in by_payload, f"{payload!r} stored twice (LSNs {by_payload[payload]} and {lsn})"
+        by_payload[payload] = lsn
+    for payload, lsn in acked.items():
+        assert by_payload.get(payload) == lsn, f"acknowledged {payload!r} at LSN {lsn}, log has {by_payload.get(payload)}"
+    ops = [Operation(0, i, c, o, r) for i, c, o, r in history]
+    res = check_operations(LogModel(), ops)
+    assert res.ok, f"the client history is not linearizable (longest prefix {len(res.partial)} ops)"
+
+
+def test_fourth_replica_joins_is_promoted_and_an_old_one_is_removed_under_load(tmp_path):
+    from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE
+    cluster = Cluster(tmp_path)
+    port4 = free_ports(1)[0]
+    cluster.ports[4] = port4
+    peers4 = ",".join(f"{i}=127.0.0.1:{p}" for i, p in cluster.ports.items())
+    log4 = open(tmp_path / "replica4.log", "ab")
+    cluster.procs[4] = subprocess.Popen(
+        [LOGTIDE, "logservice", "serve", "--raft", "--join", "--id", "4", "--peers", peers4,
+         "--dir", str(tmp_path / "r4"), "--tick", TICK, "--stats-interval", "0"],
+        stdout=log4, stderr=subprocess.STDOUT, cwd=tmp_path)
+    addrs = ",".join(cluster.addr(i) for i in (1, 2, 3))
+    admin = connect_logservice(addrs, deadline=20.0)
+    stop = threading.Event()
+    acked = {}
+
+    def writer(w):
+        c = connect_logservice(addrs + "," + cluster.addr(4), deadline=10.0, call_timeout=1.0)
+        k = 0
+        while not stop.is_set():
+            try:
+                acked[b"m%d-%d" % (w, k)] = c.append(b"m%d-%d" % (w, k))
+            except NoLeaderError:
+                pass
+            k += 1
+        c.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    try:
+        cluster.leader()
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        admin.change_membership(ADD_LEARNER, 4, cluster.addr(4))
+        end = time.monotonic() + 30
+        while True:  # the learner catches up before it may vote
+            lead = cluster.leader()
+            if cluster.status(4)["applied"] >= cluster.status(lead)["commit"] - 10:
+                break
+            assert time.monotonic() < end, "the learner did not catch up"
+            time.sleep(0.05)
+        assert cluster.status(4)["role"] == "follower" and 4 in cluster.status(lead)["learners"]
+        admin.change_membership(ADD_VOTER, 4)
+        victim = next(i for i in (1, 2, 3) if i != cluster.leader())
+        admin.change_membership(REMOVE, victim)
+        time.sleep(0.5)
+        cluster.kill(victim)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    try:
+        lead = cluster.leader()
+        st = cluster.status(lead)
+        assert sorted(st["voters"]) == sorted({1, 2, 3, 4} - {victim})
+        target = st["commit"]
+        logs = {}
+        for i in st["voters"]:
+            end = time.monotonic() + 30
+            while cluster.status(i)["applied"] < target and time.monotonic() < end:
+                time.sleep(0.05)
+            c = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
+            recs, _n = c.read(1, 8 << 20, stale=True)
+            c.close()
+            logs[i] = [(r.lsn, r.payload) for r in recs if r.lsn <= target]
+        first = logs[st["voters"][0]]
+        assert all(v == first for v in logs.values())
+        got = dict((p, l) for l, p in first)
+        assert len(got) == len(first) and len(acked) > 20
+        assert all(got.get(p) == l for p, l in acked.items())
+    finally:
+        admin.close()
+        cluster.stop()
+
+
+def test_a_replica_down_past_compaction_catches_up_through_a_snapshot(tmp_path):
+    cluster = Cluster(tmp_path, extra=["--snapshot-entries", "50", "--compact-keep", "5",
+                                       "--segment-size", "4096"])
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    c = connect_logservice(addrs, deadline=20.0)
+    try:
+        cluster.leader()
+        for k in range(20):
+            c.append(b"early-%d" % k)
+        lead = cluster.leader()
+        down = next(i for i in cluster.ports if i != lead)
+        cluster.kill(down)
+        lsns = [c.append(b"later-%d" % k) for k in range(300)]
+        c.truncate(lsns[250])  # the log may now be compacted up to here on every live replica
+        for k in range(60):
+            c.append(b"more-%d" % k)
+        lead = cluster.leader()
+        first = cluster.status(lead)["first_index"]
+        assert first > 25, f"the leader did not compact its log (first index {first})"
+        cluster.start(down)
+        end = time.monotonic() + 30
+        target = cluster.status(lead)["commit"]
+        while True:
+            try:
+                st = cluster.status(down)
+                if st["applied"] >= target:
+                    break
+            except LogtideError:
+                pass
+            assert time.monotonic() < end, "the restarted replica did not catch up"
+            time.sleep(0.05)
+        assert st["first_index"] > 25  # it starts from the snapshot, not from entry 1
+        r = connect_logservice(cluster.addr(down) + ",", deadline=10.0)
+        recs, _n = r.read(st["first_index"], 8 << 20, stale=True)
+        r.close()
+        assert recs[-1].payload == b"more-59"
+        assert [x.lsn for x in recs] == [x.lsn for x in c.read(st["first_index"], 8 << 20)[0]]
+        assert c.get_truncated_lsn() == lsns[250]
+    finally:
+        c.close()
+        cluster.stop()
+
+
+def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
+    """Malformed messages, non-members, forged senders, stale terms and CRC failures on the wire go
+    to a live replica: each is refused with a logged reason, no replica crashes, nothing wrong commits."""
+    from logtide.engine.raft import messages as M
+    from logtide.engine.raft import raft_pb2 as rpb
+    from logtide.engine.raft.messages import Entry, Message
+    from logtide.engine.raft.transport import RAFT_SERVICE
+    from logtide.engine.raft.wire import encode_message
+    from logtide.engine.rpc import connect
+
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    c = connect_logservice(addrs, deadline=20.0)
+    before = [c.append(b"ok-%d" % k) for k in range(5)]
+    lead = cluster.leader()
+    victim = next(i for i in cluster.ports if i != lead)
+    term = cluster.status(lead)["term"]
+    last = cluster.status(victim)["last_index"]
+    evil = Entry(term, last + 1, M.ENTRY_NORMAL, b"A" + b"\0" * 20 + b"evil")
+    app = encode_message(Message(M.APP, to=victim, frm=lead, term=term, index=last, log_term=term, entries=[evil],
+                                 commit=last + 1))
+    broken = rpb.RaftMessage()
+    broken.CopyFrom(app)
+    broken.entries[0].data = b"A" + b"\0" * 20 + b"EVIL"           # CRC no longer matches
+    unknown = rpb.RaftMessage()
+    unknown.CopyFrom(app)
+    unknown.type = 99
+    stale = encode_message(Message(M.APP, to=victim, frm=lead, term=1, index=last, log_term=1,
+                                   entries=[Entry(1, last + 1, 0, b"stale")], commit=last + 1))
+    batches = [
+        rpb.RaftBatch(cluster=99, frm=lead, messages=[app]),          # another group
+        rpb.RaftBatch(cluster=1, frm=42, messages=[app]),             # not a member
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[broken]),        # CRC fails on the wire
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[unknown]),       # malformed
+        rpb.RaftBatch(cluster=1, frm=next(i for i in cluster.ports if i not in (lead, victim)),
+                      messages=[app]),                                  # forged sender
+        rpb.RaftBatch(cluster=1, frm=lead, messages=[stale]),         # a stale term
+    ]
+    raft = connect(RAFT_SERVICE, cluster.addr(victim), timeout=10)
+    for b in batches:
+        raft.Send(b)
+    raft.close()
+    time.sleep(0.5)
+    after = [c.append(b"ok2-%d" % k) for k in range(5)]
+    assert all(p.poll() is None for p in cluster.procs.values()), "a replica crashed on bad input"
+    for i in cluster.ports:
+        r = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
+        end = time.monotonic() + 10
+        while cluster.status(i)["applied"] < after[-1] and time.monotonic() < end:
+            time.sleep(0.05)
+        recs, _n = r.read(1, 8 << 20, stale=True)
+        r.close()
+        payloads = [x.payload for x in recs]
+        assert b"evil" not in b"".join(payloads) and b"EVIL" not in b"".join(payloads) and b"stale" not in payloads
+        assert [x.lsn for x in recs if x.payload.startswith(b"ok")] == before + after
+    log = (cluster.tmp / f"replica{victim}.log").read_text()
+    for reason in ("group 99", "node 42", "failed its CRC", "unknown Raft message type", "claiming node"):
+        assert reason in log, f"no logged reason containing {reason!r}"
+    c.close()
+
+
+def test_status_command_prints_every_replica(cluster):
+    cluster.leader()
+    out = subprocess.run([LOGTIDE, "logservice", "status", *(cluster.addr(i) for i in cluster.ports), "127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60, cwd=cluster.tmp)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0 and len(lines) == 4, out.stdout + out.stderr
+    assert all("term" in l and "commit" in l and "applied" in l and "lag" in l for l in lines[:3])
+    assert "unreachable" in lines[3]
+    import json
+    out = subprocess.run([LOGTIDE, "logservice", "status", "--json", *(cluster.addr(i) for i in cluster.ports)],
+                         capture_output=True, text=True, timeout=60, cwd=cluster.tmp)
+    rows = [json.loads(l) for l in out.stdout.splitlines()]
+    assert [r["role"] for r in rows].count("leader") == 1 and {r["id"] for r in rows} == {1, 2, 3}

@@ -1,0 +1,279 @@
+"""The Raft core, feature by feature, on real RawNodes over a lock-step network (tests/raft_harness.py)."""
+import os
+import sys
+
+import pytest
+
+from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE, ConfChange, Entry, MemoryStorage, Message
+from logtide.engine.raft import messages as M
+from logtide.engine.raft.errors import MalformedMessage, NotLeader, ProposalDropped, ReadyOutstanding, UnknownPeer
+from logtide.engine.raft.messages import Snapshot, SnapshotMeta, ConfState
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from raft_harness import Net  # noqa: E402
+
+
+def test_elects_one_leader_and_replicates_in_order():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    terms = {n.raft.term for n in net.nodes.values()}
+    assert len(terms) == 1 and sum(n.raft.state == M.LEADER for n in net.nodes.values()) == 1
+    for k in range(20):
+        net.nodes[lead].propose(b"cmd%d" % k)
+    net.settle()
+    want = [b"cmd%d" % k for k in range(20)]
+    assert all(net.data(i) == want for i in net.nodes)
+    idx = [[e.index for e in net.applied[i]] for i in net.nodes]
+    assert idx[0] == idx[1] == idx[2] == list(range(1, idx[0][-1] + 1))
+
+
+def test_ready_contract_nothing_leaves_before_advance():
+    st = MemoryStorage.bootstrap([1])
+    net = Net([1])
+    n = net.add(1, st)
+    n.campaign()
+    rd = n.ready()
+    assert not hasattr(rd, "messages") and not hasattr(rd, "committed_entries")
+    assert rd.must_sync and rd.hard_state is not None and rd.hard_state.vote == 1
+    with pytest.raises(ReadyOutstanding):
+        n.tick()
+    with pytest.raises(ReadyOutstanding):
+        n.propose(b"x")
+    with pytest.raises(ReadyOutstanding):
+        n.ready()
+    st.set_hard_state(rd.hard_state)
+    st.append(rd.entries)
+    n.advance(rd)
+    # a single-voter leader: its proposal commits only once the driver says it is durable
+    index, term = n.propose(b"payload")
+    rd = n.ready()
+    assert [e.data for e in rd.entries][-1] == b"payload"
+    assert n.raft.log.committed < index
+    st.append(rd.entries)
+    out = n.advance(rd)
+    assert n.raft.log.committed >= index
+    assert out.committed_entries[-1].index == index and out.committed_entries[-1].term == term
+    with pytest.raises(ReadyOutstanding):
+        n.advance(rd)  # a Ready is advanced exactly once
+
+
+def test_votes_are_sent_only_after_the_vote_is_in_the_ready():
+    net = Net([1, 2, 3])
+    n2 = net.nodes[2]
+    n2.step(Message(M.VOTE, to=2, frm=1, term=5, index=99, log_term=4))
+    rd = n2.ready()
+    assert rd.hard_state.term == 5 and rd.hard_state.vote == 1 and rd.must_sync
+    net.stores[2].set_hard_state(rd.hard_state)
+    out = n2.advance(rd)
+    assert [(m.type, m.to, m.reject) for m in out.messages] == [(M.VOTE_RESP, 1, False)]
+    # after a restart from storage the vote is still there: node 2 refuses a second candidate
+    n2 = net.restart(2)
+    n2.step(Message(M.VOTE, to=2, frm=3, term=5, index=99, log_term=4))
+    rd = n2.ready()
+    out = n2.advance(rd)
+    assert [(m.type, m.reject) for m in out.messages] == [(M.VOTE_RESP, True)]
+
+
+def test_prevote_keeps_a_partitioned_node_from_raising_terms():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    term = net.nodes[lead].raft.term
+    other = next(i for i in net.nodes if i != lead)
+    net.isolate(other)
+    net.tick(60)
+    assert net.nodes[other].raft.term == term  # pre-votes failed, the term never moved
+    net.heal()
+    net.tick(5)
+    assert net.leader() == lead and net.nodes[lead].raft.term == term
+
+
+def test_check_quorum_deposes_an_isolated_leader_and_lease_ignores_disruptors():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    net.isolate(lead)
+    net.tick(40)
+    assert net.nodes[lead].raft.state != M.LEADER  # stepped down: no quorum heard from
+    new = net.leader()
+    assert new and new != lead
+    # a vote request of a higher term, without transfer, is ignored inside the leader lease
+    follower = next(i for i in net.nodes if i not in (new, lead))
+    before = net.nodes[follower].raft.term
+    net.nodes[follower].step(Message(M.VOTE, to=follower, frm=lead, term=before + 5, index=1000, log_term=1000))
+    assert net.nodes[follower].raft.term == before
+    net.heal()
+    net.tick(5)
+    assert net.leader() == new
+
+
+def test_read_index_needs_a_quorum():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    net.nodes[lead].propose(b"w")
+    net.settle()
+    commit = net.nodes[lead].raft.log.committed
+    net.nodes[lead].read_index(b"ctx-1")
+    net.settle()
+    assert [(r.index, r.context) for r in net.read_states[lead]] == [(commit, b"ctx-1")]
+    follower = next(i for i in net.nodes if i != lead)
+    net.nodes[follower].read_index(b"ctx-2")
+    net.settle()
+    assert [(r.index, r.context) for r in net.read_states[follower]] == [(commit, b"ctx-2")]
+    # a leader cut off from everyone cannot confirm it still leads: no read comes out
+    net.isolate(lead)
+    net.nodes[lead].read_index(b"ctx-3")
+    net.settle()
+    assert [r.context for r in net.read_states[lead]] == [b"ctx-1"]
+
+
+def test_leadership_transfer():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    target = next(i for i in net.nodes if i != lead)
+    term = net.nodes[lead].raft.term
+    net.nodes[lead].transfer_leader(target)
+    net.settle()
+    assert net.leader() == target and net.nodes[target].raft.term == term + 1
+    with pytest.raises(NotLeader) as ei:
+        net.nodes[lead].propose(b"x")
+    assert ei.value.leader == target
+
+
+def test_learner_joins_is_promoted_then_an_old_member_is_removed():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    for k in range(10):
+        net.nodes[lead].propose(b"a%d" % k)
+    net.settle()
+    net.add(4, MemoryStorage())
+    net.nodes[lead].propose_conf_change(ConfChange(ADD_LEARNER, 4))
+    with pytest.raises(ProposalDropped):  # one change at a time
+        net.nodes[lead].propose_conf_change(ConfChange(ADD_VOTER, 4))
+    net.settle()
+    assert net.nodes[4].raft.conf.learners == {4} and net.data(4) == net.data(lead)
+    assert 4 not in net.nodes[lead].raft.conf.voters
+    net.tick(30, only={4})  # a learner never campaigns
+    assert net.nodes[4].raft.state == M.FOLLOWER and net.nodes[4].raft.term == net.nodes[lead].raft.term
+    net.nodes[lead].propose_conf_change(ConfChange(ADD_VOTER, 4))
+    net.settle()
+    assert net.nodes[lead].raft.conf.voters == {1, 2, 3, 4}
+    victim = next(i for i in (1, 2, 3) if i != lead)
+    net.nodes[lead].propose_conf_change(ConfChange(REMOVE, victim))
+    net.settle()
+    for i in net.nodes:
+        if i != victim:
+            assert net.nodes[i].raft.conf.voters == {1, 2, 3, 4} - {victim}
+    del net.nodes[victim]
+    net.nodes[lead].propose(b"after")
+    net.settle()
+    assert net.data(4)[-1] == b"after"
+
+
+def test_leader_removing_itself_steps_down():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    net.nodes[lead].propose_conf_change(ConfChange(REMOVE, lead))
+    net.settle()
+    assert net.nodes[lead].raft.state == M.FOLLOWER
+    del net.nodes[lead]
+    new = net.elect()
+    assert new != lead and net.nodes[new].raft.conf.voters == {1, 2, 3} - {lead}
+
+
+def test_lagging_follower_catches_up_through_a_snapshot():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    lag = next(i for i in net.nodes if i != lead)
+    net.isolate(lag)
+    for k in range(30):
+        net.nodes[lead].propose(b"s%d" % k)
+    net.settle()
+    # every live node snapshots its state machine and compacts its log
+    for i in net.nodes:
+        if i == lag:
+            continue
+        applied = net.applied[i][-1].index
+        st = net.stores[i]
+        st.create_snapshot(applied, net.nodes[i].conf_at(applied), b"|".join(net.data(i)))
+        st.compact(applied)
+        net.nodes[i].compacted()
+    net.heal()
+    net.tick(3)
+    snaps = [m for m in net.sent if m.type == M.SNAP and m.to == lag]
+    assert snaps and net.stores[lag].snapshot().data == b"|".join(net.data(lead))
+    net.nodes[lead].propose(b"tail")
+    net.settle()
+    assert net.applied[lag][-1].data == b"tail"
+    assert net.nodes[lag].raft.log.committed == net.nodes[lead].raft.log.committed
+
+
+def test_malformed_and_foreign_messages_are_refused_without_change():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    f = next(i for i in net.nodes if i != lead)
+    n = net.nodes[f]
+    term, last, commit = n.raft.term, n.raft.log.last_index(), n.raft.log.committed
+    bad = [
+        (Message(99, to=f, frm=lead, term=term), MalformedMessage),
+        (Message(M.HUP, to=f, frm=lead, term=term), MalformedMessage),
+        (Message(M.APP, to=f, frm=lead, term=-1), MalformedMessage),
+        (Message(M.APP, to=f, frm=lead, term=term, index=last, log_term=term,
+                 entries=[Entry(term, last + 5, 0, b"gap")]), MalformedMessage),
+        (Message(M.APP, to=f, frm=lead, term=term, index=last, log_term=term,
+                 entries=[Entry(term + 3, last + 1, 0, b"future")]), MalformedMessage),
+        (Message(M.APP, to=f, frm=lead, term=term, index=last, log_term=term,
+                 entries=[Entry(term, last + 1, 7, b"type")]), MalformedMessage),
+        (Message(M.SNAP, to=f, frm=lead, term=term, snapshot=Snapshot(SnapshotMeta(0, 0, ConfState()))),
+         MalformedMessage),
+        (Message(M.HEARTBEAT, to=f, frm=0, term=term), UnknownPeer),
+        (Message(M.HEARTBEAT, to=f + 10, frm=lead, term=term), UnknownPeer),
+        (Message(M.HEARTBEAT, to=f, frm=lead, term=term, commit="1"), MalformedMessage),
+    ]
+    for m, err in bad:
+        with pytest.raises(err):
+            n.step(m)
+    assert (n.raft.term, n.raft.log.last_index(), n.raft.log.committed) == (term, last, commit)
+    assert not n.raft.msgs
+    # a message from a node that is not a member changes nothing either
+    n.step(Message(M.APP_RESP, to=f, frm=42, term=term, index=10**6))
+    assert (n.raft.term, n.raft.log.last_index()) == (term, last)
+
+
+def test_stale_term_messages_are_answered_with_the_current_term():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    f = next(i for i in net.nodes if i != lead)
+    n = net.nodes[f]
+    # a leader from an older term that comes back is told the new term and steps down
+    old = net.nodes[lead]
+    net.isolate(lead)
+    net.tick(40)
+    new = net.leader()
+    assert new != lead
+    net.heal()
+    old.step(Message(M.HEARTBEAT, to=lead, frm=new, term=net.nodes[new].raft.term))
+    assert old.raft.state == M.FOLLOWER and old.raft.term == net.nodes[new].raft.term
+    # and a message of a term below ours changes nothing
+    before = (n.raft.term, n.raft.log.last_index(), n.raft.lead)
+    n.step(Message(M.APP, to=f, frm=lead, term=1, index=n.raft.log.last_index(), log_term=1,
+                   entries=[Entry(1, n.raft.log.last_index() + 1, 0, b"stale")]))
+    assert (n.raft.term, n.raft.log.last_index(), n.raft.lead) == before
+
+
+def test_conflicting_uncommitted_entries_are_replaced():
+    net = Net([1, 2, 3])
+    lead = net.elect()
+    net.isolate(lead)
+    for k in range(3):
+        net.nodes[lead].propose(b"lost%d" % k)  # never reach a majority
+    net.settle()
+    net.tick(40)
+    new = net.leader()
+    assert new != lead
+    net.nodes[new].propose(b"kept")
+    net.settle()
+    net.heal()
+    net.tick(5)
+    for i in net.nodes:
+        assert b"kept" in net.data(i) and not any(d.startswith(b"lost") for d in net.data(i))
+    logs = [[(e.index, e.term) for e in net.stores[i].ents[1:]] for i in net.nodes]
+    assert logs[0] == logs[1] == logs[2]

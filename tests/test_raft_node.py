@@ -1,0 +1,256 @@
+"""RaftNode: three replicas with DiskStorage over real gRPC on 127.0.0.1, driven by their threads:
+replication, ReadIndex, leader loss, restart from disk, snapshot catch-up, membership and transfer."""
+import json
+import threading
+import time
+
+import pytest
+
+from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE, ConfChange
+from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftTimeout
+from logtide.engine.raft.node import RaftNode
+from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.rpc import RpcServer
+from logtide.engine.statemachine import StateMachine
+
+
+class ListMachine(StateMachine):
+    """Appends each command to a list; update returns the list's length."""
+
+    def __init__(self):
+        self.items, self.index = [], 0
+
+    def update(self, entry):
+        self.items.append(entry.cmd)
+        self.index = entry.index
+        return len(self.items)
+
+    def lookup(self, query):
+        return list(self.items)
+
+    def save_snapshot(self, out):
+        out.write(json.dumps({"items": [i.decode() for i in self.items], "index": self.index}).encode())
+        return self.index
+
+    def recover_from_snapshot(self, src):
+        s = json.loads(src.read())
+        self.items, self.index = [i.encode() for i in s["items"]], s["index"]
+        return self.index
+
+    def close(self):
+        pass
+
+
+class Group:
+    def __init__(self, tmp_path, ids=(1, 2, 3), **kw):
+        self.tmp, self.kw = tmp_path, kw
+        self.servers, self.nodes, self.sms, self.ports = {}, {}, {}, {}
+        for i in ids:
+            s = RpcServer("127.0.0.1:0")
+            self.ports[i] = None
+            self.servers[i] = s
+        self.founders = list(ids)
+        for i in ids:
+            self.start(i, founding=True)
+
+    def addr(self, i):
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def start(self, i, founding=False, peers=None):
+        sm = ListMachine()
+        st = DiskStorage.open(self.tmp / f"n{i}", voters=self.founders if founding else None)
+        server = self.servers.get(i)
+        if server is None or self.ports.get(i) is not None:
+            server = RpcServer(f"127.0.0.1:{self.ports.get(i) or 0}")
+            self.servers[i] = server
+        node = RaftNode(i, st, sm, tick_interval=0.02, election_tick=10, seed=i, **self.kw)
+        server.add_service(RAFT_SERVICE, node.transport.servicer)
+        self.ports[i] = server.start()
+        self.nodes[i], self.sms[i] = node, sm
+        return node
+
+    def wire(self):
+        for i, n in self.nodes.items():
+            for j in self.nodes:
+                if j != i:
+                    n.addresses[j] = self.addr(j)
+                    n.transport.set_peer(j, self.addr(j))
+
+    def run(self):
+        self.wire()
+        for n in self.nodes.values():
+            n.start()
+        return self
+
+    def kill(self, i):
+        self.nodes[i].stop()
+        self.servers[i].stop(0)
+        self.nodes[i].storage.close()
+        del self.nodes[i]
+
+    def leader(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ls = [i for i, n in self.nodes.items() if n.is_leader()]
+            if len(ls) == 1:
+                return ls[0]
+            time.sleep(0.01)
+        raise AssertionError("no single leader")
+
+    def propose(self, cmd, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            lead = self.leader(max(0.1, deadline - time.monotonic()))
+            try:
+                return self.nodes[lead].propose(cmd, timeout=2.0)
+            except (NotLeader, ProposalDropped, RaftTimeout):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def converge(self, n_items, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(len(sm.items) >= n_items for i, sm in self.sms.items() if i in self.nodes):
+                return
+            time.sleep(0.01)
+        raise AssertionError({i: len(sm.items) for i, sm in self.sms.items()})
+
+    def close(self):
+        for i in list(self.nodes):
+            self.kill(i)
+        for s in self.servers.values():
+            s.stop(0)
+
+
+@pytest.fixture
+def group(tmp_path):
+    g = Group(tmp_path).run()
+    yield g
+    g.close()
+
+
+def test_concurrent_proposals_replicate_in_one_order(group):
+    results = []
+
+    def client(c):
+        for k in range(20):
+            results.append(group.propose(b"c%d-%d" % (c, k)))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    group.converge(80)
+    items = [sm.items for sm in group.sms.values()]
+    assert items[0] == items[1] == items[2] and sorted(items[0]) == sorted(b"c%d-%d" % (c, k) for c in range(4) for k in range(20))
+    assert sorted(r[1] for r in results) == list(range(1, 81))  # each acknowledged once, at its place
+
+
+def test_read_index_sees_every_acknowledged_write(group):
+    for k in range(10):
+        last, _ = group.propose(b"w%d" % k)
+    follower = next(i for i in group.nodes if not group.nodes[i].is_leader())
+    idx = group.nodes[follower].read_index(timeout=5)
+    assert idx >= last and group.sms[follower].items[-1] == b"w9"
+
+
+def test_leader_loss_restart_from_disk_and_snapshot_catch_up(tmp_path):
+    g = Group(tmp_path, snapshot_entries=30, compact_keep=5).run()
+    try:
+        for k in range(20):
+            g.propose(b"a%d" % k)
+        old = g.leader()
+        g.kill(old)
+        for k in range(60):  # the survivors snapshot and compact past what `old` has
+            g.propose(b"b%d" % k)
+        assert g.leader() != old
+        g.start(old)
+        g.wire()
+        g.nodes[old].start()
+        g.propose(b"tail")
+        g.converge(81)
+        assert g.sms[old].items == g.sms[g.leader()].items
+        assert g.nodes[old].storage.snapshot().meta.index > 20  # it came back through a snapshot
+    finally:
+        g.close()
+
+
+def test_learner_added_promoted_and_old_member_removed_under_load(tmp_path):
+    g = Group(tmp_path).run()
+    stop = threading.Event()
+    acked = []
+
+    def load():
+        k = 0
+        while not stop.is_set():
+            try:
+                acked.append(g.propose(b"l%d" % k, timeout=5)[0])
+                k += 1
+            except (NotLeader, ProposalDropped, RaftTimeout):
+                pass
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        _membership_changes(g, stop, t, acked)
+    finally:
+        stop.set()
+        t.join()
+        g.close()
+
+
+def _change(g, cc, timeout=20.0):
+    """Propose a membership change on the current leader, retrying while leadership moves (a new
+    leader refuses changes until it committed an entry of its term)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return g.nodes[g.leader()].change_membership(cc, timeout=5)
+        except (NotLeader, ProposalDropped, RaftTimeout):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _membership_changes(g, stop, t, acked):
+    try:
+        time.sleep(0.3)
+        g.start(4)
+        for j in (1, 2, 3):  # the new member is told where the group is; the group learns of it by the change
+            g.nodes[4].addresses[j] = g.addr(j)
+            g.nodes[4].transport.set_peer(j, g.addr(j))
+        g.nodes[4].start()
+        _change(g, ConfChange(ADD_LEARNER, 4, g.addr(4).encode()))
+        lead = g.leader()
+        deadline = time.monotonic() + 10
+        while g.nodes[4].applied < g.nodes[lead].status()["commit"] - 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _change(g, ConfChange(ADD_VOTER, 4))
+        victim = next(i for i in (1, 2, 3) if i != g.leader())
+        _change(g, ConfChange(REMOVE, victim))
+        g.kill(victim)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join()
+    n = len(g.sms[g.leader()].items)
+    g.converge(n)
+    live = [g.sms[i].items[:n] for i in g.nodes]
+    assert all(x == live[0] for x in live)
+    assert g.nodes[g.leader()].conf().voters == {1, 2, 3, 4} - {victim}
+    assert len(acked) > 10
+
+
+def test_transfer_leadership(group):
+    lead = group.leader()
+    target = next(i for i in group.nodes if i != lead)
+    group.nodes[lead].transfer_leader(target)
+    deadline = time.monotonic() + 5
+    while not group.nodes[target].is_leader() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert group.leader() == target
+    with pytest.raises(NotLeader):
+        group.nodes[lead].propose(b"x", timeout=2)
