@@ -90,7 +90,7 @@ class LogIndex:
     # -- open / close --
 
     @classmethod
-    def open(cls, directory, mode: str = "primary", *, ring_size: int = 32,
+    def open(cls, directory, mode: str = "primary", *, ring_size: int = 8,
              max_segments: int = _mt.USABLE_SEGMENTS, table_cache: int = 256,
              background_flush: bool = True) -> "LogIndex":
         """Open (primary: create) a LogIndex directory and load its committed state.
