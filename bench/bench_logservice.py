@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 
 import pytest
 
+from bench.client_threads import Threads
 from bench.conftest import scaled
 from bench.ratios import Ratio
 
@@ -24,47 +24,9 @@ THREADS = 32
 PAYLOAD = b"\xa5" * 256
 
 
-class _Threads:
-    """n persistent threads: run(fn) calls fn(i) in each and waits for all (no thread start-up per round)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._go = threading.Barrier(n + 1)
-        self._done = threading.Barrier(n + 1)
-        self._fn = None
-        self._errors: list[BaseException] = []
-        self._threads = [threading.Thread(target=self._body, args=(i,), daemon=True) for i in range(n)]
-        for th in self._threads:
-            th.start()
-
-    def _body(self, i: int) -> None:
-        while True:
-            self._go.wait()
-            if self._fn is None:
-                return
-            try:
-                self._fn(i)
-            except BaseException as exc:  # noqa: B902 - re-raised by run()
-                self._errors.append(exc)
-            self._done.wait()
-
-    def run(self, fn) -> None:
-        self._fn = fn
-        self._go.wait()
-        self._done.wait()
-        if self._errors:
-            raise self._errors[0]
-
-    def close(self) -> None:
-        self._fn = None
-        self._go.wait()
-        for th in self._threads:
-            th.join()
-
-
 @pytest.fixture
 def threads():
-    pool = _Threads(THREADS)
+    pool = Threads(THREADS)
     yield pool
     pool.close()
 
@@ -269,22 +231,6 @@ def test_read_batch_4k_grpc(benchmark, items, grpc_4k):
     items(total)
     benchmark(_read_all_batches, grpc_4k)
     benchmark.extra_info["figures"] = _mb_s(benchmark, total)
-
-
-@pytest.mark.benchmark(group="logservice-append")
-def test_append_32_threads_fsync_always_grpc(benchmark, items, tmp_path, threads):
-    from logtide import connect_logservice
-    per = max(4, scaled(1600, minimum=128) // THREADS)
-    items(per * THREADS)
-    server = _Served(tmp_path / "log", fsync="always")
-    client = connect_logservice(server.address)
-    try:
-        def run():
-            threads.run(lambda t: [client.append(PAYLOAD, replica_id=t) for _ in range(per)])
-        benchmark(run)
-    finally:
-        client.close()
-        server.stop()
 
 
 @pytest.mark.benchmark(group="logservice-append")

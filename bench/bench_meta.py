@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bench.conftest import scaled
+from bench.etcd_kv_client import etcd_kv
 from bench.ratios import Ratio
 
 RATIOS = [
@@ -271,7 +272,7 @@ def etcd():
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     addr = f"127.0.0.1:{cport}"
     ch = grpc.insecure_channel(addr)
-    stub = _etcd_kv(ch, pb)
+    stub = etcd_kv(ch, pb)
     end = time.monotonic() + 30
     while True:
         try:
@@ -291,25 +292,11 @@ def etcd():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _etcd_kv(channel, pb):
-    """etcd's KV calls on a raw gRPC channel, built from the proto's descriptor (what a generated stub does)."""
-    from types import SimpleNamespace
-    from google.protobuf import message_factory
-    svc = pb.DESCRIPTOR.services_by_name["KV"]
-    calls = {}
-    for m in svc.methods:
-        req = message_factory.GetMessageClass(m.input_type)
-        resp = message_factory.GetMessageClass(m.output_type)
-        calls[m.name] = channel.unary_unary(f"/{svc.full_name}/{m.name}", request_serializer=req.SerializeToString,
-                                            response_deserializer=resp.FromString)
-    return SimpleNamespace(**calls)
-
-
 class _EtcdClient:
     def __init__(self, addr, pb):
         import grpc
         self.channel = grpc.insecure_channel(addr)
-        self.kv = _etcd_kv(self.channel, pb)
+        self.kv = etcd_kv(self.channel, pb)
 
     def close(self):
         self.channel.close()

@@ -1,7 +1,6 @@
 """RaftTransport: batches go between replicas over real gRPC on 127.0.0.1 and in-process; bad
 messages (CRC failures, unknown types, foreign groups, non-members) are refused with a typed error."""
 import queue
-import threading
 import time
 
 import pytest
