@@ -13,5 +13,5 @@ class Ratio:
     name: str          # what the ratio says, e.g. "Bloom4K `in` vs rbloom `in`"
     candidate: str     # benchmark test name (function name)
     baseline: str      # benchmark test name of the baseline
-    target: float      # the ratio the issue asks for
+    target: float | None  # the ratio the issue asks for (None: a comparison the issue sets no goal for)
     issue: int         # the issue that names the target

@@ -58,7 +58,7 @@ def compute(benchmarks: dict[str, dict], ratios: list[Ratio]) -> list[dict]:
                "baseline": r.baseline, "ratio": None, "met": None}
         if c and b and per_item(c) and per_item(b):
             row["ratio"] = per_item(b) / per_item(c)
-            row["met"] = row["ratio"] >= r.target
+            row["met"] = None if r.target is None else row["ratio"] >= r.target
             row["candidate_items_per_s"] = 1 / per_item(c)
             row["baseline_items_per_s"] = 1 / per_item(b)
         rows.append(row)
@@ -71,8 +71,9 @@ def print_report(rows: list[dict], benchmarks: dict[str, dict]) -> None:
         if row["ratio"] is None:
             print(f"  [ -- ] {row['name']}: not measured in this run")
             continue
-        flag = " ok " if row["met"] else "MISS"
-        print(f"  [{flag}] {row['name']}: {row['ratio']:.2f}x  (target >= {row['target']:g}x, issue #{row['issue']})"
+        flag = "info" if row["met"] is None else " ok " if row["met"] else "MISS"
+        goal = "no target" if row["target"] is None else f"target >= {row['target']:g}x"
+        print(f"  [{flag}] {row['name']}: {row['ratio']:.2f}x  ({goal}, issue #{row['issue']})"
               f"  [{row['candidate_items_per_s']:,.0f} vs {row['baseline_items_per_s']:,.0f} items/s]")
     figs = {n: b["extra_info"]["figures"] for n, b in benchmarks.items() if b.get("extra_info", {}).get("figures")}
     if figs:
@@ -94,8 +95,11 @@ def plot_ratios(rows: list[dict], out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(rows) + 1.5))
     y = range(len(rows))
-    ax.barh(y, [r["ratio"] for r in rows], color=["tab:green" if r["met"] else "tab:red" for r in rows])
-    ax.scatter([r["target"] for r in rows], y, marker="|", s=400, color="black", label="target", zorder=3)
+    ax.barh(y, [r["ratio"] for r in rows],
+            color=["tab:gray" if r["met"] is None else "tab:green" if r["met"] else "tab:red" for r in rows])
+    goals = [(r["target"], i) for i, r in enumerate(rows) if r["target"] is not None]
+    ax.scatter([t for t, _ in goals], [i for _, i in goals], marker="|", s=400, color="black", label="target",
+               zorder=3)
     ax.set_yticks(list(y), [r["name"] for r in rows], fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("speed-up over baseline (log scale)")
