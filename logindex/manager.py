@@ -22,7 +22,8 @@ from logtide._ext import memtable as _mt
 from logtide._ext.insert_path import InsertPath
 from logtide._ext.lookup import TableLookup
 from logtide.logindex.memtable_ring import MemtableRing
-from logtide.logindex.meta_file import Meta, fsync_dir, read_meta, write_meta
+from logtide.fsync_dir import fsync_dir
+from logtide.logindex.meta_file import Meta, read_meta, write_meta
 from logtide.logindex.table_file import TableStore
 from logtide.logindex.table_format import BLOOM_EXPECTED, META_NAME, TABLES_PER_FILE, parse_segment
 

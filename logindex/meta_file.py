@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from logtide.fsync_dir import fsync_dir
 from logtide import crc32c
 from logtide.errors import CorruptionError
 from logtide.logindex.table_format import (BLOOM_EXPECTED, META, META_CRC, META_MAGIC, META_NAME, META_SIZE,
@@ -62,14 +63,6 @@ def read_meta(directory: Path) -> Meta | None:
     except FileNotFoundError:
         return None
     return Meta.from_bytes(data)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_meta(directory: Path, meta: Meta) -> None:

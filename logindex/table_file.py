@@ -8,7 +8,7 @@ from pathlib import Path
 from logtide import Bloom4K, crc32c
 from logtide.errors import CorruptBlockError
 from logtide._ext.memtable import Memtable
-from logtide.logindex.meta_file import fsync_dir
+from logtide.fsync_dir import fsync_dir
 from logtide.logindex.table_format import (BLOOM_BLOCK, BLOOM_EXPECTED, MAX_IMAGE, SLOT_SIZE, TABLE_HEADER,
                                            TABLE_MAGIC, TABLES_PER_FILE, bloom_file_name, table_file_name)
 

@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
+from logtide.fsync_dir import fsync_dir
 from logtide._ext.crc32c import crc32c
 from logtide.errors import CorruptionError
 
@@ -52,8 +53,4 @@ def write_control(directory: str | os.PathLike, control: Control) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, d / NAME)
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(d)

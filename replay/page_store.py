@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from logtide.fsync_dir import fsync_dir
 from logtide._ext import page as pg
 from logtide._ext.crc32c import crc32c
 from logtide.errors import CorruptPageError, LogtideError
@@ -62,7 +63,7 @@ class PageStore:
         dw = self.path / DW_FILE
         if writer:
             self._dw_fd = os.open(dw, os.O_RDWR | os.O_CREAT, 0o644)
-            self._fsync_dir()
+            fsync_dir(self.path)
             self._recover()
         else:
             self._dw_fd = os.open(dw, os.O_RDONLY) if dw.exists() else -1
@@ -81,7 +82,7 @@ class PageStore:
                     existed = name.exists()
                     fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
                     if not existed:
-                        self._fsync_dir()
+                        fsync_dir(self.path)
                 else:
                     try:
                         fd = os.open(name, os.O_RDONLY)
@@ -89,13 +90,6 @@ class PageStore:
                         return -1  # not created yet: every block of it reads as new
                 self._fds[key] = fd
             return fd
-
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     def nblocks(self, spc: int, db: int, rel: int, fork: int = 0) -> int:
         """Blocks in the relation fork file (a block past this reads as a new page)."""

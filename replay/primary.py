@@ -37,11 +37,11 @@ from logtide.replay.meta_stream import decode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
+from logtide.replay.row_address import DB, SPC, check_page_tag, check_rel, check_tid, rel_tag
 from logtide.replay.wal_log import WalLog
 
 log = logging.getLogger("logtide.replay.primary")
 
-SPC, DB = 1663, 5   # every relation lives in one tablespace and database, as in a fresh PostgreSQL
 # an RO node silent for this long is dropped (PostgreSQL's wal_sender_timeout is 60 s; RO nodes
 # report every second, so ten missed reports is a dead or stopped node, not a slow one)
 REPLICA_TIMEOUT_S = 10.0
@@ -54,37 +54,6 @@ PRIMARY_LOCK = "primary.lock"
 
 class TupleNotFoundError(LogtideError, KeyError):
     """No live tuple at that (block, slot)."""
-
-
-def rel_tag(rel: int, block: int) -> tuple:
-    return (SPC, DB, rel, 0, block)
-
-
-def _check_rel(rel) -> None:
-    if not isinstance(rel, int) or isinstance(rel, bool) or not 0 <= rel <= 0xFFFFFFFF:
-        raise InvalidArgument(f"rel must be a u32 int, got {rel!r}")
-
-
-def _page_tag(tag) -> tuple:
-    """A PageTag as five ints, or InvalidArgument."""
-    try:
-        t = tuple(int(v) for v in tag)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}") from None
-    if len(t) != 5 or not all(0 <= v <= 0xFFFFFFFF for v in t):
-        raise InvalidArgument(f"a PageTag is five u32, got {tag!r}")
-    return t
-
-
-def _tid(tid) -> tuple[int, int]:
-    """A tuple id (block, slot) as two ints, or InvalidArgument."""
-    try:
-        block, off = (int(v) for v in tid)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"a tid is (block, slot), got {tid!r}") from None
-    if not 0 <= block <= 0xFFFFFFFF or not 1 <= off <= 0xFFFF:
-        raise InvalidArgument(f"a tid is (block u32, slot 1..65535), got {tid!r}")
-    return block, off
 
 
 @dataclass
@@ -276,7 +245,7 @@ class Primary:
     def _check(self, rel: int, data) -> bytes:
         if self._closed:
             raise LogtideError("the primary is closed")
-        _check_rel(rel)
+        check_rel(rel)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"a tuple is bytes, not {type(data).__name__}")
         data = bytes(data)
@@ -345,8 +314,8 @@ class Primary:
         return tids
 
     def _live(self, rel: int, tid) -> tuple[tuple, int]:
-        _check_rel(rel)
-        block, off = _tid(tid)
+        check_rel(rel)
+        block, off = check_tid(tid)
         if block >= self._rel_blocks.get(rel, 0):
             raise TupleNotFoundError(f"no tuple {rel}:{tid}")
         return rel_tag(rel, block), off
@@ -420,7 +389,7 @@ class Primary:
     def read_page(self, tag) -> tuple[bytes, int]:
         """The page's bytes and the write LSN they reflect (a change still in flight is waited for:
         no read sees a record that is not durable)."""
-        tag = _page_tag(tag)
+        tag = check_page_tag(tag)
         with self.locks.page(tag):
             lsn = self.write_lsn
             f, _ = self.pool.pin(tag, self._load)
@@ -437,8 +406,8 @@ class Primary:
 
     def get(self, rel: int, tid) -> bytes | None:
         """The live tuple at `tid`, or None."""
-        _check_rel(rel)
-        block, off = _tid(tid)
+        check_rel(rel)
+        block, off = check_tid(tid)
         if block >= self._rel_blocks.get(rel, 0):
             return None
         return pg.get(self.read_page(rel_tag(rel, block))[0], off)

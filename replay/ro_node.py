@@ -36,7 +36,8 @@ from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
-from logtide.replay.primary import DB, INDEX_DIR, PAGES_DIR, SPC, _check_rel, _page_tag, _tid, rel_tag
+from logtide.replay.primary import INDEX_DIR, PAGES_DIR
+from logtide.replay.row_address import DB, SPC, check_page_tag, check_rel, check_tid, rel_tag
 from logtide.replay.wal_log import WalLog
 from logtide.replay.xlog_buffer import XlogBuffer
 
@@ -347,7 +348,7 @@ class ReadOnlyNode:
     def read_page(self, tag) -> tuple[bytes, int]:
         """The page at the node's applied LSN N, and N."""
         self._check_serving()
-        tag = _page_tag(tag)
+        tag = check_page_tag(tag)
         with self.locks.page(tag):
             target = self.applied_lsn   # under the page lock: no half-indexed record for this page
             f, hit = self.pool.pin(tag, self._load)
@@ -393,8 +394,8 @@ class ReadOnlyNode:
 
     def get(self, rel: int, tid) -> bytes | None:
         """The live tuple at `tid` as of the applied LSN, or None."""
-        _check_rel(rel)
-        block, off = _tid(tid)
+        check_rel(rel)
+        block, off = check_tid(tid)
         return pg.get(self.read_page(rel_tag(rel, block))[0], off)
 
     def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:

@@ -15,6 +15,7 @@ import uuid
 
 import numpy as np
 
+from logtide.fsync_dir import fsync_dir
 from logtide._ext import page as pg
 from logtide._ext.crc32c import crc32c
 from logtide.spark.errors import ReplayInputError
@@ -68,14 +69,6 @@ class PageWriter:
         self._fds.clear()
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(tmp: str, out_dir: str, tags: np.ndarray, page_lsns: np.ndarray, crcs: np.ndarray, *,
            target_lsn: int, plan: str, partitions: int) -> dict:
     """Write the manifest into tmp and rename tmp to out_dir; returns the manifest."""
@@ -100,9 +93,9 @@ def commit(tmp: str, out_dir: str, tags: np.ndarray, page_lsns: np.ndarray, crcs
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     os.rename(tmp, out_dir)
-    _fsync_dir(os.path.dirname(os.path.abspath(out_dir)))
+    fsync_dir(os.path.dirname(os.path.abspath(out_dir)))
     return manifest
 
 

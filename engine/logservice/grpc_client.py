@@ -11,7 +11,7 @@ from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig,
 from logtide.engine.logservice.grpc_service import LOGSERVICE
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
-from logtide.engine.logservice.service import _BYTES_LIKE, _lsn_arg
+from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
@@ -52,14 +52,14 @@ class GrpcLogServiceClient(LogServiceClient):
         if isinstance(payload, LogRecord):
             req = pb.AppendRequest(payloads=[bytes(payload.data)], type=self._type_arg(payload.type), raw=True)
         else:
-            if not isinstance(payload, _BYTES_LIKE):
+            if not isinstance(payload, BYTES_LIKE):
                 raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
             data_prefix(replica_id)  # validates replica_id like the embedded service
             req = pb.AppendRequest(payloads=[bytes(payload)], replica_id=replica_id, type=self._type_arg(type))
         return self._call("Append", req).first_lsn
 
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
-        if isinstance(payloads, _BYTES_LIKE):
+        if isinstance(payloads, BYTES_LIKE):
             raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
         if isinstance(payloads, np.ndarray):
             if payloads.ndim != 2 or payloads.dtype != np.uint8:
@@ -70,7 +70,7 @@ class GrpcLogServiceClient(LogServiceClient):
         if not payloads:
             raise InvalidArgument("append_many needs at least one payload")
         for i, p in enumerate(payloads):
-            if not isinstance(p, _BYTES_LIKE):
+            if not isinstance(p, BYTES_LIKE):
                 raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
         data_prefix(replica_id)
         if len(payloads) == 1:  # the server tells one payload from many by count
@@ -80,7 +80,7 @@ class GrpcLogServiceClient(LogServiceClient):
         return self._call("Append", req).first_lsn
 
     def _chunks(self, first_lsn: int, max_size: int):
-        _lsn_arg("first_lsn", first_lsn)
+        lsn_arg("first_lsn", first_lsn)
         if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
             raise InvalidArgument(f"max_size must be an int >= 0, got {max_size!r}")
         if self._closed:
@@ -110,7 +110,7 @@ class GrpcLogServiceClient(LogServiceClient):
         return RecordBatch(first_lsn, types, starts + np.uint64(wal.HEADER_SIZE), lengths, buf, next_lsn)
 
     def truncate(self, lsn: int) -> None:
-        self._call("Truncate", pb.LsnRequest(lsn=_lsn_arg("lsn", lsn)))
+        self._call("Truncate", pb.LsnRequest(lsn=lsn_arg("lsn", lsn)))
 
     def get_truncated_lsn(self) -> int:
         return self._call("GetTruncatedLsn", _EMPTY).lsn
@@ -133,10 +133,10 @@ class GrpcLogServiceClient(LogServiceClient):
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
-        self._call("RegisterReader", pb.ReaderRequest(name=name, lsn=_lsn_arg("replayed_lsn", replayed_lsn)))
+        self._call("RegisterReader", pb.ReaderRequest(name=name, lsn=lsn_arg("replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
-        self._call("ReportReplayed", pb.ReaderRequest(name=str(name), lsn=_lsn_arg("lsn", lsn)))
+        self._call("ReportReplayed", pb.ReaderRequest(name=str(name), lsn=lsn_arg("lsn", lsn)))
 
     def unregister_reader(self, name: str) -> None:
         self._call("UnregisterReader", pb.ReaderRequest(name=str(name)))

@@ -15,16 +15,9 @@ import time
 from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
 from logtide.engine.logservice.segment import Segment
 from logtide.errors import LogServiceClosed, LogServiceFailed
+from logtide.fsync_dir import fsync_dir
 
 _IDLE_WAIT = 1.0  # seconds the flusher sleeps at most without work (then it re-checks its state)
-
-
-def _fsync_dir(dirpath: str) -> None:
-    fd = os.open(dirpath, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LogWriter:
@@ -130,7 +123,7 @@ class LogWriter:
         new = Segment(self.dirpath, first_lsn)
         new.wfd = os.open(new.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         if self.fsync != "never":
-            _fsync_dir(self.dirpath)
+            fsync_dir(self.dirpath)
         fd, old.wfd = old.wfd, -1
         os.close(fd)
         return new

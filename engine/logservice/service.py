@@ -15,7 +15,9 @@ from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
     DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, STATE_FILE, USER_RECORD)
-from logtide.engine.logservice.log_writer import LogWriter, _fsync_dir
+from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
+from logtide.engine.logservice.log_writer import LogWriter
+from logtide.fsync_dir import fsync_dir
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.recovery import recover
 from logtide.engine.logservice.segment import Segment
@@ -29,14 +31,7 @@ from logtide.errors import (
 
 log = logging.getLogger("logtide.logservice")
 
-_BYTES_LIKE = (bytes, bytearray, memoryview)
 _PREFIXES: dict[int, bytes] = {0: data_prefix(0)}  # replica id -> the 12-byte data header
-
-
-def _lsn_arg(name: str, v: object) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
-        raise InvalidArgument(f"{name} must be an int in [0, 2**64), got {v!r}")
-    return v
 
 
 class LogService(LogServiceClient):
@@ -76,7 +71,7 @@ class LogService(LogServiceClient):
             if not self._segments:
                 self._segments.append(Segment(self._dir, truncated + 1))
                 open(self._segments[0].path, "ab").close()
-                _fsync_dir(self._dir)
+                fsync_dir(self._dir)
             elif self._segments[0].first_lsn > truncated + 1:
                 raise CorruptLogError(f"log {self._dir}: the oldest segment starts at LSN {self._segments[0].first_lsn}"
                                       f" but only LSNs <= {truncated} were truncated",
@@ -123,7 +118,7 @@ class LogService(LogServiceClient):
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         self._reports_dirty = False
 
     def _check_open(self) -> None:
@@ -153,7 +148,7 @@ class LogService(LogServiceClient):
         if isinstance(payload, LogRecord):
             prefix, payloads, rtype = b"", [payload.data], self._type_arg(payload.type)
         else:
-            if not isinstance(payload, _BYTES_LIKE):
+            if not isinstance(payload, BYTES_LIKE):
                 raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
             prefix, payloads, rtype = data_prefix(replica_id), [payload], self._type_arg(type)
         size = len(prefix) + memoryview(payloads[0]).nbytes
@@ -164,7 +159,7 @@ class LogService(LogServiceClient):
 
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
         self._check_open()
-        if isinstance(payloads, _BYTES_LIKE):
+        if isinstance(payloads, BYTES_LIKE):
             raise InvalidArgument("append_many takes a sequence of payloads, not one bytes object")
         if isinstance(payloads, np.ndarray):
             return self._append_rows(payloads, replica_id, type)
@@ -174,7 +169,7 @@ class LogService(LogServiceClient):
         prefix, rtype = data_prefix(replica_id), self._type_arg(type)
         limit = self._config.max_record_size - len(prefix)
         for i, p in enumerate(payloads):
-            if not isinstance(p, _BYTES_LIKE):
+            if not isinstance(p, BYTES_LIKE):
                 raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
             if memoryview(p).nbytes > limit:
                 raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
@@ -192,7 +187,7 @@ class LogService(LogServiceClient):
         limit = self._config.max_record_size
         datas = []
         for i, (p, rid) in enumerate(zip(payloads, replica_ids)):
-            if not isinstance(p, _BYTES_LIKE):
+            if not isinstance(p, BYTES_LIKE):
                 raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
             prefix = _PREFIXES.get(rid) if rid.__class__ is int else None
             if prefix is None:
@@ -219,7 +214,7 @@ class LogService(LogServiceClient):
 
     def _locate(self, first_lsn: int, max_size: int):
         """Under the lock: the segment, byte range and record count of a read (or None at the end)."""
-        _lsn_arg("first_lsn", first_lsn)
+        lsn_arg("first_lsn", first_lsn)
         if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
             raise InvalidArgument(f"max_size must be an int >= 0, got {max_size!r}")
         with self._cv:
@@ -275,7 +270,7 @@ class LogService(LogServiceClient):
 
     def truncate(self, lsn: int) -> None:
         self._check_open()
-        _lsn_arg("lsn", lsn)
+        lsn_arg("lsn", lsn)
         self._propose(command("truncate", lsn=lsn, latest=self._writer.durable_lsn))
         if self._worker is not None:
             self._worker.poke()
@@ -304,11 +299,11 @@ class LogService(LogServiceClient):
         self._check_open()
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
-        self._propose(command("register", name=name, lsn=_lsn_arg("replayed_lsn", replayed_lsn)))
+        self._propose(command("register", name=name, lsn=lsn_arg("replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
         self._check_open()
-        _lsn_arg("lsn", lsn)
+        lsn_arg("lsn", lsn)
         if lsn > self._writer.durable_lsn:
             raise InvalidArgument(f"report_replayed({name!r}, {lsn}): beyond the latest LSN {self._writer.durable_lsn}")
         # not persisted at once: a report lost in a crash only makes deletion more cautious

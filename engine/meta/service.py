@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from logtide.fsync_dir import fsync_dir
 from logtide.engine.meta.command import (
     TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec)
 from logtide.engine.meta.log_entry import encode_entry
@@ -28,14 +29,6 @@ DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot l
 REPLAY_READ_BYTES = 4 << 20
 APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
 MAX_GROUP = 1024                    # proposals appended as one group at most
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Slot:
@@ -225,7 +218,7 @@ class MetaService:
             finally:
                 os.close(fd)
             os.replace(tmp, self._dir / SNAPSHOT_FILE)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
             if index > self._log.get_truncated_lsn():
                 self._log.truncate(index)
             self._snapshot_index = index

@@ -24,7 +24,7 @@ import numpy as np
 from logtide._ext import wal
 from logtide._ext.crc32c import crc32c
 from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE
-from logtide.engine.logservice.log_writer import LogWriter, _fsync_dir
+from logtide.engine.logservice.log_writer import LogWriter
 from logtide.engine.logservice.recovery import recover
 from logtide.engine.logservice.segment import Segment
 from logtide.engine.raft.errors import CompactedError, CorruptRaftEntry, UnavailableError
@@ -34,6 +34,7 @@ from logtide.engine.raft.raft_format import (
     parse_snapshot_name, snapshot_name)
 from logtide.engine.raft.storage import founding_entries, limit_size
 from logtide.errors import CorruptLogError
+from logtide.fsync_dir import fsync_dir
 
 log = logging.getLogger("logtide.raft")
 
@@ -65,7 +66,7 @@ def _write_atomic(dirpath: str, name: str, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(dirpath)
+    fsync_dir(dirpath)
 
 
 def encode_entry(e: Entry) -> bytes:
@@ -176,7 +177,7 @@ class DiskStorage:
             os.unlink(seg.path)
         seg = Segment(self.logdir, first)
         open(seg.path, "ab").close()
-        _fsync_dir(self.logdir)
+        fsync_dir(self.logdir)
         self._segments[:] = [seg]
         self._terms, self._types = [], []
         self._base = self._first = first
@@ -186,7 +187,7 @@ class DiskStorage:
         if not self._segments:
             seg = Segment(self.logdir, self._first)
             open(seg.path, "ab").close()
-            _fsync_dir(self.logdir)
+            fsync_dir(self.logdir)
             self._segments.append(seg)
         self._writer = LogWriter(self.logdir, self._segments, self._cv, self.fsync, self.segment_size)
 
@@ -325,7 +326,7 @@ class DiskStorage:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.logdir)
+        fsync_dir(self.logdir)
         segs[-1] = Segment(self.logdir, seg.first_lsn, seg.starts[:k].copy(), end)
         del self._terms[index - self._base:]
         del self._types[index - self._base:]
@@ -383,7 +384,7 @@ class DiskStorage:
             seg.close()
             os.unlink(seg.path)
         if victims:
-            _fsync_dir(self.logdir)
+            fsync_dir(self.logdir)
             drop = self._segments[0].first_lsn - self._base
             del self._terms[:drop]
             del self._types[:drop]
