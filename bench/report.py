@@ -3,6 +3,8 @@
     python -m bench.report [-k EXPR] [--scale 0.1] [--from-json FILE]
 
 Writes bench/results/latest.json (every benchmark, every ratio) and bench/results/ratios.png.
+With -k, the benchmarks run now replace their earlier entries in latest.json and the others are
+kept (each entry says when it ran), so one module can be re-measured without rerunning the suite.
 Modules may add plots with a `plot(benchmarks: dict, outdir: Path) -> list[Path]` hook.
 """
 from __future__ import annotations
@@ -128,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"benchmark run failed (pytest exit {rc})", file=sys.stderr)
             return rc or 1
     data = json.loads(raw.read_text())
-    benchmarks = {b["name"]: b for b in data["benchmarks"]}
+    when = data.get("datetime")
+    benchmarks = {b["name"]: dict(b, when=when) for b in data["benchmarks"]}
+    latest = RESULTS / "latest.json"
+    if args.select and latest.exists():
+        earlier = json.loads(latest.read_text())
+        benchmarks = {**{n: dict(b, when=b.get("when") or earlier.get("when"))
+                         for n, b in earlier.get("benchmarks", {}).items()}, **benchmarks}
     modules = bench_modules()
     ratios = [r for m in modules for r in getattr(m, "RATIOS", [])]
     rows = compute(benchmarks, ratios)
@@ -138,13 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(m, "plot"):
             plots += m.plot(benchmarks, RESULTS) or []
     summary = {
-        "when": data.get("datetime"), "machine": data.get("machine_info", {}).get("cpu", {}).get("brand_raw"),
+        "when": when, "selected": args.select, "machine": data.get("machine_info", {}).get("cpu", {}).get("brand_raw"),
         "scale": args.scale, "ratios": rows,
-        "benchmarks": {n: {"stats": {k: b["stats"][k] for k in ("min", "median", "mean", "stddev", "rounds")},
-                           "extra_info": b.get("extra_info", {})} for n, b in benchmarks.items()},
+        "benchmarks": {n: {"when": b.get("when"),
+                           "stats": {k: b["stats"][k] for k in ("min", "median", "mean", "stddev", "rounds")},
+                           "extra_info": b.get("extra_info", {})} for n, b in sorted(benchmarks.items())},
         "plots": [str(p.relative_to(HERE.parent)) for p in plots],
     }
-    (RESULTS / "latest.json").write_text(json.dumps(summary, indent=2))
+    latest.write_text(json.dumps(summary, indent=2))
     print(f"\nwrote {RESULTS / 'latest.json'}" + "".join(f"\nwrote {p}" for p in plots))
     return 0
 
