@@ -7,6 +7,9 @@ import pytest
 
 import logtide
 
+# the suite's own helper modules (tcp_proxy, raft_harness, meta_clock, ...) import by name
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 _SITE = os.path.realpath(sysconfig.get_paths()["purelib"])
 if not os.path.realpath(logtide.__file__).startswith(_SITE) and not os.environ.get("LOGTIDE_ALLOW_SOURCE"):
     raise RuntimeError(f"tests must run against the installed logtide, but imported {logtide.__file__}")

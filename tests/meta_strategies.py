@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 from logtide.engine.meta import AS_IS, DELETE, GE, ANY, Branch, Exact, cond, op
 from logtide.engine.meta.command import MetaSpec, TxnCmd, UpsertCmd
 
-T0 = 1_700_000_000_000
+from meta_clock import T0
 KEYS = st.sampled_from(["a", "b", "c", "p/1", "p/2", "p/3", "q/x", "cnt", "s"])
 PREFIXES = st.sampled_from(["", "p/", "q/", "c", "zz"])
 VALUES = st.binary(max_size=6)

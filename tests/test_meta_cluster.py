@@ -7,20 +7,13 @@ from logtide.engine.meta import MetaService
 from logtide.engine.meta.cluster import Checkpoint, ClusterMeta, Heartbeater, RoLsns
 from logtide.errors import MetaInvalidArgument
 
-T0 = 1_700_000_000_000
+from meta_clock import ManualClock
 
-
-class Clock:
-    def __init__(self):
-        self.t = T0
-
-    def __call__(self):
-        return self.t
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 @pytest.fixture

@@ -4,23 +4,13 @@ import threading
 
 import pytest
 
-# the durable service writes through the log service (issue 4); until it is merged there is no log to test
-pytest.importorskip("logtide.engine.logservice", reason="the log service (engine/logservice) is not installed")
-
 from logtide.engine.meta import DELETE, MetaService, cond, op
 from logtide.engine.meta.service import SNAPSHOT_FILE
 from logtide.errors import CorruptionError, LogtideError
 
+from meta_clock import T0, ManualClock
+
 pytestmark = pytest.mark.timeout(120)
-T0 = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self):
-        self.t = T0
-
-    def __call__(self):
-        return self.t
 
 
 def _workload(ms, clock, n=60):
@@ -43,7 +33,7 @@ def _state(ms):
 
 
 def test_restart_replays_the_log_to_the_same_state(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         assert ms.durable
         _workload(ms, clock)
@@ -57,7 +47,7 @@ def test_restart_replays_the_log_to_the_same_state(tmp_path):
 
 
 def test_snapshots_truncate_the_log_and_restart_loads_them(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock, snapshot_every=10) as ms:
         _workload(ms, clock, n=80)
         before = _state(ms)
@@ -70,7 +60,7 @@ def test_snapshots_truncate_the_log_and_restart_loads_them(tmp_path):
 
 
 def test_explicit_snapshot_then_more_writes_then_restart(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         _workload(ms, clock, n=20)
         idx = ms.snapshot()
@@ -82,7 +72,7 @@ def test_explicit_snapshot_then_more_writes_then_restart(tmp_path):
 
 
 def test_log_time_stays_monotonic_across_restart(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         ms.upsert("a", b"1")
     clock.t -= 60_000                           # the machine's clock went back while down
@@ -116,7 +106,7 @@ def test_concurrent_writers_share_the_log_and_apply_in_lsn_order(tmp_path):
 
 
 def test_damaged_snapshot_is_refused_not_ignored(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock, snapshot_every=5) as ms:
         _workload(ms, clock, n=20)
     snap = tmp_path / "m" / SNAPSHOT_FILE
@@ -128,7 +118,7 @@ def test_damaged_snapshot_is_refused_not_ignored(tmp_path):
 
 
 def test_missing_snapshot_with_truncated_log_is_corruption(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock, snapshot_every=5) as ms:
         _workload(ms, clock, n=20)
     (tmp_path / "m" / SNAPSHOT_FILE).unlink()
@@ -157,7 +147,7 @@ def _segments(d):
 
 
 def test_torn_log_tail_loses_only_the_torn_entry(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         for i in range(10):
             ms.upsert(f"k{i}", b"v%d" % i)
@@ -172,7 +162,7 @@ def test_torn_log_tail_loses_only_the_torn_entry(tmp_path):
 
 
 def test_corrupt_log_record_is_refused_not_skipped(tmp_path):
-    clock = Clock()
+    clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         for i in range(10):
             ms.upsert(f"k{i}", b"value-%d" % i)

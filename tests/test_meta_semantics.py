@@ -7,21 +7,13 @@ from logtide.engine.meta.txn_reply import (
     TxnDeleteByPrefixResponse, TxnDeleteResponse, TxnFetchAddU64Response, TxnGetResponse, TxnPutResponse)
 from logtide.errors import MetaInvalidArgument
 
-T0 = 1_700_000_000_000
+from meta_clock import T0, ManualClock
 
-
-class Clock:
-    """A hand-driven ms clock: the proposer's clock and the local read clock of the service."""
-    def __init__(self, t=T0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 @pytest.fixture(params=["embedded", "inprocess", "grpc"])

@@ -8,7 +8,7 @@ from logtide.engine.meta.command import MetaSpec, UpsertCmd
 from logtide.engine.meta.log_entry import decode_entry, encode_entry
 from logtide.errors import CorruptionError
 
-T0 = 1_700_000_000_000
+from meta_clock import T0
 
 
 def _machine():

@@ -6,20 +6,13 @@ import pytest
 from logtide.engine.meta import DELETE, FLUSH_MARKER, MetaService, cond, op
 from logtide.errors import MetaClosedError
 
-T0 = 1_700_000_000_000
+from meta_clock import ManualClock
 
-
-class Clock:
-    def __init__(self):
-        self.t = T0
-
-    def __call__(self):
-        return self.t
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 @pytest.fixture
