@@ -89,8 +89,7 @@ def test_heartbeater_keeps_a_real_lease_alive():
 
 
 def test_log_service_node_and_truncation_lsn_round_trip(cm, tmp_path):
-    logservice = pytest.importorskip("logtide.engine.logservice",
-                                     reason="the log service (engine/logservice) is not installed")
+    from logtide.engine import logservice
     from logtide.engine.meta.cluster import publish_logservice, truncate_log_to_cluster
     log = logservice.LogService.open(tmp_path / "log", truncation_interval=0)
     try:

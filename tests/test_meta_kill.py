@@ -12,9 +12,6 @@ import time
 
 import pytest
 
-# the durable service writes through the log service (issue 4); until it is merged there is no log to test
-pytest.importorskip("logtide.engine.logservice", reason="the log service (engine/logservice) is not installed")
-
 from logtide import connect_meta
 from logtide.engine.meta import op
 from logtide.errors import LogtideError

@@ -159,7 +159,6 @@ def test_closed_watcher_gets_no_more_events_and_service_close_ends_watches(ms):
 @pytest.mark.parametrize("durable", [False, True])
 def test_watch_order_is_apply_order_under_concurrent_writers(tmp_path, durable):
     if durable:
-        pytest.importorskip("logtide.engine.logservice", reason="the log service is not installed")
         svc = MetaService.open(tmp_path / "m")
     else:
         svc = MetaService.in_memory()
