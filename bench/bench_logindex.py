@@ -104,9 +104,8 @@ def test_logindex_insert_per_call(benchmark, items, inserts):
     def setup():
         d = _fresh_dir()
         dirs.append(d)
-        # a 32-memtable ring (9 MB), so the background flush's fsyncs overlap the inserts; the
-        # default ring is 8 (see docs/logindex_format.md: an RO node behind a larger ring misread a page)
-        return (LogIndex.open(d, ring_size=32),), {}
+        # the default ring (32 memtables, 9 MB): the background flush's fsyncs overlap the inserts
+        return (LogIndex.open(d),), {}
 
     def run(li):
         ins = li.insert

@@ -91,12 +91,13 @@ class LogIndex:
     # -- open / close --
 
     @classmethod
-    def open(cls, directory, mode: str = "primary", *, ring_size: int = 8,
+    def open(cls, directory, mode: str = "primary", *, ring_size: int = 32,
              max_segments: int = _mt.USABLE_SEGMENTS, table_cache: int = 256,
              background_flush: bool = True) -> "LogIndex":
         """Open (primary: create) a LogIndex directory and load its committed state.
 
-        ring_size memtables are kept in memory (282 KB each); max_segments below 4095 makes memtables
+        ring_size memtables are kept in memory (282 KB each, 9 MB for the default 32, so a background
+        flush's fsyncs overlap the filling of the next memtables); max_segments below 4095 makes memtables
         fill sooner (tests). A primary saves sealed memtables on a background thread while inserts go
         on (background_flush=False: only when the ring is exhausted, on the inserting thread).
         An RO index follows the primary's meta file and never writes.
@@ -355,6 +356,10 @@ class LogIndex:
 
     def _switch(self) -> _mt.Memtable:
         """Seal the active memtable and activate the next one."""
+        # The per-call insert must never hold a memtable that is no longer ACTIVE: an insert through it
+        # would land in a sealed memtable (out of LSN order with the ones after it, and under a
+        # background flush that is reading it). Whoever switched re-arms it when done.
+        self._ins.arm(None, -1)
         self.ring.seal()
         if not self.primary:
             self.ring.mark_flushed_covered(self._covered)
@@ -468,8 +473,8 @@ class LogIndex:
         while i < n:
             carry = self._carry
             if carry is not None and lsns[i] == carry[0]:
-                # rows of a record split by a memtable switch go one by one
-                self.insert(tuple(tags[i].tolist()), int(lsns[i]))
+                # rows of a record split by a memtable switch go one by one, through the checked path
+                self._insert_checked(tuple(tags[i].tolist()), int(lsns[i]))
                 i += 1
                 continue
             m = self._active()

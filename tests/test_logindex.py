@@ -25,7 +25,7 @@ class LogIndexMachine(RuleBasedStateMachine):
     """Random inserts (single, batched, records touching several pages), flushes, crashes with
     re-insert from replay_needed_from(), RO readers and truncation; every lookup checked."""
 
-    @initialize(max_segments=st.sampled_from([1, 2, 3, 8]), ring=st.sampled_from([2, 3]), background=st.booleans())
+    @initialize(max_segments=st.sampled_from([1, 2, 3, 8]), ring=st.sampled_from([2, 3, 8, 32]), background=st.booleans())
     def setup(self, max_segments, ring, background):
         self.dir = Path(tempfile.mkdtemp(prefix="li-"))
         self.params = dict(max_segments=max_segments, ring_size=ring, background_flush=background)

@@ -86,3 +86,31 @@ def test_saved_rows_are_skipped_per_call_after_reopen(tmp_path):
     assert li.insert(TAGS[0], saved + 1) is True   # the fast path takes over above the saved LSN
     assert li.lsns(TAGS[0]).tolist()[-1] == saved + 1
     li.close()
+
+
+T = [(1663, 5, 16384, 0, b) for b in range(10)]
+
+
+@pytest.mark.parametrize("mode", ["primary", "ro"])
+@pytest.mark.parametrize("ring", [2, 8, 32])
+def test_insert_many_never_fills_a_sealed_memtable(tmp_path, mode, ring):
+    """A batch that switches memtables twice and then splits a record: the split record's row goes to
+    the active memtable, not to the memtable that was active when the batch began (the per-call
+    insert was still armed with it; it had room for that page, so the row landed there, out of LSN
+    order with the memtables after it: an RO node then replayed a page's records out of order)."""
+    if mode == "ro":
+        LogIndex.open(tmp_path).close()
+    li = LogIndex.open(tmp_path, mode=mode, max_segments=2, ring_size=ring)
+    try:
+        li.insert_many([T[1]], [1])            # memtable A: page 1 at LSN 1, room for one more LSN of it
+        # A takes page 2 and is full; B takes pages 3 and 1; C takes pages 4 and 5 (LSN 6), and the rest
+        # of record 6 (page 1) goes to D.
+        li.insert_many([T[2], T[3], T[1], T[4], T[5], T[1], T[9]], [2, 3, 4, 5, 6, 6, 7])
+        assert li.lsns(T[1]).tolist() == [1, 4, 6]
+        walked = [l for l, _ in li.iter_lsn()]
+        assert walked == sorted(walked) == [1, 2, 3, 4, 5, 6, 6, 7]
+        assert li.insert(T[1], 8) is True      # the per-call insert is armed with the active memtable
+        assert li.lsns(T[1]).tolist() == [1, 4, 6, 8]
+        assert [l for l, _ in li.iter_lsn()] == [1, 2, 3, 4, 5, 6, 6, 7, 8]
+    finally:
+        li.close()
