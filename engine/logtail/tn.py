@@ -264,7 +264,8 @@ class TransactionNode:
                 self.last_lsn = first + k
                 self._lsn_ts.append((q.rec.ts, first + k))
                 q.publish(q.rec)
-            self._cv.notify_all()   # the pusher: one wake-up (and one update message) per group
+            if self._streams:       # the pusher: one wake-up (and one update message) per group
+                self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
 
     def _publish_ts(self, rec: Record) -> None:
         self.last_ts = rec.ts
@@ -623,9 +624,11 @@ class TransactionNode:
         """Send (pushed_ts, to_ts] to every stream, one batch per table and kind. Holds _cv."""
         from_ts = self.pushed_ts
         per_table: dict[str, list] = {}
-        if to_ts > from_ts:
+        wanted = set().union(*(s.subscribed for s in self._streams))   # nobody reads the others
+        if to_ts > from_ts and wanted:
             for _, tb, es in self.logtail.visit(from_ts, to_ts):
-                per_table.setdefault(tb, []).extend(es)
+                if tb in wanted:
+                    per_table.setdefault(tb, []).extend(es)
             per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
         self.pushed_ts = to_ts
         if to_ts > self.last_ts:
