@@ -100,9 +100,6 @@ class ColumnBatch:
             t = self._table = pa.Table.from_arrays([pa.array(a) for a in self.arrays], schema=self.layout.schema)
         return t
 
-    def column(self, name: str) -> np.ndarray:
-        return self.arrays[self.layout.names.index(name)]
-
     def ipc(self) -> bytes:
         """The Arrow IPC stream of the rows, as pyarrow's stream writer writes it."""
         b = self.layout.ipc(self.arrays, self.num_rows)
