@@ -89,7 +89,7 @@ class ColumnBatch:
 
     def __init__(self, layout: BatchLayout, arrays: list[np.ndarray]) -> None:
         self.layout = layout
-        self.arrays = arrays
+        self.arrays = tuple(arrays)   # a tuple of arrays drops out of the cyclic GC's lists; a list stays
         self.num_rows = len(arrays[0]) if arrays else 0
         self._table: pa.Table | None = None
 
