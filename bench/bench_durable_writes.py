@@ -83,6 +83,14 @@ def _in_threads(clients: int, fn) -> None:
         raise errors[0]
 
 
+@pytest.fixture(scope="module", params=CLIENTS, ids=str)
+def clients(request) -> int:
+    """A module-scoped parameter: pytest then runs PostgreSQL, the TN and the primary at one client
+    count one after another, before the next count, so each ratio compares runs minutes apart at
+    most (this machine is shared and its load drifts)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def pg():
     from bench.pg_peer import PgPeer, pg_available
@@ -95,7 +103,6 @@ def pg():
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_pg_insert_txn(benchmark, items, pg, clients):
     per = _per_client(clients)
     items(per * clients, clients=clients)
@@ -107,7 +114,6 @@ def test_pg_insert_txn(benchmark, items, pg, clients):
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_tn_insert_txn(benchmark, items, tmp_path, clients):
     from logtide import LogService
     from logtide.engine.logtail import TransactionNode
@@ -136,7 +142,6 @@ def test_tn_insert_txn(benchmark, items, tmp_path, clients):
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_primary_insert(benchmark, items, tmp_path, clients):
     from logtide.replay.primary import Primary
     per = _per_client(clients)
