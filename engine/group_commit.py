@@ -42,15 +42,18 @@ class GroupCommitter(Generic[T]):
     """Queue items in order with `enqueue`; `wait(ticket)` returns once the item's group is flushed.
 
     A writer that finds a group in flight sleeps on its own lock; the leader settles exactly the
-    writers its group made durable, and hands leadership to the first writer still waiting. The
-    settled writers are woken as a chain: the leader wakes the first, and each woken writer wakes
-    the next as it resumes. Waking them all at once would have them all wake up only to queue for
-    the GIL (one context switch more each, and the next leader queued behind them).
+    writers its group made durable, and hands leadership to the first writer still waiting. With
+    `chain=True` the settled writers are woken as a chain: the leader wakes the first, and each
+    woken writer wakes the next as it resumes; waking them all at once has them all wake only to
+    queue for the GIL (one context switch more each, and the next leader queued behind them). The
+    TN uses the chain; the primary (cheaper writes) keeps waking its group at once.
     """
 
-    def __init__(self, flush: Callable[[list[T]], None], *, timeout: float = WAIT_TIMEOUT_S) -> None:
+    def __init__(self, flush: Callable[[list[T]], None], *, timeout: float = WAIT_TIMEOUT_S,
+                 chain: bool = False) -> None:
         self._flush = flush
         self.timeout = timeout
+        self.chain = chain
         self._mu = threading.Lock()
         self._queue: list[T] = []
         self._waiters: list[_Waiter] = []   # blocked writers, in ticket order
@@ -137,13 +140,13 @@ class GroupCommitter(Generic[T]):
                 self._leading = False
         for k, w in enumerate(done):
             w.state = _DONE
-            if k + 1 < len(done):
+            if self.chain and k + 1 < len(done):
                 w.successor = done[k + 1]
         if nxt is not None:
             nxt.state = _LEAD     # its item is queued: it flushes the next group
             nxt.lock.release()
-        if done:
-            done[0].lock.release()
+        for w in done[:1] if self.chain else done:
+            w.lock.release()
 
     def drain(self) -> None:
         """Return once everything queued so far is flushed."""

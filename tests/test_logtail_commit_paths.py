@@ -142,10 +142,12 @@ def test_small_and_large_commits_match_the_serial_model(tmp_path_factory, schedu
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("fail_at", [None, 40])
-def test_group_committer_flushes_each_item_once_in_order(fail_at):
+def test_group_committer_flushes_each_item_once_in_order(fail_at, chain):
     """32 writers queue under their own ordering lock and wait; the flushes see every ticket once,
-    in order, and each writer returns only after its item was flushed (or fails with the group)."""
+    in order, and each writer returns only after its item was flushed (or fails with the group);
+    with the settled writers woken as a chain (the TN) or all at once (the primary)."""
     flushed: list[int] = []
     flushes = [0]
 
@@ -156,7 +158,7 @@ def test_group_committer_flushes_each_item_once_in_order(fail_at):
             raise OSError("disk gone")
         flushed.extend(group)
 
-    gc = GroupCommitter(flush, timeout=60)
+    gc = GroupCommitter(flush, timeout=60, chain=chain)
     order = threading.Lock()
     next_item = [0]
     acked: list[tuple[int, bool]] = []

@@ -188,7 +188,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
-        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group)
+        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group, chain=True)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
