@@ -29,6 +29,15 @@ RATIOS = [
           "test_pg_insert_txn[16]", 1.0, 13),
     Ratio("replication primary: single-tuple inserts, 16 backends, durable vs the same PostgreSQL run",
           "test_primary_insert[16]", "test_pg_insert_txn[16]", 1.0, 13),
+] + [
+    # the other client counts of the plot, as ratios: the issue sets its goal at 16
+    Ratio(f"TN: single-row insert transactions, {c} client thread{'s' if c > 1 else ''} vs PostgreSQL, {c} "
+          f"client{'s' if c > 1 else ''}", f"test_tn_insert_txn[{c}]", f"test_pg_insert_txn[{c}]", None, 13)
+    for c in (1, 4, 32)
+] + [
+    Ratio(f"replication primary: single-tuple inserts, {c} backend{'s' if c > 1 else ''} vs PostgreSQL, {c} "
+          f"client{'s' if c > 1 else ''}", f"test_primary_insert[{c}]", f"test_pg_insert_txn[{c}]", None, 13)
+    for c in (1, 4, 32)
 ]
 
 PG_SCRIPT = "INSERT INTO t (v) VALUES (:client_id);\n"
@@ -74,6 +83,14 @@ def _in_threads(clients: int, fn) -> None:
         raise errors[0]
 
 
+@pytest.fixture(scope="module", params=CLIENTS, ids=str)
+def clients(request) -> int:
+    """A module-scoped parameter: pytest then runs PostgreSQL, the TN and the primary at one client
+    count one after another, before the next count, so each ratio compares runs minutes apart at
+    most (this machine is shared and its load drifts)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def pg():
     from bench.pg_peer import PgPeer, pg_available
@@ -86,7 +103,6 @@ def pg():
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_pg_insert_txn(benchmark, items, pg, clients):
     per = _per_client(clients)
     items(per * clients, clients=clients)
@@ -98,7 +114,6 @@ def test_pg_insert_txn(benchmark, items, pg, clients):
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_tn_insert_txn(benchmark, items, tmp_path, clients):
     from logtide import LogService
     from logtide.engine.logtail import TransactionNode
@@ -127,7 +142,6 @@ def test_tn_insert_txn(benchmark, items, tmp_path, clients):
 
 
 @pytest.mark.benchmark(group="durable-writes")
-@pytest.mark.parametrize("clients", CLIENTS)
 def test_primary_insert(benchmark, items, tmp_path, clients):
     from logtide.replay.primary import Primary
     per = _per_client(clients)
@@ -148,39 +162,10 @@ def test_primary_insert(benchmark, items, tmp_path, clients):
 
 def plot(benchmarks: dict, outdir):
     """Durable writes per second against client count, one line per system."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    lines = {"TN insert transactions": "test_tn_insert_txn", "primary tuple inserts": "test_primary_insert",
-             "PostgreSQL 15 pgbench INSERT": "test_pg_insert_txn"}
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
-    for label, test in lines.items():
-        xs, ys = [], []
-        for c in CLIENTS:
-            b = benchmarks.get(f"{test}[{c}]")
-            n = b and b.get("extra_info", {}).get("items")
-            if n:
-                xs.append(c)
-                ys.append(n / b["stats"]["min"])
-        if xs:
-            ax.plot(xs, ys, marker="o", label=label)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return []
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(CLIENTS, [str(c) for c in CLIENTS])
-    ax.set_xlabel("clients (threads / pgbench connections)")
-    ax.set_ylabel("durable writes per second")
-    ax.set_title("durable single-row writes (fsync on every acknowledged write)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    out = outdir / "durable_writes.png"
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return [out]
+    from bench.throughput_plot import throughput_plot
+    return throughput_plot(benchmarks, outdir, "durable_writes.png",
+                           {"TN insert transactions": "test_tn_insert_txn",
+                            "primary tuple inserts": "test_primary_insert",
+                            "PostgreSQL 15 pgbench INSERT": "test_pg_insert_txn"},
+                           "durable single-row writes (fsync on every acknowledged write)",
+                           "durable writes per second")

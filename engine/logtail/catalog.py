@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,10 @@ class TableDef:
         return cls(name, tuple(cols), pk)
 
     def dtypes(self) -> dict:
+        return dict(self._dtypes)
+
+    @cached_property
+    def _dtypes(self) -> dict:
         return {c: np.dtype(d) for c, d in self.columns}
 
     def to_json(self) -> dict:
@@ -53,8 +58,8 @@ class TableDef:
         """The rows as one numpy array per column, all the same length; SchemaError when they do not fit."""
         if not isinstance(rows, dict):
             raise SchemaError(f"rows of {self.name!r} are a dict of column -> values, got {type(rows).__name__}")
-        want = self.dtypes()
-        if set(rows) != set(want):
+        want = self._dtypes
+        if rows.keys() != want.keys():
             raise SchemaError(f"{self.name!r} has columns {sorted(want)}, got {sorted(rows)}")
         out, n = {}, None
         for c, d in want.items():
@@ -63,6 +68,12 @@ class TableDef:
                 a = a.reshape(1)
             if a.ndim != 1:
                 raise SchemaError(f"column {c!r} must be one-dimensional")
+            if a.dtype == d:          # the common case: nothing to check or convert
+                if n is not None and len(a) != n:
+                    raise SchemaError(f"columns of {self.name!r} differ in length")
+                n = len(a)
+                out[c] = a
+                continue
             ok = (a.dtype == d or (a.dtype.kind in "iub" and d.kind in "iuf" and np.can_cast(a.dtype, d))
                   or (a.dtype.kind == "f" and d.kind == "f") or (a.size == 0 and a.dtype.kind in "f"))
             if a.dtype.kind in "iu" and d.kind in "iu" and not np.can_cast(a.dtype, d):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from logtide.engine.logtail.column_batch import ColumnBatch
 from logtide.errors import MalformedMessageError
 
 MAGIC = b"LTL1"
@@ -39,17 +40,46 @@ BLOCK, OFFSET, TS, PK = "__block", "__offset", "__ts", "__pk"
 SYSTEM_COLUMNS = (BLOCK, OFFSET, TS)
 
 
-@dataclass
 class Entry:
-    """One logtail entry of one table: a batch of inserts or deletes, or object metadata."""
-    kind: str
-    ts: int
-    batch: pa.Table | None = None
-    meta: dict | None = None      # META: {"cleanup_ts", "objects": [{"name", "kind", "blocks", "create_ts"}]}
+    """One logtail entry of one table: a batch of inserts or deletes, or object metadata.
+
+    The batch is a pa.Table, or a ColumnBatch (numpy columns) that becomes a pa.Table when read."""
+    __slots__ = ("kind", "ts", "data", "meta")
+
+    def __init__(self, kind: str, ts: int, batch: "pa.Table | ColumnBatch | None" = None,
+                 meta: dict | None = None) -> None:
+        self.kind = kind
+        self.ts = ts
+        self.data = batch
+        self.meta = meta      # META: {"cleanup_ts", "objects": [{"name", "kind", "blocks", "create_ts"}]}
+
+    @property
+    def batch(self) -> pa.Table | None:
+        d = self.data
+        return d.table() if d.__class__ is ColumnBatch else d
 
     @property
     def rows(self) -> int:
-        return 0 if self.batch is None else self.batch.num_rows
+        return 0 if self.data is None else self.data.num_rows
+
+    def ipc(self) -> bytes:
+        """The batch as an Arrow IPC stream (b"" for a META entry)."""
+        d = self.data
+        if d is None:
+            return b""
+        return d.ipc() if d.__class__ is ColumnBatch else ipc_bytes(d)
+
+    def __repr__(self) -> str:
+        return f"Entry({self.kind!r}, ts={self.ts}, rows={self.rows}, meta={self.meta!r})"
+
+
+def concat_batches(entries: list[Entry]):
+    """The rows of the entries' batches in order: a ColumnBatch when they all are of one layout
+    (numpy concatenation, no pa.Table per entry), else a pa.Table."""
+    datas = [e.data for e in entries]
+    if all(d.__class__ is ColumnBatch for d in datas) and len({id(d.layout) for d in datas}) == 1:
+        return ColumnBatch.concat(datas)
+    return pa.concat_tables([e.batch for e in entries])
 
 
 @dataclass
@@ -57,7 +87,7 @@ class Record:
     kind: int
     ts: int
     info: dict = field(default_factory=dict)
-    batches: list = field(default_factory=list)   # [(table, kind, pa.Table)]
+    batches: list = field(default_factory=list)   # [(table, kind, pa.Table or ColumnBatch)]
 
 
 _STREAM_ENDS: dict[pa.Schema, tuple[bytes, bytes]] = {}   # schema -> (schema message, end-of-stream marker)
@@ -93,11 +123,32 @@ def ipc_table(b: bytes | memoryview) -> pa.Table:
 _JSON = json.JSONEncoder(separators=(",", ":"))   # json.dumps with separators builds one per call
 
 
+def batch_ipc(b) -> bytes:
+    """A pa.Table or ColumnBatch as an Arrow IPC stream."""
+    return b.ipc() if b.__class__ is ColumnBatch else ipc_bytes(b)
+
+
+_NAMES: dict[str, str] = {}   # table name -> its JSON string
+
+
+def _json_name(name: str) -> str:
+    j = _NAMES.get(name)
+    if j is None:
+        j = _JSON.encode(name)
+        if len(_NAMES) < 4096:
+            _NAMES[name] = j
+    return j
+
+
 def encode(rec: Record) -> bytes:
-    blobs = [ipc_bytes(t) for _, _, t in rec.batches]
-    info = dict(rec.info)
-    info["batches"] = [{"table": tb, "kind": k, "size": len(b)} for (tb, k, _), b in zip(rec.batches, blobs)]
-    js = _JSON.encode(info).encode()
+    blobs = [batch_ipc(t) for _, _, t in rec.batches]
+    if rec.info:
+        info = dict(rec.info)
+        info["batches"] = [{"table": tb, "kind": k, "size": len(b)} for (tb, k, _), b in zip(rec.batches, blobs)]
+        js = _JSON.encode(info).encode()
+    else:   # a commit: the same bytes as the encoder writes, without building the dicts
+        js = ('{"batches":[' + ",".join([f'{{"table":{_json_name(tb)},"kind":{_json_name(k)},"size":{len(b)}}}'
+                                         for (tb, k, _), b in zip(rec.batches, blobs)]) + "]}").encode()
     return b"".join([HEADER.pack(MAGIC, rec.kind, rec.ts, len(js)), js, *blobs])
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 
 
-@dataclass
+@dataclass(slots=True)      # no __dict__: one object fewer per commit for the cyclic GC to walk
 class Handle:
     """One committed transaction (or flush): its ts and its entries per table."""
     ts: int

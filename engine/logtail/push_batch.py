@@ -8,9 +8,7 @@ drops in-memory rows below its cleanup ts: rows before it and rows after it are 
 """
 from __future__ import annotations
 
-import pyarrow as pa
-
-from logtide.engine.logtail.logtail_format import DELETE, INSERT, META, Entry
+from logtide.engine.logtail.logtail_format import DELETE, INSERT, META, Entry, concat_batches
 
 
 def merge_entries(entries: list[Entry]) -> list[Entry]:
@@ -25,7 +23,7 @@ def merge_entries(entries: list[Entry]) -> list[Entry]:
             if len(es) == 1:
                 out.append(es[0])
             elif es:
-                out.append(Entry(kind, es[-1].ts, pa.concat_tables([e.batch for e in es])))
+                out.append(Entry(kind, es[-1].ts, concat_batches(es)))
             run[kind] = []
     for e in entries:
         if e.kind == META:

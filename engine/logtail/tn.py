@@ -26,7 +26,9 @@ from logtide import BTree
 from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
-from logtide.engine.logtail.logtail_format import BLOCK, DELETE, INSERT, META, OFFSET, PK, TS, Entry, Record
+from logtide.engine.logtail.column_batch import BatchLayout, ColumnBatch
+from logtide.engine.logtail.logtail_format import (BLOCK, DELETE, INSERT, META, OFFSET, PK, TS, Entry, Record,
+                                                   concat_batches)
 from logtide.engine.logtail.logtail_table import Handle, LogtailTable
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
@@ -35,6 +37,9 @@ from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, M
                             SchemaError, StreamClosedError, UnknownTableError, WriteConflictError)
 
 READER_NAME = "logtail-tn"
+SMALL_TXN_KEYS = 16     # up to this many keys a commit checks and reserves them one B-tree call each
+_SYSTEM = [(BLOCK, np.int64), (OFFSET, np.int32), (TS, np.int64)]
+DELETE_LAYOUT = BatchLayout(_SYSTEM + [(PK, np.int64)])
 CHECKPOINT_PREFIX = "ckp-"
 
 
@@ -48,7 +53,7 @@ class Checkpoint:
 @dataclass
 class _Queued:
     """A log record waiting for its group, and what publishing it does."""
-    rec: Record          # a commit's batches may still be {column: numpy array} (see _write_group)
+    rec: Record
     publish: object      # callable(rec) run under the commit lock once the record is durable
 
 
@@ -57,6 +62,7 @@ class TableState:
 
     def __init__(self, tdef: TableDef) -> None:
         self.tdef = tdef
+        self.insert_layout = BatchLayout(_SYSTEM + list(tdef.dtypes().items()))
         self.pk_index = BTree()      # pk -> rowid (block * BLOCK_ROWS + offset) of the live row
         self.pk_ts = BTree()         # pk -> ts of the last committed write to it (write-write conflicts)
         self.next_block = 1
@@ -67,6 +73,10 @@ class TableState:
         self.objects: list[dict] = []
 
     def alloc_rowids(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        off = self.cur_off
+        if off + n <= BLOCK_ROWS:       # the common case: the rows fit the current block
+            self.cur_off = off + n
+            return _filled(n, self.cur_block), np.arange(off, off + n, dtype=np.int32)
         blocks = np.empty(n, dtype=np.int64)
         offs = np.empty(n, dtype=np.int32)
         i = 0
@@ -178,7 +188,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
-        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group)
+        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group, chain=True)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -245,20 +255,17 @@ class TransactionNode:
         return self.committer.enqueue(_Queued(rec, publish))
 
     def _write_group(self, group: list[_Queued]) -> None:
-        """The committer's flush: build and encode the group's batches (outside the commit lock,
-        where pyarrow may drop the GIL without stalling other commits), append the group with one
-        `append_many` (one fsync), then publish it in ts order."""
-        payloads = []
-        for q in group:
-            q.rec.batches = [(tb, kind, pa.table(t) if isinstance(t, dict) else t) for tb, kind, t in q.rec.batches]
-            payloads.append(fmt.encode(q.rec))
+        """The committer's flush: encode the group's records (outside the commit lock), append them
+        with one `append_many` (one fsync), then publish them in ts order."""
+        payloads = [fmt.encode(q.rec) for q in group]
         first = self.log.append_many(payloads)
         with self._cv:
             for k, q in enumerate(group):
                 self.last_lsn = first + k
                 self._lsn_ts.append((q.rec.ts, first + k))
                 q.publish(q.rec)
-            self._cv.notify_all()   # the pusher: one wake-up (and one update message) per group
+            if self._streams:       # the pusher: one wake-up (and one update message) per group
+                self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
 
     def _publish_ts(self, rec: Record) -> None:
         self.last_ts = rec.ts
@@ -272,55 +279,49 @@ class TransactionNode:
             if not ins and not dels:
                 continue
             ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
-            ins_pks = ins_cols[st.tdef.pk]
-            del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
-            touched = np.concatenate([ins_pks, del_pks]) if len(del_pks) else ins_pks
-            work.append((table, st, ins_cols, ins_pks, del_pks, touched))
+            work.append((table, st, ins_cols, ins_cols[st.tdef.pk], dels))
         if not work:
             return self.last_ts
+        small = sum(len(w[3]) + len(w[4]) for w in work) <= SMALL_TXN_KEYS
         with self._cv:
-            plans = []
-            for table, st, ins_cols, ins_pks, del_pks, touched in work:
-                last, found = st.pk_ts.get_many(touched)
-                late = found & (last > txn.start_ts)
-                if late.any():
-                    raise WriteConflictError(f"{table}: primary key {int(touched[late][0])} was written after "
-                                             f"this transaction began")
-                if len(del_pks):
-                    del_rowids, present = st.pk_index.get_many(del_pks)
-                    if not present.all():
-                        raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
-                else:
-                    del_rowids = del_pks
-                _, exists = st.pk_index.get_many(ins_pks)
-                if exists.any():
-                    dup = ins_pks[exists]
-                    redel = np.isin(dup, del_pks)
-                    if not redel.all():
-                        raise DuplicateKeyError(f"{table}: primary key {int(dup[~redel][0])} exists")
-                plans.append((table, st, ins_cols, ins_pks, del_pks, del_rowids))
+            # check everything first: a conflict in any table leaves nothing reserved
+            plans = [(_check_small if small else _check_many)(table, st, ins_pks, dels, txn.start_ts)
+                     for table, st, _, ins_pks, dels in work]
             ts = self.log.get_tso_timestamp(1)
             batches = []
-            for table, st, ins_cols, ins_pks, del_pks, del_rowids in plans:
-                # batches as numpy columns: the committer makes them Arrow tables outside the lock
+            for (table, st, ins_cols, ins_pks, _), (del_pks, del_rowids) in zip(work, plans):
+                # batches as numpy columns: the Arrow bytes are made by the committer, outside the lock
                 if len(del_pks):
-                    batches.append((table, DELETE, {
-                        BLOCK: del_rowids // BLOCK_ROWS, OFFSET: (del_rowids % BLOCK_ROWS).astype(np.int32),
-                        TS: np.full(len(del_pks), ts, dtype=np.int64), PK: del_pks}))
-                    st.pk_index.delete_many(del_pks)
-                    st.pk_ts.insert_many(del_pks, np.full(len(del_pks), ts, dtype=np.int64))
+                    del_ts = _filled(len(del_pks), ts)
+                    batches.append((table, DELETE, ColumnBatch(DELETE_LAYOUT, [
+                        del_rowids // BLOCK_ROWS, (del_rowids % BLOCK_ROWS).astype(np.int32), del_ts, del_pks])))
+                    if small:
+                        for pk in del_pks.tolist():
+                            st.pk_index.delete(pk)
+                            st.pk_ts.insert(pk, ts)
+                    else:
+                        st.pk_index.delete_many(del_pks)
+                        st.pk_ts.insert_many(del_pks, del_ts)
                 if len(ins_pks):
                     blocks, offs = st.alloc_rowids(len(ins_pks))
-                    cols = {BLOCK: blocks, OFFSET: offs, TS: np.full(len(ins_pks), ts, dtype=np.int64)}
-                    cols.update(ins_cols)
-                    batches.append((table, INSERT, cols))
-                    # reserved: later commits check against these keys as if this one had committed
-                    st.pk_index.insert_many(ins_pks, blocks * BLOCK_ROWS + offs)
+                    ins_ts = _filled(len(ins_pks), ts)
+                    batches.append((table, INSERT, ColumnBatch(st.insert_layout, [
+                        blocks, offs, ins_ts, *(ins_cols[c] for c in st.insert_layout.names[3:])])))
                     st.next_block = max(st.next_block, int(blocks[-1]) + 1)
-                    st.pk_ts.insert_many(ins_pks, np.full(len(ins_pks), ts, dtype=np.int64))
-            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), lambda rec: self._publish_commit(rec.ts, rec.batches))
+                    # reserved: later commits check against these keys as if this one had committed
+                    if small:
+                        for pk, b, o in zip(ins_pks.tolist(), blocks.tolist(), offs.tolist()):
+                            st.pk_index.insert(pk, b * BLOCK_ROWS + o)
+                            st.pk_ts.insert(pk, ts)
+                    else:
+                        st.pk_index.insert_many(ins_pks, blocks * BLOCK_ROWS + offs)
+                        st.pk_ts.insert_many(ins_pks, ins_ts)
+            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), self._publish_record)
         self.committer.wait(ticket)   # durable (and published) before it is acknowledged
         return ts
+
+    def _publish_record(self, rec: Record) -> None:
+        self._publish_commit(rec.ts, rec.batches)
 
     def _apply_commit(self, ts: int, batches: list) -> None:
         """Recovery: a logged commit, reserved and published at once."""
@@ -387,7 +388,7 @@ class TransactionNode:
             return ts
 
     def _write_data_object(self, table: str, entries: list[Entry]) -> dict:
-        t = pa.concat_tables([e.batch for e in entries])
+        t = _as_table(concat_batches(entries))
         blk = t.column(BLOCK).to_numpy()
         order = np.lexsort((t.column(OFFSET).to_numpy(), blk))
         t = t.take(pa.array(order))
@@ -402,7 +403,7 @@ class TransactionNode:
                 "create_ts": int(t.column(TS).to_numpy().min()), "rows": t.num_rows}
 
     def _write_tombstone(self, table: str, entries: list[Entry]) -> dict:
-        t = pa.concat_tables([e.batch for e in entries])
+        t = _as_table(concat_batches(entries))
         name = f"{table}-tomb-{uuid.uuid4().hex[:16]}.parquet"
         self.store.write_blocks(name, [t.slice(i, min(BLOCK_ROWS, t.num_rows - i))
                                        for i in range(0, t.num_rows, BLOCK_ROWS)])
@@ -623,9 +624,11 @@ class TransactionNode:
         """Send (pushed_ts, to_ts] to every stream, one batch per table and kind. Holds _cv."""
         from_ts = self.pushed_ts
         per_table: dict[str, list] = {}
-        if to_ts > from_ts:
+        wanted = set().union(*(s.subscribed for s in self._streams))   # nobody reads the others
+        if to_ts > from_ts and wanted:
             for _, tb, es in self.logtail.visit(from_ts, to_ts):
-                per_table.setdefault(tb, []).extend(es)
+                if tb in wanted:
+                    per_table.setdefault(tb, []).extend(es)
             per_table = {tb: merge_entries(es) for tb, es in per_table.items()}
         self.pushed_ts = to_ts
         if to_ts > self.last_ts:
@@ -636,6 +639,60 @@ class TransactionNode:
                               {t: es for t, es in per_table.items() if t in s.subscribed}))
             except StreamClosedError:
                 self._streams.remove(s)
+
+
+def _check_many(table: str, st: TableState, ins_pks: np.ndarray, dels: set, start_ts: int):
+    """Under the commit lock: raise when the transaction cannot commit; (delete pks, their row ids)."""
+    del_pks = np.fromiter(dels, dtype=np.int64, count=len(dels))
+    touched = np.concatenate([ins_pks, del_pks]) if len(del_pks) else ins_pks
+    last, found = st.pk_ts.get_many(touched)
+    late = found & (last > start_ts)
+    if late.any():
+        raise WriteConflictError(f"{table}: primary key {int(touched[late][0])} was written after "
+                                 f"this transaction began")
+    if len(del_pks):
+        del_rowids, present = st.pk_index.get_many(del_pks)
+        if not present.all():
+            raise KeyNotFoundError(f"{table}: no row with primary key {int(del_pks[~present][0])}")
+    else:
+        del_rowids = del_pks
+    _, exists = st.pk_index.get_many(ins_pks)
+    if exists.any():
+        dup = ins_pks[exists]
+        redel = np.isin(dup, del_pks)
+        if not redel.all():
+            raise DuplicateKeyError(f"{table}: primary key {int(dup[~redel][0])} exists")
+    return del_pks, del_rowids
+
+
+def _check_small(table: str, st: TableState, ins_pks: np.ndarray, dels: set, start_ts: int):
+    """_check_many for a few keys, one B-tree call per key (a numpy call costs more than the lookup)."""
+    ins_list = ins_pks.tolist()
+    del_list = list(dels)
+    pk_ts, pk_index = st.pk_ts, st.pk_index
+    for pk in ins_list + del_list:
+        last = pk_ts.get(pk)
+        if last is not None and last > start_ts:
+            raise WriteConflictError(f"{table}: primary key {pk} was written after this transaction began")
+    del_rowids = []
+    for pk in del_list:
+        rowid = pk_index.get(pk)
+        if rowid is None:
+            raise KeyNotFoundError(f"{table}: no row with primary key {pk}")
+        del_rowids.append(rowid)
+    for pk in ins_list:
+        if pk_index.get(pk) is not None and pk not in dels:
+            raise DuplicateKeyError(f"{table}: primary key {pk} exists")
+    return np.array(del_list, dtype=np.int64), np.array(del_rowids, dtype=np.int64)
+
+
+def _filled(n: int, v: int) -> np.ndarray:
+    """n copies of v as int64 (np.full costs more than the list for a few)."""
+    return np.array([v] * n, dtype=np.int64) if n <= SMALL_TXN_KEYS else np.full(n, v, dtype=np.int64)
+
+
+def _as_table(b) -> pa.Table:
+    return b.table() if b.__class__ is ColumnBatch else b
 
 
 def _gather(tdef: TableDef, batches: list, ins: dict) -> dict:

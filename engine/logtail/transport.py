@@ -91,13 +91,12 @@ MSG_HEADER = struct.Struct("<4sI")
 
 
 def encode_message(msg) -> bytes:
-    from logtide.engine.logtail.logtail_format import ipc_bytes
     kind = msg[0]
     blobs, entries = [], []
 
     def add(table, es):
         for e in es:
-            b = ipc_bytes(e.batch) if e.batch is not None else b""
+            b = e.ipc()
             blobs.append(b)
             entries.append({"table": table, "kind": e.kind, "ts": e.ts, "size": len(b), "meta": e.meta})
     if kind in ("subscribed", "pulled"):
