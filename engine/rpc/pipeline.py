@@ -30,9 +30,12 @@ DEFAULT_DEADLINE_S = 60.0
 MAX_INLINE_REQUEST = 32 << 10
 # a CallBatch holds at most about this many request bytes (servers accept >= 1 MiB messages)
 MAX_BATCH_BYTES = 256 << 10
-# how long a batch may wait for the threads that just got their replies to call again (see _requests)
+# a batch waits for the threads that just got their replies to call again (see _requests) while
+# one of them called within the last LINGER_S, and at most LINGER_MAX_S in all
 LINGER_S = 0.001
+LINGER_MAX_S = 0.01
 _pack_call = CALL_HEADER.pack
+_now = time.monotonic
 
 
 class _Slot:
@@ -64,6 +67,7 @@ class CallStream:
         # threads whose reply was just handed over and that have not called again: the next batch
         # waits for them (up to LINGER_S), so a round of callers travels as one message
         self._returning: set[int] = set()
+        self._last_call = 0.0
         self.batches_sent = 0                 # CallBatch messages and calls sent (calls per batch: the batching)
         self.calls_sent = 0
         self._call = channel.stream_stream(PIPELINE_PATH)(self._requests())
@@ -90,6 +94,7 @@ class CallStream:
             pending.append(_pack_call(call_id, m, len(data)) + data)
             returning = self._returning
             returning.discard(me)
+            self._last_call = _now()
             # wake the sender only when this call starts a batch or completes one (see _requests)
             if len(pending) == 1 or not returning:
                 self._cv.notify()
@@ -104,19 +109,21 @@ class CallStream:
                 while self.broken is None:
                     n = len(self._pending)
                     # send once every thread that just got its reply has called again (the calls
-                    # still at the server cannot join: their callers wait), or after LINGER_S
+                    # still at the server cannot join: their callers wait), or when none of them
+                    # called for LINGER_S (they went on to other work), or after LINGER_MAX_S
                     if n and not self._returning:
                         break
                     if not n:
                         cv.wait()
                         continue
-                    now = time.monotonic()
+                    now = _now()
                     if linger_end is None:
-                        linger_end = now + LINGER_S
-                    elif now >= linger_end:
+                        linger_end = now + LINGER_MAX_S
+                    end = min(linger_end, self._last_call + LINGER_S)
+                    if now >= end:
                         self._returning.clear()     # those threads went on to other work
                         break
-                    cv.wait(linger_end - now)
+                    cv.wait(end - now)
                 if self.broken is not None:
                     return
                 frames, self._pending = self._pending, []

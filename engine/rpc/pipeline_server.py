@@ -18,7 +18,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import pipeline_pb2 as pb
-from logtide.engine.rpc.call_frames import REPLY_HEADER, MalformedFrames, unpack_calls
+from logtide.engine.rpc.call_frames import REPLY_HEADER, unpack_calls
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import InvalidRequest, LogtideError
@@ -164,10 +164,7 @@ class PipelineDispatcher:
                 for raw in raws:
                     try:
                         replies = self.run(pb.CallBatch.FromString(raw), ctx)
-                    except MalformedFrames as exc:
-                        out.put(InvalidRequest(f"{PIPELINE_PATH}: malformed CallBatch: {exc}"))
-                        return
-                    except (DecodeError, ValueError) as exc:
+                    except (DecodeError, ValueError) as exc:   # MalformedFrames too
                         out.put(InvalidRequest(f"{PIPELINE_PATH}: malformed CallBatch: {exc}"))
                         return
                     out.put(replies)
