@@ -136,3 +136,28 @@ def test_reply_frames_that_do_not_parse_break_the_stream_and_the_next_call_recon
             assert garbage.streams == opened + 1
     finally:
         bad.stop(0)
+
+
+def test_reply_messages_split_at_the_batch_limit_and_keep_every_reply():
+    from logtide.engine.rpc.pipeline_server import MAX_REPLY_BATCH_BYTES, Replies, reply_lists
+    lists, want_ok, want_err = [], {}, set()
+    for b in range(3):
+        r = Replies()
+        for i in range(5):
+            call_id = b * 100 + i
+            data = bytes([i]) * (40 << 10)          # 15 replies of 40 KiB: more than one message's worth
+            r.frames.append(pack_reply(call_id, data))
+            r.size += len(data)
+            want_ok[call_id] = data
+        r.error(ppb.PipelinedReply(id=b * 100 + 99, code=3, details="bad"))
+        want_err.add(b * 100 + 99)
+        lists.append(r)
+    msgs = list(reply_lists(lists))
+    assert len(msgs) > 1
+    got_ok, got_err = {}, set()
+    for raw in msgs:
+        assert len(raw) <= MAX_REPLY_BATCH_BYTES + (64 << 10)
+        rb = ppb.ReplyBatch.FromString(raw)
+        got_ok.update(unpack_replies(rb.frames))
+        got_err.update(e.id for e in rb.errors)
+    assert got_ok == want_ok and got_err == want_err

@@ -62,7 +62,11 @@ class Replies:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
         self.errors: list[pb.PipelinedReply] = []
-        self.size = 0
+        self.size = 0                     # about the bytes of a ReplyBatch holding them all
+
+    def error(self, reply: pb.PipelinedReply) -> None:
+        self.errors.append(reply)
+        self.size += len(reply.details) + len(reply.error_type) + _REPLY_OVERHEAD
 
 
 class PipelineDispatcher:
@@ -96,12 +100,12 @@ class PipelineDispatcher:
             u = units[m] if m < len(units) else None
             if u is None:
                 path = batch.methods[m] if m < len(units) else f"#{m}"
-                out.errors.append(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
+                out.error(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
                 continue
             try:
                 req = u.method.request_type.FromString(data)
             except (DecodeError, ValueError, TypeError) as exc:
-                out.errors.append(error_reply(call_id, InvalidRequest(
+                out.error(error_reply(call_id, InvalidRequest(
                     f"{u.method.path}: malformed {u.method.request_type.__name__}: {exc}"), u.method.path))
                 continue
             if u.batch is None:
@@ -131,16 +135,16 @@ class PipelineDispatcher:
     def _reply(out: Replies, u: _Unary, call_id: int, res: Any, limit: int) -> None:
         if res.__class__ is not u.method.response_type:
             if isinstance(res, BaseException):
-                out.errors.append(error_reply(call_id, res, u.method.path))
+                out.error(error_reply(call_id, res, u.method.path))
                 return
             if not isinstance(res, u.method.response_type):
-                out.errors.append(error_reply(call_id, TypeError(
+                out.error(error_reply(call_id, TypeError(
                     f"{u.method.path}: servicer returned {type(res).__name__}, not "
                     f"{u.method.response_type.__name__}"), u.method.path))
                 return
         data = res.SerializeToString()
         if len(data) + _REPLY_OVERHEAD > limit:
-            out.errors.append(pb.PipelinedReply(
+            out.error(pb.PipelinedReply(
                 id=call_id, code=_RESOURCE_EXHAUSTED,
                 details=f"reply of {len(data)} bytes exceeds the message limit {limit}"))
             return
