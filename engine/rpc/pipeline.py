@@ -1,16 +1,17 @@
 """PipelinedTransport: unary calls from many threads share one bidirectional stream per connection.
 
 A caller packs its call (id, method index, request bytes: engine/rpc/call_frames.py) and waits on
-its own lock; gRPC's sender thread joins every queued call into one CallBatch; a reader thread
-matches the ReplyBatch frames to callers by id. Each call has a deadline (DeadlineExceededError); a broken stream fails
-every call in flight on it (RpcStreamBroken) and the next call opens a new stream. Streaming
-methods and requests over MAX_INLINE_REQUEST bytes go as plain gRPC calls, unchanged.
+its own lock; gRPC's sender thread joins every queued call into one CallBatch once the threads
+whose replies just came have called again; a reader thread matches the ReplyBatch frames to
+callers by id. Each call has a deadline (DeadlineExceededError); a broken stream fails every call
+in flight on it (RpcStreamBroken) and the next call opens a new stream. Streaming methods and
+requests over MAX_INLINE_REQUEST bytes go as plain gRPC calls, unchanged.
 """
 from __future__ import annotations
 
 import threading
-from threading import get_ident
 import time
+from threading import get_ident
 from typing import Any
 
 import grpc
@@ -30,8 +31,8 @@ DEFAULT_DEADLINE_S = 60.0
 MAX_INLINE_REQUEST = 32 << 10
 # a CallBatch holds at most about this many request bytes (servers accept >= 1 MiB messages)
 MAX_BATCH_BYTES = 256 << 10
-# a batch waits for the threads that just got their replies to call again (see _requests) while
-# one of them called within the last LINGER_S, and at most LINGER_MAX_S in all
+# a batch waits for the threads that just got their replies to call again (see _requests) as long
+# as some call was queued within the last LINGER_S, and at most LINGER_MAX_S in all
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
 _pack_call = CALL_HEADER.pack
@@ -65,7 +66,7 @@ class CallStream:
         self._method_ids: dict[str, int] = {}  # method path -> its index in every batch's `methods`
         self._methods: list[str] = []
         # threads whose reply was just handed over and that have not called again: the next batch
-        # waits for them (up to LINGER_S), so a round of callers travels as one message
+        # waits for them (see LINGER_S), so a round of callers travels as one message
         self._returning: set[int] = set()
         self._last_call = 0.0
         self.batches_sent = 0                 # CallBatch messages and calls sent (calls per batch: the batching)
@@ -109,8 +110,8 @@ class CallStream:
                 while self.broken is None:
                     n = len(self._pending)
                     # send once every thread that just got its reply has called again (the calls
-                    # still at the server cannot join: their callers wait), or when none of them
-                    # called for LINGER_S (they went on to other work), or after LINGER_MAX_S
+                    # still at the server cannot join: their callers wait), or when no call came
+                    # for LINGER_S (the others went on to other work), or after LINGER_MAX_S
                     if n and not self._returning:
                         break
                     if not n:
