@@ -19,6 +19,7 @@ import pytest
 from logtide.engine.rpc import RpcServer, connect
 from logtide.engine.rpc import diagnostics_pb2 as pb
 from logtide.engine.rpc import pipeline_pb2 as ppb
+from logtide.engine.rpc.call_frames import CALL_HEADER, pack_call, unpack_replies
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
@@ -107,29 +108,46 @@ def test_one_bad_call_does_not_disturb_the_others(served):
         assert c.Ping(payload=b"still").payload == b"still"
 
 
+def _frames(*calls) -> bytes:
+    return b"".join(pack_call(i, m, req) for i, m, req in calls)
+
+
 def test_malformed_calls_and_frames(served):
     server, _ = served
+    methods = ["/logtide.rpc.Diagnostics/Ping", "/logtide.rpc.Diagnostics/Nope", "/logtide.rpc.Diagnostics/Count"]
     with grpc.insecure_channel(server.address) as ch:
         call = ch.stream_stream(PIPELINE_PATH)
-        batch = ppb.CallBatch(calls=[
-            ppb.PipelinedCall(id=1, method="/logtide.rpc.Diagnostics/Ping", request=b"\x0a\xff\xff\xff\xff\x0f"),
-            ppb.PipelinedCall(id=2, method="/logtide.rpc.Diagnostics/Nope", request=b""),
-            ppb.PipelinedCall(id=3, method="/logtide.rpc.Diagnostics/Count", request=b""),  # streaming: not here
-            ppb.PipelinedCall(id=4, method="/logtide.rpc.Diagnostics/Ping",
-                              request=pb.PingRequest(payload=b"fine").SerializeToString())])
-        replies = {}
+        batch = ppb.CallBatch(methods=methods, frames=_frames(
+            (1, 0, b"\x0a\xff\xff\xff\xff\x0f"),         # a request that does not parse
+            (2, 1, b""),                                    # an unknown method
+            (3, 2, b""),                                    # streaming: not on the pipeline
+            (5, 7, b""),                                    # a method index past the batch's table
+            (4, 0, pb.PingRequest(payload=b"fine").SerializeToString())))
+        errors, ok = {}, {}
         for raw in call(iter([batch.SerializeToString()]), timeout=10):
-            for r in ppb.ReplyBatch.FromString(raw).replies:
-                replies[r.id] = r
-        assert sorted(replies) == [1, 2, 3, 4]
-        for i in (1, 2, 3):
-            assert replies[i].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-            assert replies[i].error_type == "logtide.errors.InvalidRequest"
-        assert "malformed" in replies[1].details and "unknown method" in replies[2].details
-        assert replies[4].code == 0 and pb.PingReply.FromString(replies[4].response).payload == b"fine"
-        with pytest.raises(grpc.RpcError) as e:                 # a frame that is not a CallBatch
-            list(call(iter([b"\x0a\xff\xff\xff\xff\x0f"]), timeout=10))
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            rb = ppb.ReplyBatch.FromString(raw)
+            errors.update((r.id, r) for r in rb.errors)
+            ok.update(unpack_replies(rb.frames))
+        assert sorted(errors) == [1, 2, 3, 5] and sorted(ok) == [4]
+        for i in (1, 2, 3, 5):
+            assert errors[i].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            assert errors[i].error_type == "logtide.errors.InvalidRequest"
+        assert "malformed" in errors[1].details and "unknown method" in errors[2].details
+        assert "unknown method" in errors[5].details
+        assert pb.PingReply.FromString(ok[4]).payload == b"fine"
+        whole = _frames((1, 0, pb.PingRequest(payload=b"x").SerializeToString()))
+        bad_frames = [
+            b"\x0a\xff\xff\xff\xff\x0f",                               # not a CallBatch at all
+            ppb.CallBatch(methods=methods, frames=whole[:-1]).SerializeToString(),        # truncated request
+            ppb.CallBatch(methods=methods, frames=whole + b"\x01\x02").SerializeToString(),  # truncated header
+            ppb.CallBatch(methods=methods,                                               # length past the end
+                          frames=CALL_HEADER.pack(9, 0, 1 << 31) + b"abc").SerializeToString(),
+        ]
+        for bad in bad_frames:
+            with pytest.raises(grpc.RpcError) as e:       # the stream ends with INVALID_ARGUMENT
+                list(call(iter([bad]), timeout=10))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "malformed CallBatch" in e.value.details()
     with connect(DIAGNOSTICS, server.address, pipelined=True) as c:  # the server keeps serving
         assert c.Ping(payload=b"alive").payload == b"alive"
 

@@ -1,20 +1,23 @@
 """PipelinedTransport: unary calls from many threads share one bidirectional stream per connection.
 
-A caller queues its call (id, method path, request bytes) and waits on its own lock; gRPC's sender
-thread takes every queued call at once as one CallBatch; a reader thread matches the ReplyBatch
-messages to callers by id. Each call has a deadline (DeadlineExceededError); a broken stream fails
-every call in flight on it (RpcStreamBroken) and the next call opens a new stream. Streaming
-methods and requests over MAX_INLINE_REQUEST bytes go as plain gRPC calls, unchanged.
+A caller packs its call (id, method index, request bytes: engine/rpc/call_frames.py) and waits on
+its own lock; gRPC's sender thread joins every queued call into one CallBatch once the threads
+whose replies just came have called again; a reader thread matches the ReplyBatch frames to
+callers by id. Each call has a deadline (DeadlineExceededError); a broken stream fails every call
+in flight on it (RpcStreamBroken) and the next call opens a new stream. Streaming methods and
+requests over MAX_INLINE_REQUEST bytes go as plain gRPC calls, unchanged.
 """
 from __future__ import annotations
 
 import threading
 import time
+from threading import get_ident
 from typing import Any
 
 import grpc
 
 from logtide.engine.rpc import pipeline_pb2 as pb
+from logtide.engine.rpc.call_frames import CALL_HEADER, MAX_METHODS, unpack_replies
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
 from logtide.engine.rpc.service import MethodDef
@@ -28,20 +31,25 @@ DEFAULT_DEADLINE_S = 60.0
 MAX_INLINE_REQUEST = 32 << 10
 # a CallBatch holds at most about this many request bytes (servers accept >= 1 MiB messages)
 MAX_BATCH_BYTES = 256 << 10
-_CALL_OVERHEAD = 16
-# how long a batch may wait for more calls while fewer than half of the calls in flight are in it
-LINGER_S = 0.0005
+# a batch waits for the threads that just got their replies to call again (see _requests) as long
+# as some call was queued within the last LINGER_S, and at most LINGER_MAX_S in all
+LINGER_S = 0.001
+LINGER_MAX_S = 0.01
+_pack_call = CALL_HEADER.pack
+_now = time.monotonic
 
 
 class _Slot:
-    """One call in flight: its caller waits on `lock` (held until the reply or the failure)."""
-    __slots__ = ("lock", "reply", "error")
+    """One call in flight: its caller waits on `lock` (held until the reply or the failure). `reply` is
+    the response bytes, or a PipelinedReply when the call failed at the server."""
+    __slots__ = ("lock", "reply", "error", "caller")
 
-    def __init__(self) -> None:
+    def __init__(self, caller: int) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.reply: Any = None
         self.error: BaseException | None = None
+        self.caller = caller          # the calling thread's ident
 
 
 class CallStream:
@@ -51,10 +59,16 @@ class CallStream:
         self.address = address
         self._max_reply = max_reply_bytes
         self._cv = threading.Condition(threading.Lock())
-        self._pending: list[tuple[int, str, bytes]] = []
+        self._pending: list[bytes] = []        # packed call frames, in submission order
         self.inflight: dict[int, _Slot] = {}
         self.broken: BaseException | None = None
         self._next_id = 1
+        self._method_ids: dict[str, int] = {}  # method path -> its index in every batch's `methods`
+        self._methods: list[str] = []
+        # threads whose reply was just handed over and that have not called again: the next batch
+        # waits for them (see LINGER_S), so a round of callers travels as one message
+        self._returning: set[int] = set()
+        self._last_call = 0.0
         self.batches_sent = 0                 # CallBatch messages and calls sent (calls per batch: the batching)
         self.calls_sent = 0
         self._call = channel.stream_stream(PIPELINE_PATH)(self._requests())
@@ -63,17 +77,27 @@ class CallStream:
 
     def submit(self, path: str, data: bytes) -> tuple[int, _Slot] | None:
         """Queue a call; None when the stream is already broken (open another)."""
-        slot = _Slot()
+        me = get_ident()
+        slot = _Slot(me)
         with self._cv:
             if self.broken is not None:
                 return None
+            m = self._method_ids.get(path)
+            if m is None:
+                if len(self._methods) >= MAX_METHODS:
+                    raise RpcError(f"{path}: more than {MAX_METHODS} methods on one call stream")
+                m = self._method_ids[path] = len(self._methods)
+                self._methods.append(path)
             call_id = self._next_id
             self._next_id += 1
             self.inflight[call_id] = slot
             pending = self._pending
-            pending.append((call_id, path, data))
+            pending.append(_pack_call(call_id, m, len(data)) + data)
+            returning = self._returning
+            returning.discard(me)
+            self._last_call = _now()
             # wake the sender only when this call starts a batch or completes one (see _requests)
-            if len(pending) == 1 or 2 * len(pending) >= len(self.inflight):
+            if len(pending) == 1 or not returning:
                 self._cv.notify()
         return call_id, slot
 
@@ -85,44 +109,60 @@ class CallStream:
                 linger_end = None
                 while self.broken is None:
                     n = len(self._pending)
-                    # send once at least half the calls in flight wait to be sent (the others are at
-                    # the server: their callers will not add to this batch before their replies come)
-                    if n and 2 * n >= len(self.inflight):
+                    # send once every thread that just got its reply has called again (the calls
+                    # still at the server cannot join: their callers wait), or when no call came
+                    # for LINGER_S (the others went on to other work), or after LINGER_MAX_S
+                    if n and not self._returning:
                         break
                     if not n:
                         cv.wait()
                         continue
-                    now = time.monotonic()
+                    now = _now()
                     if linger_end is None:
-                        linger_end = now + LINGER_S
-                    elif now >= linger_end:
+                        linger_end = now + LINGER_MAX_S
+                    end = min(linger_end, self._last_call + LINGER_S)
+                    if now >= end:
+                        self._returning.clear()     # those threads went on to other work
                         break
-                    cv.wait(linger_end - now)
+                    cv.wait(end - now)
                 if self.broken is not None:
                     return
-                calls, self._pending = self._pending, []
-            self.calls_sent += len(calls)
-            msg, size = pb.CallBatch(max_reply_bytes=self._max_reply), 0
-            for call_id, path, data in calls:
-                n = len(data) + len(path) + _CALL_OVERHEAD
-                if size and size + n > MAX_BATCH_BYTES:
+                frames, self._pending = self._pending, []
+                methods = list(self._methods)
+            self.calls_sent += len(frames)
+            start, size = 0, 0
+            for i, f in enumerate(frames):
+                if size and size + len(f) > MAX_BATCH_BYTES:
                     self.batches_sent += 1
-                    yield msg.SerializeToString()
-                    msg, size = pb.CallBatch(max_reply_bytes=self._max_reply), 0
-                msg.calls.add(id=call_id, method=path, request=data)
-                size += n
+                    yield self._batch(methods, frames[start:i])
+                    start, size = i, 0
+                size += len(f)
             self.batches_sent += 1
-            yield msg.SerializeToString()
+            yield self._batch(methods, frames if start == 0 else frames[start:])
+
+    def _batch(self, methods: list[str], frames: list[bytes]) -> bytes:
+        return pb.CallBatch(max_reply_bytes=self._max_reply, methods=methods,
+                            frames=b"".join(frames)).SerializeToString()
 
     def _read(self) -> None:
-        inflight = self.inflight
+        inflight, pop, cv, returning = self.inflight, self.inflight.pop, self._cv, self._returning
         try:
             for raw in self._call:
-                for r in pb.ReplyBatch.FromString(raw).replies:
-                    slot = inflight.pop(r.id, None)
-                    if slot is None:          # its caller's deadline passed
-                        continue
-                    slot.reply = r
+                batch = pb.ReplyBatch.FromString(raw)
+                done = []
+                for call_id, data in unpack_replies(batch.frames):
+                    slot = pop(call_id, None)
+                    if slot is not None:       # else its caller's deadline passed
+                        slot.reply = data
+                        done.append(slot)
+                for r in batch.errors:
+                    slot = pop(r.id, None)
+                    if slot is not None:
+                        slot.reply = r
+                        done.append(slot)
+                with cv:                       # before they wake: see _requests
+                    returning.update([s.caller for s in done])
+                for slot in done:
                     slot.lock.release()
             err: BaseException = RpcStreamBroken(f"the call stream to {self.address} was ended by the server")
         except grpc.RpcError as exc:
@@ -142,6 +182,7 @@ class CallStream:
             slots = list(self.inflight.values())
             self.inflight.clear()
             self._pending.clear()
+            self._returning.clear()
             self._cv.notify_all()
         for s in slots:
             s.error = self.broken
@@ -203,9 +244,9 @@ class PipelinedTransport(Transport):
             raise type(slot.error)(f"{method.path}: {slot.error} "
                                    f"(after {time.monotonic() - start:.3f} s)") from None
         r = slot.reply
-        if r.code:
-            raise from_status(code_of(r.code), r.error_type or None, r.details, method.path)
-        return method.response_type.FromString(r.response)
+        if r.__class__ is bytes:
+            return method.response_type.FromString(r)
+        raise from_status(code_of(r.code), r.error_type or None, r.details, method.path)
 
     def server_stream(self, method, request, timeout=None):
         return self.inner.server_stream(method, request, timeout)

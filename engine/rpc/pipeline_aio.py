@@ -9,7 +9,8 @@ from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import pipeline_pb2 as pb
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
-from logtide.engine.rpc.pipeline_server import PIPELINE_PATH, PipelineDispatcher, reply_lists
+from logtide.engine.rpc.call_frames import MalformedFrames
+from logtide.engine.rpc.pipeline_server import PIPELINE_PATH, PipelineDispatcher, Replies, reply_lists
 from logtide.engine.rpc.service import CallContext
 from logtide.errors import InvalidRequest
 
@@ -38,6 +39,8 @@ def aio_handler(dispatcher: PipelineDispatcher) -> grpc.RpcMethodHandler:
         async def job(batch):
             try:
                 out.put_nowait(await loop.run_in_executor(dispatcher.pool, dispatcher.run, batch, ctx))
+            except MalformedFrames as exc:
+                out.put_nowait(InvalidRequest(f"{PIPELINE_PATH}: malformed CallBatch: {exc}"))
             finally:
                 running.discard(asyncio.current_task())
                 if not running and reading_done[0]:
@@ -74,7 +77,7 @@ def aio_handler(dispatcher: PipelineDispatcher) -> grpc.RpcMethodHandler:
                 lists = [item]
                 while not out.empty():
                     more = out.get_nowait()
-                    if not isinstance(more, list):
+                    if more.__class__ is not Replies:
                         out.put_nowait(more)
                         break
                     lists.append(more)

@@ -24,21 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0epipeline.proto\x12\x0blogtide.rpc\"<\n\rPipelinedCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07request\x18\x03 \x01(\x0c\"O\n\tCallBatch\x12)\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1a.logtide.rpc.PipelinedCall\x12\x17\n\x0fmax_reply_bytes\x18\x02 \x01(\x04\"a\n\x0ePipelinedReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x10\n\x08response\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\r\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\":\n\nReplyBatch\x12,\n\x07replies\x18\x01 \x03(\x0b\x32\x1b.logtide.rpc.PipelinedReply2H\n\x08Pipeline\x12<\n\x05\x43\x61lls\x12\x16.logtide.rpc.CallBatch\x1a\x17.logtide.rpc.ReplyBatch(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0epipeline.proto\x12\x0blogtide.rpc\"K\n\tCallBatch\x12\x17\n\x0fmax_reply_bytes\x18\x02 \x01(\x04\x12\x0f\n\x07methods\x18\x03 \x03(\t\x12\x0e\n\x06\x66rames\x18\x04 \x01(\x0cJ\x04\x08\x01\x10\x02\"U\n\x0ePipelinedReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\r\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\tJ\x04\x08\x02\x10\x03\"I\n\nReplyBatch\x12+\n\x06\x65rrors\x18\x01 \x03(\x0b\x32\x1b.logtide.rpc.PipelinedReply\x12\x0e\n\x06\x66rames\x18\x02 \x01(\x0c\x32H\n\x08Pipeline\x12<\n\x05\x43\x61lls\x12\x16.logtide.rpc.CallBatch\x1a\x17.logtide.rpc.ReplyBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pipeline_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PIPELINEDCALL']._serialized_start=31
-  _globals['_PIPELINEDCALL']._serialized_end=91
-  _globals['_CALLBATCH']._serialized_start=93
-  _globals['_CALLBATCH']._serialized_end=172
-  _globals['_PIPELINEDREPLY']._serialized_start=174
-  _globals['_PIPELINEDREPLY']._serialized_end=271
-  _globals['_REPLYBATCH']._serialized_start=273
-  _globals['_REPLYBATCH']._serialized_end=331
-  _globals['_PIPELINE']._serialized_start=333
-  _globals['_PIPELINE']._serialized_end=405
+  _globals['_CALLBATCH']._serialized_start=31
+  _globals['_CALLBATCH']._serialized_end=106
+  _globals['_PIPELINEDREPLY']._serialized_start=108
+  _globals['_PIPELINEDREPLY']._serialized_end=193
+  _globals['_REPLYBATCH']._serialized_start=195
+  _globals['_REPLYBATCH']._serialized_end=268
+  _globals['_PIPELINE']._serialized_start=270
+  _globals['_PIPELINE']._serialized_end=342
 # @@protoc_insertion_point(module_scope)

@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import pipeline_pb2 as pb
+from logtide.engine.rpc.call_frames import REPLY_HEADER, unpack_calls
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import InvalidRequest, LogtideError
@@ -35,6 +36,7 @@ _REPLY_OVERHEAD = 32
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _END = object()
+_pack_reply = REPLY_HEADER.pack
 
 
 class _Unary:
@@ -51,6 +53,20 @@ def error_reply(call_id: int, exc: BaseException, path: str) -> pb.PipelinedRepl
                                  details=str(exc))
     log.error("rpc: unexpected %s in %s: %s", type(exc).__name__, path, exc, exc_info=exc)
     return pb.PipelinedReply(id=call_id, code=_INTERNAL, details=f"{type(exc).__name__}: {exc}")
+
+
+class Replies:
+    """The replies of one batch: successful ones as packed frames, failed ones as PipelinedReply."""
+    __slots__ = ("frames", "errors", "size")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.errors: list[pb.PipelinedReply] = []
+        self.size = 0                     # about the bytes of a ReplyBatch holding them all
+
+    def error(self, reply: pb.PipelinedReply) -> None:
+        self.errors.append(reply)
+        self.size += len(reply.details) + len(reply.error_type) + _REPLY_OVERHEAD
 
 
 class PipelineDispatcher:
@@ -71,57 +87,69 @@ class PipelineDispatcher:
 
     # --- one batch --------------------------------------------------------------------------------
 
-    def run(self, batch: pb.CallBatch, ctx: CallContext) -> list[pb.PipelinedReply]:
+    def run(self, batch: pb.CallBatch, ctx: CallContext) -> Replies:
         """The replies of every call in the batch. Calls in one batch were in flight together, so
-        their order among themselves is free: those with a batch hook run through it together."""
+        their order among themselves is free: those with a batch hook run through it together.
+        MalformedFrames when the batch's frames do not split into whole frames."""
         limit = min(self.max_message_size, batch.max_reply_bytes or self.max_message_size)
-        replies = []
-        groups: dict[str, tuple[_Unary, list, list]] = {}
-        for c in batch.calls:
-            u = self._methods.get(c.method)
+        calls = unpack_calls(batch.frames)
+        units = [self._methods.get(path) for path in batch.methods]
+        out = Replies()
+        groups: dict[int, tuple[_Unary, list, list]] = {}
+        for call_id, m, data in calls:
+            u = units[m] if m < len(units) else None
             if u is None:
-                replies.append(error_reply(c.id, InvalidRequest(f"unknown method {c.method}"), c.method))
+                path = batch.methods[m] if m < len(units) else f"#{m}"
+                out.error(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
                 continue
             try:
-                req = u.method.request_type.FromString(c.request)
+                req = u.method.request_type.FromString(data)
             except (DecodeError, ValueError, TypeError) as exc:
-                replies.append(error_reply(c.id, InvalidRequest(
-                    f"{c.method}: malformed {u.method.request_type.__name__}: {exc}"), c.method))
+                out.error(error_reply(call_id, InvalidRequest(
+                    f"{u.method.path}: malformed {u.method.request_type.__name__}: {exc}"), u.method.path))
                 continue
             if u.batch is None:
                 try:
-                    out = u.fn(req, ctx)
+                    res = u.fn(req, ctx)
                 except Exception as exc:  # noqa: BLE001 - becomes this call's reply
-                    out = exc
-                replies.append(self._reply(u, c.id, out, limit))
+                    res = exc
+                self._reply(out, u, call_id, res, limit)
             else:
-                g = groups.get(c.method)
+                g = groups.get(m)
                 if g is None:
-                    g = groups[c.method] = (u, [], [])
-                g[1].append(c.id)
+                    g = groups[m] = (u, [], [])
+                g[1].append(call_id)
                 g[2].append(req)
         for u, ids, reqs in groups.values():
             try:
-                outs = u.batch(reqs, ctx)
-                if len(outs) != len(reqs):
-                    raise TypeError(f"batch_{u.method.name} returned {len(outs)} results for {len(reqs)} calls")
+                results = u.batch(reqs, ctx)
+                if len(results) != len(reqs):
+                    raise TypeError(f"batch_{u.method.name} returned {len(results)} results for {len(reqs)} calls")
             except Exception as exc:  # noqa: BLE001 - the whole group failed alike
-                outs = [exc] * len(reqs)
-            for call_id, out in zip(ids, outs):
-                replies.append(self._reply(u, call_id, out, limit))
-        return replies
+                results = [exc] * len(reqs)
+            for call_id, res in zip(ids, results):
+                self._reply(out, u, call_id, res, limit)
+        return out
 
-    def _reply(self, u: _Unary, call_id: int, out: Any, limit: int) -> pb.PipelinedReply:
-        if isinstance(out, BaseException):
-            return error_reply(call_id, out, u.method.path)
-        if not isinstance(out, u.method.response_type):
-            return error_reply(call_id, TypeError(f"{u.method.path}: servicer returned {type(out).__name__}, "
-                                                  f"not {u.method.response_type.__name__}"), u.method.path)
-        data = out.SerializeToString()
+    @staticmethod
+    def _reply(out: Replies, u: _Unary, call_id: int, res: Any, limit: int) -> None:
+        if res.__class__ is not u.method.response_type:
+            if isinstance(res, BaseException):
+                out.error(error_reply(call_id, res, u.method.path))
+                return
+            if not isinstance(res, u.method.response_type):
+                out.error(error_reply(call_id, TypeError(
+                    f"{u.method.path}: servicer returned {type(res).__name__}, not "
+                    f"{u.method.response_type.__name__}"), u.method.path))
+                return
+        data = res.SerializeToString()
         if len(data) + _REPLY_OVERHEAD > limit:
-            return pb.PipelinedReply(id=call_id, code=_RESOURCE_EXHAUSTED,
-                                     details=f"reply of {len(data)} bytes exceeds the message limit {limit}")
-        return pb.PipelinedReply(id=call_id, response=data)
+            out.error(pb.PipelinedReply(
+                id=call_id, code=_RESOURCE_EXHAUSTED,
+                details=f"reply of {len(data)} bytes exceeds the message limit {limit}"))
+            return
+        out.frames.append(_pack_reply(call_id, len(data)) + data)
+        out.size += len(data) + _REPLY_OVERHEAD
 
     # --- one stream (the synchronous gRPC server) -------------------------------------------------
 
@@ -139,11 +167,11 @@ class PipelineDispatcher:
             try:
                 for raw in raws:
                     try:
-                        batch = pb.CallBatch.FromString(raw)
-                    except (DecodeError, ValueError) as exc:
+                        replies = self.run(pb.CallBatch.FromString(raw), ctx)
+                    except (DecodeError, ValueError) as exc:   # MalformedFrames too
                         out.put(InvalidRequest(f"{PIPELINE_PATH}: malformed CallBatch: {exc}"))
                         return
-                    out.put(self.run(batch, ctx))
+                    out.put(replies)
             except Exception:  # noqa: BLE001 - the client went away or the server stops: end the stream
                 pass
             finally:
@@ -160,33 +188,45 @@ class PipelineDispatcher:
             yield from reply_batches(item, out)
 
 
-def reply_batches(first: list, out: queue.SimpleQueue):
-    """Serialized ReplyBatch messages of `first` and of every reply list already waiting in `out`
-    (an _END or error found there is put back for the caller)."""
+def reply_batches(first: Replies, out: queue.SimpleQueue):
+    """Serialized ReplyBatch messages of `first` and of every batch's replies already waiting in
+    `out` (an _END or error found there is put back for the caller)."""
     lists = [first]
     while True:
         try:
             more = out.get_nowait()
         except queue.Empty:
             break
-        if not isinstance(more, list):
+        if more.__class__ is not Replies:
             out.put(more)
             break
         lists.append(more)
     return reply_lists(lists)
 
 
-def reply_lists(lists: list[list]):
+def reply_lists(lists: list[Replies]):
     """Serialized ReplyBatch messages holding every reply of `lists`, each at most about
     MAX_REPLY_BATCH_BYTES (a single larger reply travels alone)."""
-    msg, size = pb.ReplyBatch(), 0
-    for replies in lists:
-        for r in replies:
-            n = len(r.response) + len(r.details) + _REPLY_OVERHEAD
+    if len(lists) == 1 and lists[0].size <= MAX_REPLY_BATCH_BYTES:   # the common case: one message
+        r = lists[0]
+        yield pb.ReplyBatch(frames=b"".join(r.frames), errors=r.errors).SerializeToString()
+        return
+    frames: list[bytes] = []
+    errors: list = []
+    size = 0
+    for r in lists:
+        for f in r.frames:
+            if size and size + len(f) > MAX_REPLY_BATCH_BYTES:
+                yield pb.ReplyBatch(frames=b"".join(frames), errors=errors).SerializeToString()
+                frames, errors, size = [], [], 0
+            frames.append(f)
+            size += len(f)
+        for e in r.errors:
+            n = len(e.details) + _REPLY_OVERHEAD
             if size and size + n > MAX_REPLY_BATCH_BYTES:
-                yield msg.SerializeToString()
-                msg, size = pb.ReplyBatch(), 0
-            msg.replies.append(r)
+                yield pb.ReplyBatch(frames=b"".join(frames), errors=errors).SerializeToString()
+                frames, errors, size = [], [], 0
+            errors.append(e)
             size += n
-    if size:
-        yield msg.SerializeToString()
+    if frames or errors:
+        yield pb.ReplyBatch(frames=b"".join(frames), errors=errors).SerializeToString()
