@@ -348,10 +348,12 @@ class LogService(LogServiceClient):
         return self._config
 
     def stats(self) -> dict:
-        """Counters: flush groups so far (records / groups = the group-commit factor), segments."""
+        """Counters: flush groups so far (records / groups = the group-commit factor), segments,
+        failed pre-allocations."""
         with self._cv:
             return {"groups": self._writer.groups, "segments": len(self._segments),
-                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn}
+                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn,
+                    "prealloc_errors": self._writer.prealloc_errors}
 
     def sync(self) -> None:
         """Make every appended record durable now (for fsync="batch"/"never")."""
