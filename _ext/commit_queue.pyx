@@ -18,6 +18,7 @@ LogServiceFailed; `close()` refuses new appends and lets the flusher drain what 
 See docs/wal_format.md ("Durability") for the protocol.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_CheckExact
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, malloc, realloc, free
 from libc.string cimport memcpy, memset
@@ -50,6 +51,7 @@ cdef extern from *:
     typedef struct lt_waiter { int word; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
 
     static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+
     static inline uint64_t lt_load64(uint64_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
     static inline void lt_store64(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
     static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
@@ -206,10 +208,13 @@ cdef class CommitQueue:
     cdef int zfd
     cdef uint64_t zeroed
     cdef uint8_t* zeros
+    cdef object user_slow           # append_user's general path (a weak method of the LogService)
+    cdef Py_ssize_t user_max        # the largest payload append_user frames itself
 
     def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
                   double handoff_stall=0.0002):
         lt_mutex_init(&self.mu)
+        self.user_max = -1
         lt_mutex_init(&self.zmu)
         self.zfd = -1
         self.handoff_stall = handoff_stall
@@ -300,21 +305,9 @@ cdef class CommitQueue:
             self._refuse()
         return w.lsn
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
-        """Frame one record (data = prefix + payload) and return its LSN once it is published."""
-        cdef const uint8_t[::1] view
-        cdef const uint8_t* src
-        cdef size_t dlen
-        if PyBytes_CheckExact(payload):
-            src = <const uint8_t*>PyBytes_AS_STRING(payload)
-            dlen = PyBytes_GET_SIZE(payload)
-        else:
-            view = payload
-            dlen = view.shape[0]
-            src = &view[0] if dlen else NULL
-        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+    cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
+                          size_t dlen) except? 0:
+        """Frame one record (data = pre + src), queue it and return its LSN once it is published."""
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
@@ -330,8 +323,7 @@ cdef class CommitQueue:
             raise MemoryError()
         w.lsn = self.next_lsn
         self.next_lsn += 1
-        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen,
-                  src, dlen)
+        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, pre, plen, src, dlen)
         self.fill.starts[self.fill.n] = self.fill.len
         self.fill.n += 1
         self.fill.len += size
@@ -339,6 +331,47 @@ cdef class CommitQueue:
         hand = self._pop_ready_locked()
         lt_unlock(&self.mu)
         return self._wait(&w, wake, hand)
+
+    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
+        """Frame one record (data = prefix + payload) and return its LSN once it is published."""
+        cdef const uint8_t[::1] view
+        if PyBytes_CheckExact(payload):
+            return self._append(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                                <const uint8_t*>PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+        view = payload
+        return self._append(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                            &view[0] if view.shape[0] else NULL, view.shape[0])
+
+    def bind_user(self, slow, Py_ssize_t max_payload) -> None:
+        """Set append_user's general path (called as slow()(payload, replica_id, type)) and the
+        largest payload it frames itself (bigger ones go to the general path, which refuses them)."""
+        self.user_slow = slow
+        self.user_max = max_payload
+
+    def append_user(self, payload, replica_id=0, type=0):
+        """LogService.append in one call: a bytes payload with an int replica id and type 0 (a user
+        record, data = [u32 BE 2][u64 BE replica id][payload]) is framed here; anything else goes
+        to the general path bound by bind_user."""
+        cdef uint8_t pre[12]
+        cdef unsigned long long rid
+        cdef Py_ssize_t dlen
+        cdef int i
+        if (PyBytes_CheckExact(payload) and PyLong_CheckExact(replica_id) and PyLong_CheckExact(type)
+                and type == 0):
+            dlen = PyBytes_GET_SIZE(payload)
+            try:
+                rid = replica_id
+            except OverflowError:  # negative or too big: the general path refuses it
+                dlen = self.user_max + 1
+            if dlen <= self.user_max:
+                pre[0] = 0; pre[1] = 0; pre[2] = 0; pre[3] = 2  # USER_ENTRY_UPDATE, big-endian
+                for i in range(8):
+                    pre[4 + i] = <uint8_t>(rid >> (56 - 8 * i))
+                return self._append(0, pre, 12, <const uint8_t*>PyBytes_AS_STRING(payload), dlen)
+        slow = self.user_slow() if self.user_slow is not None else None
+        if slow is None:
+            raise LogServiceClosed("the log service is closed")
+        return slow(payload, replica_id, type)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
