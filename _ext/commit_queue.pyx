@@ -207,6 +207,7 @@ cdef class CommitQueue:
     cdef lt_mutex zmu
     cdef int zfd
     cdef uint64_t zeroed
+    cdef readonly uint64_t generation  # bumped by set_segment: which segment a prefill was meant for
     cdef uint8_t* zeros
     cdef object user_slow           # append_user's general path (a weak method of the LogService)
     cdef Py_ssize_t user_max        # the largest payload append_user frames itself
@@ -586,6 +587,7 @@ cdef class CommitQueue:
         with nogil:
             lt_lock(&self.zmu)
             self.zfd = fd
+            self.generation += 1
             lt_store64(&self.zeroed, written)
             lt_unlock(&self.zmu)
 
@@ -594,12 +596,13 @@ cdef class CommitQueue:
         """The current segment's written extent: frames, then pre-allocated zeros, up to here."""
         return lt_load64(&self.zeroed)
 
-    def prefill(self, uint64_t upto, bint sync) -> int:
+    def prefill(self, uint64_t generation, uint64_t upto, bint sync) -> int:
         """Extend the current segment with zero bytes up to offset `upto` (nothing if it is already
-        that long), then fdatasync it when sync: what the pre-allocation thread does, so that the
-        flusher's fdatasync later finds the size and extents already on disk. Never writes where a
-        frame is or is being written. Returns the bytes added; OSError (e.g. EFBIG past RLIMIT_FSIZE,
-        ENOSPC) after keeping what fitted."""
+        that long, or if the segment is no longer the one of `generation`), fdatasync'ing every
+        piece when sync: what the pre-allocation thread does, so that the flusher's fdatasync later
+        finds the size and extents already on disk (and never more than one piece of its zeros
+        still dirty). Never writes where a frame is or is being written. Returns the bytes added;
+        OSError (e.g. EFBIG past RLIMIT_FSIZE, ENOSPC) after keeping what fitted."""
         cdef uint64_t start, pos
         cdef size_t piece
         cdef int err = 0
@@ -610,15 +613,15 @@ cdef class CommitQueue:
         with nogil:
             lt_lock(&self.zmu)
             start = pos = self.zeroed
-            while self.zfd >= 0 and pos < upto:
+            while self.zfd >= 0 and generation == self.generation and pos < upto:
                 piece = <size_t>min(<uint64_t>ZERO_CHUNK, upto - pos)
                 err = _pwrite_all(self.zfd, self.zeros, piece, pos)
+                if not err and sync and fdatasync(self.zfd) != 0:
+                    err = lt_errno()
                 if err:
                     break
                 pos += piece
                 lt_store64(&self.zeroed, pos)
-            if not err and pos > start and sync and fdatasync(self.zfd) != 0:
-                err = lt_errno()
             lt_unlock(&self.zmu)
         if err:
             raise OSError(err, os.strerror(err))

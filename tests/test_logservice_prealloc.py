@@ -297,3 +297,37 @@ def test_file_size_limit_during_preallocation_loses_nothing(tmp_path, caplog):
             assert svc.append(b"after") == svc.get_latest_lsn()
     (seg,) = segments(path)
     assert frames_end(seg) <= limit
+
+
+def test_prefill_never_overwrites_frames_and_skips_a_replaced_segment(tmp_path):
+    """CommitQueue.prefill directly: zeros go only past the frames; a fill meant for a segment the
+    writer has left does nothing."""
+    import threading
+    from logtide._ext.commit_queue import CommitQueue
+    q = CommitQueue(1)
+    fd = os.open(tmp_path / "a.log", os.O_RDWR | os.O_CREAT, 0o644)
+    fd2 = os.open(tmp_path / "b.log", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        q.set_segment(fd, 0)
+        gen = q.generation
+        got = []
+        t = threading.Thread(target=lambda: got.append(q.append_many(0, b"", [b"x" * 50, b"y" * 70])))
+        t.start()
+        first, last, starts, nbytes = q.flush(fd, False, 0, 5.0)
+        assert (first, last, nbytes) == (1, 2, 160) and q.zeroed == 160  # the group grew the file
+        assert q.prefill(gen, 4096, True) == 4096 - 160
+        assert q.prefill(gen, 1000, True) == 0  # already that long
+        q.publish(last)
+        t.join(10)
+        assert got == [1]
+        raw = os.pread(fd, 8192, 0)
+        assert len(raw) == 4096 and raw[160:] == bytes(4096 - 160)
+        assert wal.scan(raw, 0, 1)[3:] == (160, wal.OK)
+        q.set_segment(fd2, 0)
+        assert q.generation == gen + 1
+        assert q.prefill(gen, 8192, True) == 0 and os.fstat(fd2).st_size == 0  # meant for a.log
+        assert q.prefill(gen + 1, 100, False) == 100 and os.fstat(fd2).st_size == 100
+    finally:
+        q.close()
+        os.close(fd)
+        os.close(fd2)

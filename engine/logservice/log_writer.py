@@ -137,9 +137,15 @@ class LogWriter:
                     self._synced_lsn = last
                 if rolled is not None:
                     self.segments.append(rolled)
+                    # with the list, so the pre-allocation thread sees a segment and its generation together;
+                    # the old fd closes only after: a zero fill in progress uses it under the queue's lock
+                    q.set_segment(rolled.wfd, rolled.prefilled)
                 prepare = rolled is not None or end >= self._wake_at
                 if prepare:
                     self._wake_at = _NEVER  # until the pre-allocation thread sets the next mark
+            if rolled is not None:
+                fd, seg.wfd = seg.wfd, -1
+                os.close(fd)
             if prepare:
                 self._prep_wake.set()
             pending = last
@@ -176,9 +182,7 @@ class LogWriter:
             new.wfd = os.open(new.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         if self.fsync != "never":
             fsync_dir(self.dirpath)
-        self.queue.set_segment(new.wfd, size)  # before the old fd closes: a zero fill uses it under the queue's lock
-        fd, old.wfd = old.wfd, -1
-        os.close(fd)
+        new.prefilled = size
         return new
 
     # --- pre-allocation --------------------------------------------------------------------------
@@ -205,10 +209,11 @@ class LogWriter:
         with self._mu:
             seg = self.segments[-1]
             end = seg.size
+            generation = self.queue.generation
         ahead = prefill_ahead(end)
         target = min(self.segment_size, end + ahead)
         if self.queue.zeroed < target:
-            self.queue.prefill(target, sync)
+            self.queue.prefill(generation, target, sync)
         zeroed = self.queue.zeroed
         if zeroed >= self.segment_size and self._next_size == 0:
             self._prepare_next(sync)
