@@ -18,8 +18,9 @@ LogServiceFailed; `close()` refuses new appends and lets the flusher drain what 
 See docs/wal_format.md ("Durability") for the protocol.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_CheckExact
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport calloc, malloc, realloc, free
 from libc.string cimport memcpy, memset
 cimport cython
 import os
@@ -50,6 +51,9 @@ cdef extern from *:
     typedef struct lt_waiter { int word; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
 
     static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+
+    static inline uint64_t lt_load64(uint64_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+    static inline void lt_store64(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
     static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
     static inline void lt_futex_wait(int* w, int val, long long ns) {
         struct timespec ts;
@@ -76,6 +80,8 @@ cdef extern from *:
     ctypedef struct lt_mutex:
         pass
     int lt_load(int* w) nogil
+    uint64_t lt_load64(uint64_t* w) nogil
+    void lt_store64(uint64_t* w, uint64_t v) nogil
     void lt_store(int* w, int v) nogil
     void lt_futex_wait(int* w, int val, long long ns) nogil
     void lt_futex_wake(int* w, int n) nogil
@@ -88,7 +94,7 @@ cdef extern from *:
     int lt_eintr() nogil
 
 cdef extern from "<unistd.h>" nogil:
-    ssize_t c_write "write"(int fd, const void* buf, size_t count)
+    ssize_t c_pwrite "pwrite"(int fd, const void* buf, size_t count, long long offset)
     int fdatasync(int fd)
 
 # flush() outcomes other than a group
@@ -104,6 +110,22 @@ DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
 DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
+DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
+
+
+cdef int _pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off) noexcept nogil:
+    """Write n bytes at file offset off; 0, or the errno. A short write (EFBIG or ENOSPC on the
+    way) is retried, so the failure is reported with what fitted already written."""
+    cdef size_t done = 0
+    cdef ssize_t k
+    while done < n:
+        k = c_pwrite(fd, p + done, n - done, <long long>(off + done))
+        if k < 0:
+            if lt_eintr():
+                continue
+            return lt_errno()
+        done += k
+    return 0
 
 
 cdef struct _Buf:
@@ -179,10 +201,23 @@ cdef class CommitQueue:
     cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
     cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
+    # Pre-allocation (see prefill): the current segment's fd and the file offset up to which it is
+    # written (zeros or frames). The flusher writes below `zeroed` without zmu; a write that would
+    # reach past it, and every zero fill, hold zmu, so zeros never land on frames.
+    cdef lt_mutex zmu
+    cdef int zfd
+    cdef uint64_t zeroed
+    cdef readonly uint64_t generation  # bumped by set_segment: which segment a prefill was meant for
+    cdef uint8_t* zeros
+    cdef object user_slow           # append_user's general path (a weak method of the LogService)
+    cdef Py_ssize_t user_max        # the largest payload append_user frames itself
 
     def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
                   double handoff_stall=0.0002):
         lt_mutex_init(&self.mu)
+        self.user_max = -1
+        lt_mutex_init(&self.zmu)
+        self.zfd = -1
         self.handoff_stall = handoff_stall
         self.handoff = handoff
         self.next_lsn = next_lsn
@@ -194,7 +229,9 @@ cdef class CommitQueue:
         free(self.fill.starts)
         free(self.out.data)
         free(self.out.starts)
+        free(self.zeros)
         lt_mutex_destroy(&self.mu)
+        lt_mutex_destroy(&self.zmu)
 
     @property
     def published_lsn(self) -> int:
@@ -269,21 +306,9 @@ cdef class CommitQueue:
             self._refuse()
         return w.lsn
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
-        """Frame one record (data = prefix + payload) and return its LSN once it is published."""
-        cdef const uint8_t[::1] view
-        cdef const uint8_t* src
-        cdef size_t dlen
-        if PyBytes_CheckExact(payload):
-            src = <const uint8_t*>PyBytes_AS_STRING(payload)
-            dlen = PyBytes_GET_SIZE(payload)
-        else:
-            view = payload
-            dlen = view.shape[0]
-            src = &view[0] if dlen else NULL
-        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+    cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
+                          size_t dlen) except? 0:
+        """Frame one record (data = pre + src), queue it and return its LSN once it is published."""
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
@@ -299,8 +324,7 @@ cdef class CommitQueue:
             raise MemoryError()
         w.lsn = self.next_lsn
         self.next_lsn += 1
-        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen,
-                  src, dlen)
+        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, pre, plen, src, dlen)
         self.fill.starts[self.fill.n] = self.fill.len
         self.fill.n += 1
         self.fill.len += size
@@ -308,6 +332,47 @@ cdef class CommitQueue:
         hand = self._pop_ready_locked()
         lt_unlock(&self.mu)
         return self._wait(&w, wake, hand)
+
+    def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
+        """Frame one record (data = prefix + payload) and return its LSN once it is published."""
+        cdef const uint8_t[::1] view
+        if PyBytes_CheckExact(payload):
+            return self._append(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                                <const uint8_t*>PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+        view = payload
+        return self._append(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                            &view[0] if view.shape[0] else NULL, view.shape[0])
+
+    def bind_user(self, slow, Py_ssize_t max_payload) -> None:
+        """Set append_user's general path (called as slow()(payload, replica_id, type)) and the
+        largest payload it frames itself (bigger ones go to the general path, which refuses them)."""
+        self.user_slow = slow
+        self.user_max = max_payload
+
+    def append_user(self, payload, replica_id=0, type=0):
+        """LogService.append in one call: a bytes payload with an int replica id and type 0 (a user
+        record, data = [u32 BE 2][u64 BE replica id][payload]) is framed here; anything else goes
+        to the general path bound by bind_user."""
+        cdef uint8_t pre[12]
+        cdef unsigned long long rid
+        cdef Py_ssize_t dlen
+        cdef int i
+        if (PyBytes_CheckExact(payload) and PyLong_CheckExact(replica_id) and PyLong_CheckExact(type)
+                and type == 0):
+            dlen = PyBytes_GET_SIZE(payload)
+            try:
+                rid = replica_id
+            except OverflowError:  # negative or too big: the general path refuses it
+                dlen = self.user_max + 1
+            if dlen <= self.user_max:
+                pre[0] = 0; pre[1] = 0; pre[2] = 0; pre[3] = 2  # USER_ENTRY_UPDATE, big-endian
+                for i in range(8):
+                    pre[4 + i] = <uint8_t>(rid >> (56 - 8 * i))
+                return self._append(0, pre, 12, <const uint8_t*>PyBytes_AS_STRING(payload), dlen)
+        slow = self.user_slow() if self.user_slow is not None else None
+        if slow is None:
+            raise LogServiceClosed("the log service is closed")
+        return slow(payload, replica_id, type)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -397,25 +462,31 @@ cdef class CommitQueue:
 
     # -- the flusher --
 
-    def flush(self, int fd, bint sync, uint64_t base, double timeout):
-        """Take everything queued, write it to fd at its end (file offset `base`), fdatasync when
+    def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
+        """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
         sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
         (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
         absorbs it), TIMEOUT. OSError when the
-        write or sync fails (the group's waiters are still queued: fail() settles them)."""
+        write or sync fails (the group's waiters are still queued: fail() settles them).
+
+        publish: an LSN to publish first, once the GIL is released (the flusher's previous group):
+        the appender woken then finds the GIL free instead of waiting for the flusher's Python."""
         cdef double deadline = -1.0, now, t0
         cdef int seen
         cdef int outcome = 0
         cdef Py_ssize_t n, i, appends
         cdef uint64_t first
         cdef _Buf tmp
-        cdef size_t done = 0
-        cdef ssize_t k
         cdef int err = 0
         cdef double wait_until
         cdef size_t nbytes
         cdef lt_waiter* stalled
         with nogil:
+            if publish:
+                lt_lock(&self.mu)
+                stalled = self._publish_locked(publish)
+                lt_unlock(&self.mu)
+                _wake_chain(stalled, W_DURABLE)
             lt_lock(&self.mu)
             wait_until = lt_now() + timeout
             while True:
@@ -479,14 +550,14 @@ cdef class CommitQueue:
             return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
         n = self.out.n
         with nogil:
-            while done < self.out.len:
-                k = c_write(fd, self.out.data + done, self.out.len - done)
-                if k < 0:
-                    if lt_eintr():
-                        continue
-                    err = lt_errno()
-                    break
-                done += k
+            if base + self.out.len <= lt_load64(&self.zeroed):  # inside the pre-allocated zeros
+                err = _pwrite_all(fd, self.out.data, self.out.len, base)
+            else:  # the file grows: keep a concurrent zero fill off these bytes
+                lt_lock(&self.zmu)
+                err = _pwrite_all(fd, self.out.data, self.out.len, base)
+                if not err and base + self.out.len > self.zeroed:
+                    lt_store64(&self.zeroed, base + self.out.len)
+                lt_unlock(&self.zmu)
             if not err and sync:
                 t0 = lt_now()
                 if fdatasync(fd) != 0:
@@ -508,6 +579,54 @@ cdef class CommitQueue:
             memset(&self.out, 0, sizeof(_Buf))
         return first, first + <uint64_t>n - 1, starts, nbytes
 
+    # -- pre-allocation --
+
+    def set_segment(self, int fd, uint64_t written) -> None:
+        """The flusher now writes to fd, whose bytes up to `written` are frames or zeros (the flusher
+        calls it before its first write there, and closes the previous fd only after)."""
+        with nogil:
+            lt_lock(&self.zmu)
+            self.zfd = fd
+            self.generation += 1
+            lt_store64(&self.zeroed, written)
+            lt_unlock(&self.zmu)
+
+    @property
+    def zeroed(self) -> int:
+        """The current segment's written extent: frames, then pre-allocated zeros, up to here."""
+        return lt_load64(&self.zeroed)
+
+    def prefill(self, uint64_t generation, uint64_t upto, bint sync) -> int:
+        """Extend the current segment with zero bytes up to offset `upto` (nothing if it is already
+        that long, or if the segment is no longer the one of `generation`), fdatasync'ing every
+        piece when sync: what the pre-allocation thread does, so that the flusher's fdatasync later
+        finds the size and extents already on disk (and never more than one piece of its zeros
+        still dirty). Never writes where a frame is or is being written. Returns the bytes added;
+        OSError (e.g. EFBIG past RLIMIT_FSIZE, ENOSPC) after keeping what fitted."""
+        cdef uint64_t start, pos
+        cdef size_t piece
+        cdef int err = 0
+        if self.zeros == NULL:
+            self.zeros = <uint8_t*>calloc(ZERO_CHUNK, 1)
+            if self.zeros == NULL:
+                raise MemoryError()
+        with nogil:
+            lt_lock(&self.zmu)
+            start = pos = self.zeroed
+            while self.zfd >= 0 and generation == self.generation and pos < upto:
+                piece = <size_t>min(<uint64_t>ZERO_CHUNK, upto - pos)
+                err = _pwrite_all(self.zfd, self.zeros, piece, pos)
+                if not err and sync and fdatasync(self.zfd) != 0:
+                    err = lt_errno()
+                if err:
+                    break
+                pos += piece
+                lt_store64(&self.zeroed, pos)
+            lt_unlock(&self.zmu)
+        if err:
+            raise OSError(err, os.strerror(err))
+        return pos - start
+
     def publish(self, uint64_t lsn) -> None:
         """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
 
@@ -515,36 +634,42 @@ cdef class CommitQueue:
         wakes again). So one is woken here and the rest are queued as ready: each appender that
         enters its own wait, and so releases the GIL, wakes the next ready one; the flusher wakes
         any left unclaimed for handoff_stall seconds (an appender that did not come back)."""
+        cdef lt_waiter* first
+        with nogil:
+            lt_lock(&self.mu)
+            first = self._publish_locked(lsn)
+            lt_unlock(&self.mu)
+            _wake_chain(first, W_DURABLE)
+
+    cdef lt_waiter* _publish_locked(self, uint64_t lsn) noexcept nogil:
+        """publish under mu: the chain to wake now (after unlocking)."""
         cdef lt_waiter* first = NULL
         cdef lt_waiter* w
         cdef lt_waiter* last = NULL
-        with nogil:
-            lt_lock(&self.mu)
-            if lsn > self.published:
-                self.published = lsn
-            w = self.head
-            while w != NULL and w.lsn <= lsn:
-                last = w
-                w = w.next
-            if last != NULL:
-                first = self.head
-                self.head = w
-                if w == NULL:
-                    self.tail = NULL
-                last.next = NULL
-                if not self.handoff:
-                    pass  # wake the whole chain below
-                elif self.ready == NULL:
-                    self.ready = first.next
-                    self.ready_tail = last if first.next != NULL else NULL
-                    first.next = NULL
-                    self.handed = lt_now()
-                else:  # earlier ones still waiting for the hand-off: queue behind them
-                    self.ready_tail.next = first
-                    self.ready_tail = last
-                    first = NULL
-            lt_unlock(&self.mu)
-            _wake_chain(first, W_DURABLE)
+        if lsn > self.published:
+            self.published = lsn
+        w = self.head
+        while w != NULL and w.lsn <= lsn:
+            last = w
+            w = w.next
+        if last != NULL:
+            first = self.head
+            self.head = w
+            if w == NULL:
+                self.tail = NULL
+            last.next = NULL
+            if not self.handoff:
+                pass  # wake the whole chain
+            elif self.ready == NULL:
+                self.ready = first.next
+                self.ready_tail = last if first.next != NULL else NULL
+                first.next = NULL
+                self.handed = lt_now()
+            else:  # earlier ones still waiting for the hand-off: queue behind them
+                self.ready_tail.next = first
+                self.ready_tail = last
+                first = NULL
+        return first
 
     def fail(self, exc) -> None:
         """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""

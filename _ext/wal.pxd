@@ -45,6 +45,22 @@ cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:
     return v
 
 
+cdef inline bint _all_zero(const uint8_t* p, size_t n) noexcept nogil:
+    """Whether n bytes at p are all zero (a pre-allocated, never written region)."""
+    cdef uint64_t acc = 0, w
+    cdef size_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        acc |= w
+        if acc:
+            return False
+        i += 8
+    while i < n:
+        acc |= p[i]
+        i += 1
+    return acc == 0
+
+
 cdef inline uint32_t _frame_crc(const uint8_t* frame, uint32_t length) noexcept nogil:
     cdef uint32_t c = crc32c_update(0, frame, 4)
     return crc32c_update(c, frame + WAL_OFF_LSN, 12 + <size_t>length)

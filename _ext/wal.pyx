@@ -103,6 +103,8 @@ def scan(const uint8_t[::1] buf, Py_ssize_t start, uint64_t first_lsn, Py_ssize_
 
     Stops at the end of `buf`, after `max_records`, before a record that would push the data total
     past `max_bytes` (at least one record is always taken), or at the first bad frame.
+    A frame position where only zero bytes remain to the end of `buf` is the clean end (OK): the
+    zero-filled, pre-allocated rest of a segment. Zeros followed by anything else are damage.
     Returns (starts u64[n], types u32[n], lengths u32[n], end, status): `end` is the offset just past
     the last good frame, `status` one of the SCAN_* codes (OK, SIZE_LIMIT or why it stopped).
     """
@@ -126,6 +128,12 @@ def scan(const uint8_t[::1] buf, Py_ssize_t start, uint64_t first_lsn, Py_ssize_
     cdef int status = SCAN_OK
     with nogil:
         while n < limit:
+            # a zero header (LSN 0 is never valid) with only zeros after it: the pre-allocated,
+            # never written rest of the segment, i.e. the clean end of the log
+            if pos < size and _all_zero(base + pos, min(<Py_ssize_t>WAL_HEADER_SIZE, size - pos)) \
+                    and _all_zero(base + pos, size - pos):
+                status = SCAN_OK
+                break
             if size - pos < WAL_HEADER_SIZE:
                 status = SCAN_OK if pos == size else SCAN_SHORT_HEADER
                 break

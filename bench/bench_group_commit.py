@@ -7,6 +7,7 @@ included). The issue's goal: 32 appenders >= 10x one appender, at <= 8 us CPU pe
 """
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -54,6 +55,7 @@ def test_group_commit_appenders(benchmark, items, tmp_path, clients):
                 "appends_per_fsync": totals["appends"] / max(1, st["groups"] - g0),
                 "cpu_us_per_append": 1e6 * totals["cpu"] / max(1, totals["appends"]),
                 "goal_cpu_us_per_append": 8.0,
+                "load_avg_1m": os.getloadavg()[0],
             }
     finally:
         pool.close()

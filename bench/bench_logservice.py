@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 import pytest
 
@@ -18,6 +19,10 @@ RATIOS = [
           "test_append_32_threads_fsync_always", "test_append_1_thread_fsync_always", 10.0, 4),
     Ratio("log append: 32 appenders (group commit) vs sqlite3 WAL synchronous=FULL, 32 threads, 256 B",
           "test_append_32_threads_fsync_always", "test_sqlite_wal_full_32_threads", 3.0, 4),
+    Ratio("fdatasync after a 2 KiB write: pre-filled segment (zeros written ahead) vs a growing file",
+          "test_fdatasync_prefilled", "test_fdatasync_growing", None, 13),
+    Ratio("fdatasync after a 2 KiB write: pre-filled segment vs fallocate'd (unwritten extents)",
+          "test_fdatasync_prefilled", "test_fdatasync_fallocated", None, 13),
 ]
 
 THREADS = 32
@@ -36,14 +41,18 @@ def test_append_32_threads_fsync_always(benchmark, items, tmp_path, threads):
     from logtide import LogService
     per = max(4, scaled(3200, minimum=128) // THREADS)
     n = items(per * THREADS)
+    cpu = [0.0]
     with LogService.open(tmp_path / "log", fsync="always") as svc:
         def run():
+            c0 = time.process_time()
             threads.run(lambda t: [svc.append(PAYLOAD, replica_id=t) for _ in range(per)])
+            cpu[0] += time.process_time() - c0
         g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
         benchmark(run)
         st = svc.stats()
         benchmark.extra_info["figures"] = {
-            "records_per_fsync": (st["latest_lsn"] - l0) / max(1, st["groups"] - g0), "appends_per_round": n}
+            "records_per_fsync": (st["latest_lsn"] - l0) / max(1, st["groups"] - g0), "appends_per_round": n,
+            "cpu_us_per_append": 1e6 * cpu[0] / max(1, st["latest_lsn"] - l0), "load_avg_1m": os.getloadavg()[0]}
 
 
 @pytest.mark.benchmark(group="logservice-append")
@@ -243,6 +252,63 @@ def test_append_1_thread_fsync_never_inproc(benchmark, items, tmp_path):
             for _ in range(n):
                 svc.append(PAYLOAD)
         benchmark(run)
+
+
+@pytest.mark.benchmark(group="logservice-append")
+def test_append_1_thread_fsync_batch_inproc(benchmark, items, tmp_path):
+    """fsync="batch": append returns once written; the flusher syncs every 20 ms."""
+    from logtide import LogService
+    n = items(scaled(20000, minimum=500))
+    with LogService.open(tmp_path / "log", fsync="batch") as svc:
+        def run():
+            for _ in range(n):
+                svc.append(PAYLOAD)
+        benchmark(run)
+
+
+# --- what pre-allocation saves: one fdatasync after a small write ---------------------------------
+
+FSYNC_WRITE = PAYLOAD * 8  # about one group of 8 records
+
+
+def _fdatasync_loop(benchmark, items, path, prepare):
+    n = items(scaled(200, minimum=20))
+    size = n * len(FSYNC_WRITE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        def setup():
+            os.ftruncate(fd, 0)
+            prepare(fd, size)
+            os.fsync(fd)
+
+        def run():
+            for k in range(n):
+                os.pwrite(fd, FSYNC_WRITE, k * len(FSYNC_WRITE))
+                os.fdatasync(fd)
+        benchmark.pedantic(run, setup=setup, rounds=3)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.benchmark(group="logservice-fdatasync")
+def test_fdatasync_prefilled(benchmark, items, tmp_path):
+    """What the writer does: zero bytes written (and synced) ahead, so a sync has only data to write."""
+    def zeros(fd, size):
+        os.pwrite(fd, bytes(size), 0)
+    _fdatasync_loop(benchmark, items, tmp_path / "seg", zeros)
+
+
+@pytest.mark.benchmark(group="logservice-fdatasync")
+def test_fdatasync_growing(benchmark, items, tmp_path):
+    """Without pre-allocation: every write extends the file, every sync commits its new size."""
+    _fdatasync_loop(benchmark, items, tmp_path / "seg", lambda fd, size: None)
+
+
+@pytest.mark.benchmark(group="logservice-fdatasync")
+def test_fdatasync_fallocated(benchmark, items, tmp_path):
+    """fallocate only: the size is set but the extents are unwritten; the first write into each
+    still changes metadata."""
+    _fdatasync_loop(benchmark, items, tmp_path / "seg", lambda fd, size: os.posix_fallocate(fd, 0, size))
 
 
 @pytest.mark.benchmark(group="logservice-append")

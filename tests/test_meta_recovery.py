@@ -4,6 +4,7 @@ import threading
 
 import pytest
 
+from logtide._ext import wal
 from logtide.engine.meta import DELETE, MetaService, cond, op
 from logtide.engine.meta.service import SNAPSHOT_FILE
 from logtide.errors import CorruptionError, LogtideError
@@ -154,7 +155,8 @@ def test_torn_log_tail_loses_only_the_torn_entry(tmp_path):
         before = ms._sm.items()
     seg = _segments(tmp_path / "m")[-1]
     raw = seg.read_bytes()
-    seg.write_bytes(raw[:-7])                  # the last record is torn, as by a crash mid-write
+    end = wal.scan(raw, 0, int(seg.name[:20]))[3]  # where the frames end: pre-allocated zeros follow
+    seg.write_bytes(raw[:end - 7])             # the last record is torn, as by a crash mid-write
     with MetaService.open(tmp_path / "m", clock=clock) as ms:
         assert ms._sm.items() == before[:-1]          # keys sort k0..k9: only k9 is gone
         assert ms.get("k9") is None and ms.get("k8").data == b"v8" and ms.seq == 9

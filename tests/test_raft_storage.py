@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from logtide._ext import wal
 from logtide.engine.raft import ADD_LEARNER, ConfChange, ConfState, Entry, HardState, MemoryStorage
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.disk_storage import DiskStorage
@@ -85,7 +86,8 @@ def test_torn_tail_is_cut_and_middle_corruption_is_refused(tmp_path):
     st.append([Entry(1, i, 0, b"payload-%d" % i) for i in range(2, 40)])
     st.close()
     seg = os.path.join(tmp_path, LOG_DIR, sorted(os.listdir(tmp_path / LOG_DIR))[-1])
-    size = os.path.getsize(seg)
+    with open(seg, "rb") as f:  # where the frames end: pre-allocated zeros follow them
+        size = wal.scan(f.read(), 0, int(os.path.basename(seg)[:20]))[3]
     with open(seg, "r+b") as f:
         f.truncate(size - 5)  # a torn last frame
     st = DiskStorage.open(tmp_path)

@@ -20,9 +20,12 @@ def ref_frame(lsn: int, rtype: int, data: bytes) -> bytes:
 
 
 def ref_scan(buf: bytes, first_lsn: int):
-    """Reference scan: good frames until the first bad one, and why it stopped."""
+    """Reference scan: good frames until the first bad one, and why it stopped. Only zero bytes from a
+    frame position to the end are the (pre-allocated) clean end."""
     pos, out = 0, []
     while True:
+        if pos < len(buf) and not any(buf[pos:]):
+            return out, pos, wal.OK
         if len(buf) - pos < 20:
             return out, pos, (wal.OK if pos == len(buf) else wal.SHORT_HEADER)
         n, crc, lsn, t = struct.unpack_from("<IIQI", buf, pos)
@@ -53,7 +56,7 @@ def test_encode_matches_reference(ps, first, rtype, prefix):
 def test_scan_matches_reference_on_damaged_buffers(ps, first, data):
     frames, _ = wal.encode(first, 0, b"", ps)
     buf = bytearray(frames)
-    damage = data.draw(st.sampled_from(["none", "flip", "cut", "garbage"]))
+    damage = data.draw(st.sampled_from(["none", "flip", "cut", "garbage", "zeros", "zeros+garbage"]))
     if damage == "flip" and buf:
         i = data.draw(st.integers(0, len(buf) - 1))
         buf[i] ^= 1 << data.draw(st.integers(0, 7))
@@ -61,6 +64,12 @@ def test_scan_matches_reference_on_damaged_buffers(ps, first, data):
         del buf[data.draw(st.integers(0, len(buf))):]
     elif damage == "garbage":
         buf += data.draw(st.binary(min_size=1, max_size=64))
+    elif damage.startswith("zeros"):  # a pre-allocated tail, perhaps with a torn frame or garbage in it
+        if data.draw(st.booleans()):
+            del buf[data.draw(st.integers(0, len(buf))):]
+        buf += bytes(data.draw(st.integers(1, 100)))
+        if damage == "zeros+garbage":
+            buf += data.draw(st.binary(min_size=1, max_size=64)) + bytes(data.draw(st.integers(0, 30)))
     starts, types, lengths, end, status = wal.scan(bytes(buf), 0, first)
     good, ref_end, ref_status = ref_scan(bytes(buf), first)
     assert status == ref_status and end == ref_end

@@ -25,6 +25,13 @@ SEGMENT_NAME_DIGITS = 20  # a u64 LSN in decimal, zero-padded so names sort by L
 DEFAULT_SEGMENT_SIZE = 64 << 20
 DEFAULT_MAX_RECORD_SIZE = 16 << 20  # data bytes per record; a bigger length field is corruption
 
+# The next segment, zero-filled ahead of use by the writer's pre-allocation thread, is prepared under
+# this name and renamed to <first_lsn>.log when the writer rolls onto it. Not a segment: a copy left
+# by a crash is deleted at open.
+PREALLOC_FILE = "next-segment.prealloc"
+PREFILL_MIN = 1 << 20   # bytes of zeros kept ahead of the write position, at least (and a new log's first file)
+PREFILL_MAX = 8 << 20   # ... and at most: ahead = clamp(bytes already written, MIN, MAX)
+
 STATE_FILE = "logservice.state"  # the state machine's snapshot (truncated LSN, TSO, readers)
 LOCK_FILE = "LOCK"
 

@@ -5,19 +5,42 @@ on their own futex. One flusher thread takes everything queued, writes it with o
 it durable with one fdatasync(), indexes it in the segment, then wakes exactly the appenders whose
 records it covered. `append` returns only once its records are durable (fsync="always"), or written
 to the OS (fsync="batch"/"never").
+
+A pre-allocation thread keeps zero bytes written (and synced) ahead of the write position and
+prepares the next segment file, so the flusher's fdatasync rarely has a file size or extent to
+update (see docs/wal_format.md, "Pre-allocation").
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 
 from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
+from logtide.engine.logservice.log_format import PREALLOC_FILE, PREFILL_MAX, PREFILL_MIN
 from logtide.engine.logservice.segment import Segment
 from logtide.errors import LogServiceClosed, LogServiceFailed
 from logtide.fsync_dir import fsync_dir
 
+log = logging.getLogger("logtide.logservice")
+
 _IDLE_WAIT = 1.0  # seconds the flusher sleeps at most without work (then it re-checks its state)
+_NEVER = 1 << 63  # a _wake_at no segment reaches
+
+
+def prefill_ahead(end: int) -> int:
+    """Zero bytes the pre-allocation keeps ahead of a segment's end: as much as is written already,
+    within [PREFILL_MIN, PREFILL_MAX] (a small log stays small; a busy one gets whole chunks)."""
+    return min(max(end, PREFILL_MIN), PREFILL_MAX)
+
+
+def discard_prealloc(dirpath: str) -> None:
+    """Delete a prepared next-segment file (left by a crash, or unused at close): never a segment."""
+    try:
+        os.unlink(os.path.join(dirpath, PREALLOC_FILE))
+    except FileNotFoundError:
+        pass
 
 
 class LogWriter:
@@ -37,7 +60,6 @@ class LogWriter:
         self._batch_interval = batch_sync_interval
         last = segments[-1]
         last.wfd = os.open(last.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.lseek(last.wfd, last.size, os.SEEK_SET)
         next_lsn = last.first_lsn + last.count
         self.durable_lsn = next_lsn - 1  # highest LSN readers may see
         self._synced_lsn = self.durable_lsn
@@ -45,7 +67,19 @@ class LogWriter:
         self._failed: BaseException | None = None
         self._closed = False
         self.queue = CommitQueue(next_lsn)
+        # the flusher writes at the segment's logical end; past it the file holds only zeros (or
+        # nothing): recovery cut anything else
+        self.queue.set_segment(last.wfd, os.fstat(last.wfd).st_size)
         self.append_one = self.queue.append_one  # (rtype, prefix, payload) -> lsn: the hot path
+        discard_prealloc(dirpath)
+        self._prealloc_path = os.path.join(dirpath, PREALLOC_FILE)
+        self._next_size = 0       # bytes of the prepared next segment file, 0 when none (under _mu)
+        self._wake_at = 0         # the flusher wakes the pre-allocation thread when the end reaches it (_mu)
+        self.prealloc_errors = 0  # failed pre-allocations (the writer then grows the file itself)
+        self._prep_wake = threading.Event()
+        self._preparer = threading.Thread(target=self._prepare_loop, name="logservice-prealloc", daemon=True)
+        self._preparer.start()
+        self._prep_wake.set()
         self._flusher = threading.Thread(target=self._flush_loop, name="logservice-flusher", daemon=True)
         self._flusher.start()
 
@@ -77,17 +111,19 @@ class LogWriter:
             self.queue.fail(exc)
 
     def _flush_until_closed(self) -> None:
-        q, always = self.queue, self.fsync == "always"
+        q, always, batch = self.queue, self.fsync == "always", self.fsync == "batch"
         last_sync = time.monotonic()
+        pending = 0  # the last group's LSN, published by the next flush() once the GIL is released
         while True:
             seg = self.segments[-1]
             unsynced = self._synced_lsn < self.durable_lsn
-            timeout = self._batch_interval if (self.fsync == "batch" and unsynced) else _IDLE_WAIT
-            got = q.flush(seg.wfd, always, seg.size, timeout)
+            timeout = self._batch_interval if (batch and unsynced) else _IDLE_WAIT
+            got = q.flush(seg.wfd, always, seg.size, timeout, pending)
+            pending = 0
             if got is CLOSED:
                 return
             if got is KICKED or got is TIMEOUT:
-                if self._sync_wanted or (got is TIMEOUT and self.fsync == "batch" and unsynced):
+                if self._sync_wanted or (got is TIMEOUT and batch and unsynced):
                     self._sync(seg)
                     last_sync = time.monotonic()
                 continue
@@ -101,8 +137,21 @@ class LogWriter:
                     self._synced_lsn = last
                 if rolled is not None:
                     self.segments.append(rolled)
-            q.publish(last)
-            if self._sync_wanted or (self.fsync == "batch" and time.monotonic() - last_sync >= self._batch_interval):
+                    # with the list, so the pre-allocation thread sees a segment and its generation together;
+                    # the old fd closes only after: a zero fill in progress uses it under the queue's lock
+                    q.set_segment(rolled.wfd, rolled.prefilled)
+                prepare = rolled is not None or end >= self._wake_at
+                if prepare:
+                    self._wake_at = _NEVER  # until the pre-allocation thread sets the next mark
+            if rolled is not None:
+                fd, seg.wfd = seg.wfd, -1
+                os.close(fd)
+            if prepare:
+                self._prep_wake.set()
+            pending = last
+            if self._sync_wanted or (batch and time.monotonic() - last_sync >= self._batch_interval):
+                q.publish(pending)  # written: batch appenders need not wait for this sync
+                pending = 0
                 self._sync(self.segments[-1] if rolled is None else rolled)
                 last_sync = time.monotonic()
 
@@ -117,16 +166,82 @@ class LogWriter:
             self.cv.notify_all()
 
     def _roll(self, old: Segment, first_lsn: int) -> Segment:
-        """Seal the full segment and start the next one, named by its first LSN."""
+        """Seal the full segment and start the next one, named by its first LSN: the prepared,
+        zero-filled file when the pre-allocation thread has one ready, else a new empty file."""
         if self.fsync != "never":
             os.fdatasync(old.wfd)
         new = Segment(self.dirpath, first_lsn)
-        new.wfd = os.open(new.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with self._mu:
+            size, self._next_size = self._next_size, 0
+        if size:
+            if os.path.lexists(new.path):
+                raise FileExistsError(f"log segment {new.path} exists already")
+            os.rename(self._prealloc_path, new.path)
+            new.wfd = os.open(new.path, os.O_WRONLY)
+        else:
+            new.wfd = os.open(new.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         if self.fsync != "never":
             fsync_dir(self.dirpath)
-        fd, old.wfd = old.wfd, -1
-        os.close(fd)
+        new.prefilled = size
         return new
+
+    # --- pre-allocation --------------------------------------------------------------------------
+
+    def _prepare_loop(self) -> None:
+        sync = self.fsync != "never"
+        while not self._closed:
+            if not self._prep_wake.wait(_IDLE_WAIT):
+                continue
+            self._prep_wake.clear()
+            if self._closed:
+                return
+            try:
+                self._prepare(sync)
+            except OSError as exc:  # e.g. EFBIG past RLIMIT_FSIZE, ENOSPC: appends still grow the file
+                self.prealloc_errors += 1
+                log.warning("log pre-allocation in %s failed (%r); the writer grows the segment itself",
+                            self.dirpath, exc)
+                with self._mu:  # try again once the writer has grown the file by another chunk itself
+                    self._wake_at = max(self.segments[-1].size, self.queue.zeroed) + PREFILL_MAX
+
+    def _prepare(self, sync: bool) -> None:
+        """Zero-fill the current segment ahead of its end, then prepare the next segment file."""
+        with self._mu:
+            seg = self.segments[-1]
+            end = seg.size
+            generation = self.queue.generation
+        ahead = prefill_ahead(end)
+        target = min(self.segment_size, end + ahead)
+        if self.queue.zeroed < target:
+            self.queue.prefill(generation, target, sync)
+        zeroed = self.queue.zeroed
+        if zeroed >= self.segment_size and self._next_size == 0:
+            self._prepare_next(sync)
+        with self._mu:
+            if self.segments[-1] is not seg:
+                self._wake_at = 0  # rolled meanwhile: run again on the next group
+            elif zeroed < self.segment_size:
+                self._wake_at = zeroed - ahead // 2
+            # else: this segment is filled to its size and the next one is ready: the roll wakes us
+
+    def _prepare_next(self, sync: bool) -> None:
+        """Write the next segment's first zeros (fsynced) under PREALLOC_FILE; the roll renames it."""
+        size = min(self.segment_size, PREFILL_MAX)
+        zeros = bytes(min(size, PREFILL_MIN))
+        fd = os.open(self._prealloc_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            off = 0
+            while off < size:
+                off += os.pwrite(fd, zeros[: size - off], off)
+            if sync:
+                os.fdatasync(fd)
+        except BaseException:
+            os.close(fd)
+            discard_prealloc(self.dirpath)
+            raise
+        os.close(fd)
+        with self._mu:
+            self._next_size = size
 
     # --- sync and close ------------------------------------------------------------------------
 
@@ -153,9 +268,12 @@ class LogWriter:
                 return
             self._closed = True
         self.queue.close()
-        if threading.current_thread() is self._flusher:
-            return  # a LogService dropped (and so closed) by a collection on the flusher thread itself
+        self._prep_wake.set()
+        if threading.current_thread() in (self._flusher, self._preparer):
+            return  # a LogService dropped (and so closed) by a collection on one of its own threads
         self._flusher.join()
+        self._preparer.join()
+        discard_prealloc(self.dirpath)
         if self._failed is None and self.fsync != "never":
             seg = self.segments[-1]
             if seg.wfd >= 0:

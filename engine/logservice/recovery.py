@@ -1,7 +1,8 @@
 """Recovery at open: scan every segment, rebuild the LSN -> offset index, cut a torn tail.
 
-A bad frame at the end of the last segment (nothing valid after it) is a torn write: it is cut
-off and logged. A bad frame anywhere else is corruption of acknowledged data: CorruptLogError.
+A segment's zero-filled (pre-allocated, never written) rest is its clean end. A bad frame at the end
+of the last segment (nothing valid after it) is a torn write: it is cut off and logged. A bad frame
+anywhere else is corruption of acknowledged data: CorruptLogError.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 from logtide._ext import wal
 from logtide.engine.logservice.log_format import parse_segment_name
 from logtide.engine.logservice.segment import Segment
+from logtide.engine.logservice.tail_cut import cut_tail
 from logtide.errors import CorruptLogError
 
 log = logging.getLogger("logtide.logservice")
@@ -58,14 +60,9 @@ def recover(dirpath: str, max_record_size: int) -> list[Segment]:
                                       f"followed by a valid record at offset {follow}: corruption in the middle "
                                       "of the log, not a torn tail", segment=name, offset=end)
             size = os.path.getsize(seg.path)
-            log.warning("log segment %s: cut a torn tail at offset %d (%s, %d bytes dropped); last good LSN %d",
-                        name, end, what, size - end, first + n - 1)
-            fd = os.open(seg.path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, end)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            log.warning("log segment %s: cut a torn tail at offset %d (%s; the file had %d bytes); last good LSN %d",
+                        name, end, what, size, first + n - 1)
+            cut_tail(seg.path, end)
         seg = Segment(dirpath, first, starts, end)
         segments.append(seg)
         expected = first + n

@@ -13,7 +13,7 @@ from logtide.engine.logservice.log_format import segment_name
 
 
 class Segment:
-    __slots__ = ("first_lsn", "path", "count", "_starts", "_rfd", "wfd", "__weakref__")
+    __slots__ = ("first_lsn", "path", "count", "_starts", "_rfd", "wfd", "prefilled", "__weakref__")
 
     def __init__(self, dirpath: str, first_lsn: int, starts: np.ndarray | None = None, end: int = 0) -> None:
         self.first_lsn = first_lsn
@@ -26,6 +26,7 @@ class Segment:
         self.count = n
         self._rfd = -1
         self.wfd = -1
+        self.prefilled = 0  # bytes of zeros a new segment file came with (the prepared next segment)
 
     @property
     def last_lsn(self) -> int:
@@ -33,7 +34,7 @@ class Segment:
 
     @property
     def size(self) -> int:
-        """Bytes of good frames in the file."""
+        """Bytes of good frames in the file: its logical end (pre-allocated zeros may follow)."""
         return int(self._starts[self.count])
 
     @property

@@ -6,6 +6,7 @@ import io
 import logging
 import os
 import threading
+import weakref
 from typing import Iterable
 
 import numpy as np
@@ -78,6 +79,11 @@ class LogService(LogServiceClient):
                                       segment=os.path.basename(self._segments[0].path), offset=0)
             self._cv = threading.Condition(threading.Lock())
             self._writer = LogWriter(self._dir, self._segments, self._cv, fsync, segment_size)
+            if type(self).append is LogService.append:
+                # the common append (bytes, int replica id, user record) in one Cython call; the
+                # queue holds this service weakly, so a dropped service is still collected
+                self._writer.queue.bind_user(weakref.WeakMethod(self._append), self._max_payload)
+                self.append = self._writer.queue.append_user
             if self._writer.durable_lsn < truncated:
                 raise CorruptLogError(f"log {self._dir}: ends at LSN {self._writer.durable_lsn} below the truncated "
                                       f"LSN {truncated}", segment=os.path.basename(self._segments[-1].path),
@@ -133,6 +139,9 @@ class LogService(LogServiceClient):
         return t
 
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
+        return self._append(payload, replica_id, type)
+
+    def _append(self, payload, replica_id: int, type: int) -> int:
         if self._closed:
             raise LogServiceClosed("the log service is closed")
         if payload.__class__ is bytes and type.__class__ is int and type == USER_RECORD:  # the common case
@@ -348,10 +357,12 @@ class LogService(LogServiceClient):
         return self._config
 
     def stats(self) -> dict:
-        """Counters: flush groups so far (records / groups = the group-commit factor), segments."""
+        """Counters: flush groups so far (records / groups = the group-commit factor), segments,
+        failed pre-allocations."""
         with self._cv:
             return {"groups": self._writer.groups, "segments": len(self._segments),
-                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn}
+                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn,
+                    "prealloc_errors": self._writer.prealloc_errors}
 
     def sync(self) -> None:
         """Make every appended record durable now (for fsync="batch"/"never")."""

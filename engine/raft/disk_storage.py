@@ -27,6 +27,7 @@ from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE
 from logtide.engine.logservice.log_writer import LogWriter
 from logtide.engine.logservice.recovery import recover
 from logtide.engine.logservice.segment import Segment
+from logtide.engine.logservice.tail_cut import cut_tail
 from logtide.engine.raft.errors import CompactedError, CorruptRaftEntry, UnavailableError
 from logtide.engine.raft.messages import ENTRY_CONF, ConfState, Entry, HardState, Snapshot, SnapshotMeta
 from logtide.engine.raft.raft_format import (
@@ -320,12 +321,7 @@ class DiskStorage:
         k = index - seg.first_lsn
         end = seg.offset_of(index) if k < seg.count else seg.size
         seg.close()
-        fd = os.open(seg.path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        cut_tail(seg.path, end)
         fsync_dir(self.logdir)
         segs[-1] = Segment(self.logdir, seg.first_lsn, seg.starts[:k].copy(), end)
         del self._terms[index - self._base:]
