@@ -112,6 +112,31 @@ def test_stream_reconnects_after_the_peer_restarts():
         sb.stop(0)
 
 
+def test_a_replaced_stream_takes_no_message_with_it():
+    """A killed stream's request side ends without taking from the queue: the next message goes on
+    the new stream at once (grpc-python's sender thread pulls one more request from an ended call's
+    iterator and discards it: the first stream transport lost messages that way)."""
+    got = queue.SimpleQueue()
+    a = RaftTransport(1, 7, lambda ms: None)
+    b = RaftTransport(2, 7, lambda ms: [got.put(m) for m in ms])
+    b.set_peer(1, "127.0.0.1:1")
+    sb = _serve(b)
+    try:
+        a.set_peer(2, sb.address)
+        _wait(lambda: a.peer_stats(2)["connected"], 5, "the stream coming up")
+        for k in range(20):
+            old = a._peers[2].feed
+            old.kill("replaced by the test")  # what the watchdog does to a stuck stream
+            _wait(lambda: a._peers[2].feed not in (None, old), 5, "a new stream")
+            a.send([_app(k)])
+            assert got.get(timeout=2).index == k
+        assert a.peer_stats(2)["streams"] >= 21
+    finally:
+        a.close()
+        b.close()
+        sb.stop(0)
+
+
 _PEER = """
 import sys, time
 from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport

@@ -85,13 +85,13 @@ class RaftNode:
         self.raw = RawNode(cfg, storage, applied=applied)
         self.applied = applied
         self.snapshot_index = applied
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # before the transport: its threads report here
         self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
         self.addresses: dict[int, Any] = {}
         for pid, target in (peers or {}).items():
             if pid != node_id:
                 self.addresses[pid] = target
                 self.transport.set_peer(pid, target)
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
@@ -133,6 +133,21 @@ class RaftNode:
         self._inbox.put(("prop", bytes(cmd), f))
         value = f.wait(timeout, f"proposal to raft node {self.id}")
         return f.index, value
+
+    def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
+        """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
+        each gets (index, result) or its own error, as propose would give."""
+        self._check()
+        fs = [Future() for _ in cmds]
+        self._inbox.put(("props", [(bytes(c), f) for c, f in zip(cmds, fs)]))
+        end = time.monotonic() + timeout
+        out: list = []
+        for f in fs:
+            try:
+                out.append((f.index, f.wait(max(0.0, end - time.monotonic()), f"proposal to raft node {self.id}")))
+            except Exception as exc:  # noqa: BLE001 - this command's own error (a refused command too)
+                out.append(exc)
+        return out
 
     def read_index(self, timeout: float = 5.0) -> int:
         """A linearizable read barrier: returns once this replica applied everything committed when
@@ -231,6 +246,13 @@ class RaftNode:
                     self._pending[f.index] = f
                 except ProposalDropped as exc:
                     f.set(error=exc)
+            elif kind == "props":
+                for cmd, f in item[1]:
+                    try:
+                        f.index, f.term = raw.propose(cmd)
+                        self._pending[f.index] = f
+                    except ProposalDropped as exc:
+                        f.set(error=exc)
             elif kind == "read":
                 self._seq += 1
                 ctx = b"%d-%d" % (self.id, self._seq)

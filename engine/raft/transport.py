@@ -48,8 +48,8 @@ MAX_BATCH_MESSAGES = 4096   # messages in one RaftBatch
 MAX_BATCH_BYTES = 8 << 20   # entry and snapshot bytes in one RaftBatch (a larger single message goes alone)
 KEEPALIVE = 0.25            # seconds of silence after which a stream writes an empty batch
 ACK_EVERY = 0.1             # the receiver acknowledges at least this often while batches arrive
-ACK_TIMEOUT = 1.0           # seconds a batch may stay unacknowledged before its stream counts as stuck
-ACK_BYTES_PER_S = 16 << 20  # ... plus this much time per byte in flight (a snapshot takes longer)
+ACK_TIMEOUT = 1.0           # seconds without an acknowledgement, while a batch waits for one, before its stream counts as stuck
+ACK_BYTES_PER_S = 4 << 20   # ... plus the oldest waiting batch's bytes at this rate (a snapshot takes longer)
 WATCH_INTERVAL = 0.05       # how often the watchdog looks at the streams
 CONTROL_TIMEOUT = 1.0       # deadline of one election call (an answer later than an election timeout is useless)
 MIN_BACKOFF = 0.01
@@ -79,7 +79,7 @@ class _Queue:
             if len(self.items) + len(msgs) > QUEUE_MESSAGES:
                 return False
             self.items.extend(msgs)
-            self.cv.notify()
+            self.cv.notify_all()  # a killed stream's feed may be waiting too: wake the live one for sure
             return True
 
     def take(self) -> tuple[list[Message], int]:
@@ -115,7 +115,7 @@ class _Feed:
         self.seq = 0
         self.acked = 0
         self.unacked: deque[tuple[int, float, int, int]] = deque()  # (seq, sent at, bytes, messages)
-        self.unacked_bytes = 0
+        self.last_ack_at = 0.0
         self.last_write = 0.0           # 0: the first write is a keepalive, so a new stream is proven at once
         self.dead: str | None = None    # why the stream was killed
         self.call: Any = None           # the ResponseStream, once open
@@ -146,7 +146,6 @@ class _Feed:
             self.seq += 1
             batch.seq = self.seq
             self.unacked.append((self.seq, now, size, len(msgs)))
-            self.unacked_bytes += size
             self.last_write = now
         p.t.sent += len(msgs)
         p.batches += 1
@@ -156,16 +155,19 @@ class _Feed:
         with self.peer.q.cv:
             if seq > self.acked:
                 self.acked = seq
+            self.last_ack_at = time.monotonic()
             u = self.unacked
             while u and u[0][0] <= seq:
-                self.unacked_bytes -= u.popleft()[2]
+                u.popleft()
 
     def overdue(self, now: float) -> float:
-        """Seconds the oldest unacknowledged batch is past its deadline (<= 0: in time)."""
+        """Seconds past the deadline of the oldest unacknowledged batch (<= 0: in time). A receiver
+        that keeps acknowledging is alive however far behind it is; a stopped one acknowledges nothing."""
         with self.peer.q.cv:
             if not self.unacked:
                 return 0.0
-            return now - self.unacked[0][1] - ACK_TIMEOUT - self.unacked_bytes / ACK_BYTES_PER_S
+            _seq, sent, size, _n = self.unacked[0]
+            return now - max(sent, self.last_ack_at) - ACK_TIMEOUT - size / ACK_BYTES_PER_S
 
     def kill(self, why: str) -> None:
         with self.peer.q.cv:
@@ -375,7 +377,10 @@ class RaftTransport:
 
     def unreachable(self, peer_id: int) -> None:
         if self._on_unreachable is not None:
-            self._on_unreachable(peer_id)
+            try:
+                self._on_unreachable(peer_id)
+            except Exception:  # noqa: BLE001 - a sender thread must outlive a failing callback
+                log.exception("raft %d: reporting peer %d unreachable failed", self.node_id, peer_id)
 
     def receive(self, batch: pb.RaftBatch) -> int:
         """Check and deliver a received batch; returns how many messages were accepted."""
