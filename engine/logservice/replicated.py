@@ -114,6 +114,22 @@ class ReplicatedLogService:
             raise InvalidArgument(f"record type must be a u32, got {rtype}")
         return self._propose(append_command(client, seq, rtype, data))[1]
 
+    def append_each(self, reqs: list[tuple[int, int, int, bytes]]) -> list[int | BaseException]:
+        """Several appends (client, seq, type, data) proposed together; each gets its LSN or its error."""
+        out: list = [None] * len(reqs)
+        cmds, where = [], []
+        for i, (client, seq, rtype, data) in enumerate(reqs):
+            if not 0 <= rtype < 1 << 32:
+                out[i] = InvalidArgument(f"record type must be a u32, got {rtype}")
+            else:
+                cmds.append(append_command(client, seq, rtype, data))
+                where.append(i)
+        if cmds:
+            for i, r in zip(where, self.node.propose_many(cmds, timeout=self.timeout)):
+                out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r if isinstance(r, BaseException) \
+                    else r[1]
+        return out
+
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
         if first_lsn <= 0:
             raise InvalidRange(f"read({first_lsn}): LSNs start at 1")
@@ -177,6 +193,11 @@ class _Servicer:
 
     def Append(self, req, ctx):
         return pb.RLsn(lsn=self.s.append(req.client, req.seq, req.type, req.data))
+
+    def batch_Append(self, reqs, ctx):
+        """The call pipeline's batch of Append calls: proposed together (one Ready, one fsync)."""
+        out = self.s.append_each([(r.client, r.seq, r.type, r.data) for r in reqs])
+        return [x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in out]
 
     def Read(self, req, ctx):
         recs, nxt = self.s.read(req.first_lsn, req.max_size or (1 << 20), req.stale)

@@ -23,7 +23,9 @@ from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.replicated import REPLICATED_SERVICE
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.raft.channel import ReplicaTransport
+from logtide.engine.rpc import RpcClient
+from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, LogServiceClosed, LogServiceError, RpcError
 
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
@@ -46,7 +48,9 @@ class ReplicatedLogServiceClient(LogServiceClient):
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
         self.deadline = deadline
         self.call_timeout = call_timeout
-        self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
+        # the unary calls of every thread share one pipelined stream per replica (engine/rpc/pipeline.py)
+        self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
+                         for a in self.addresses}
         self._leader = self.addresses[0]
         self._tls = threading.local()
         self._base = random.getrandbits(40) << 20  # client ids: distinct across processes

@@ -35,6 +35,7 @@ ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaign
 HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
 SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
 COMPACT_KEEP = 5000      # entries kept below the snapshot, so a briefly lagging follower needs no snapshot
+STATUS_INTERVAL = 0.005  # the published status is at most this old (a role change publishes at once)
 
 
 class Future:
@@ -96,6 +97,8 @@ class RaftNode:
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
+        self.readies = self.ready_entries = 0  # Readys handled and the entries they persisted (batching)
+        self._status_dirty, self._status_at = True, 0.0
         self._status: dict = {}
         self._stop = threading.Event()
         self._failed: BaseException | None = None
@@ -227,7 +230,9 @@ class RaftNode:
                     next_tick = now + self.tick_interval
             while raw.has_ready():
                 self._ready_once()
-            self._publish_status()
+            if self._status_dirty or now - self._status_at >= STATUS_INTERVAL:
+                self._publish_status()
+                self._status_dirty, self._status_at = False, now
 
     def _handle(self, item) -> None:
         kind = item[0]
@@ -282,6 +287,10 @@ class RaftNode:
     def _ready_once(self) -> None:
         raw = self.raw
         rd = raw.ready()
+        self.readies += 1
+        if rd.soft_state is not None:
+            self._status_dirty = True
+        self.ready_entries += len(rd.entries)
         if rd.send_now:  # the leader's appends: replicated while its own write is under way
             self.transport.send(rd.send_now)
         self.storage.save(rd)  # durable before anything that depends on it leaves (the contract)
@@ -368,6 +377,7 @@ class RaftNode:
     def _publish_status(self) -> None:
         st = self.raw.status()
         st["addresses"] = {k: v for k, v in self.addresses.items() if isinstance(v, str)}
+        st["readies"], st["ready_entries"] = self.readies, self.ready_entries
         self._status = st
 
     def conf(self) -> ConfState:
