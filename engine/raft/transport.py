@@ -175,7 +175,9 @@ class _Feed:
                 self.dead = why
             self.peer.q.cv.notify_all()
         call = self.call
-        if call is not None:
+        # over gRPC, cancel: the peer may never answer again. In-process, the stream ends by itself
+        # once the feed stops (the in-process transport hands a cancelled stream no end marker)
+        if call is not None and isinstance(self.peer.target, str):
             call.cancel()
 
 
