@@ -3,7 +3,7 @@ service and against a 3-member etcd cluster on loopback (puts of the same size, 
 and failover: SIGKILL of the leader to the first acknowledged append on the new leader.
 
 All servers are real processes on 127.0.0.1 with fsync on (`serve --raft` with default timeouts:
-0.1 s ticks, 10-tick elections). etcd is Debian's etcd-server (`make etcd`); without it the etcd
+0.1 s ticks, elections after 6-12 ticks). etcd is Debian's etcd-server (`make etcd`); without it the etcd
 baseline is skipped with one line.
 """
 from __future__ import annotations

@@ -131,11 +131,16 @@ class RaftNode:
 
     def propose(self, cmd: bytes, timeout: float = 5.0) -> tuple[int, Any]:
         """Replicate a command; returns (index, the state machine's result) once applied here."""
+        index, _term, value = self.propose_with_term(cmd, timeout)
+        return index, value
+
+    def propose_with_term(self, cmd: bytes, timeout: float = 5.0) -> tuple[int, int, Any]:
+        """propose, also naming the term of the committed entry (the leadership that appended it)."""
         self._check()
         f = Future()
         self._inbox.put(("prop", bytes(cmd), f))
         value = f.wait(timeout, f"proposal to raft node {self.id}")
-        return f.index, value
+        return f.index, f.term, value
 
     def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
         """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
@@ -159,6 +164,15 @@ class RaftNode:
         f = Future()
         self._inbox.put(("read", f))
         return f.wait(timeout, f"read index on raft node {self.id}")
+
+    def leader_read_index(self, timeout: float = 5.0) -> tuple[int, int]:
+        """read_index confirmed by this replica as the leader: (index, term), the term being the
+        leadership the heartbeat quorum confirmed after the call began. NotLeader on any other replica."""
+        self._check()
+        f = Future()
+        self._inbox.put(("read", f, True))
+        index = f.wait(timeout, f"leader read index on raft node {self.id}")
+        return index, f.term
 
     def change_membership(self, cc: ConfChange, timeout: float = 10.0) -> int:
         self._check()
@@ -259,6 +273,10 @@ class RaftNode:
                     except ProposalDropped as exc:
                         f.set(error=exc)
             elif kind == "read":
+                if len(item) > 2 and raw.raft.state != M.LEADER:  # leader_read_index: no forwarding
+                    item[1].set(error=NotLeader(f"raft node {self.id} is not the leader", raw.raft.lead))
+                    return
+                item[1].term = raw.raft.term
                 self._seq += 1
                 ctx = b"%d-%d" % (self.id, self._seq)
                 self._reads[ctx] = item[1]
