@@ -191,10 +191,11 @@ class Raft:
                 pr.recent_active = True
 
     def _retry_soon(self, elapsed: int = 0) -> None:
-        """A real vote was refused (typically a split vote: two followers timed out within one round
-        trip, and each voted for itself), after a full election timeout without a leader: the next
-        attempt comes after a random 0.5-1x election timeout from now instead of the rest of 1-2x,
-        so a split costs less. Random, so the two candidates' retries still spread apart."""
+        """A (pre-)vote was refused after a full election timeout without a leader: typically a split
+        vote (two followers timed out within one round trip and each voted for itself), or a pre-vote
+        refused by a follower whose leader lease had a moment left. The next attempt comes after a
+        random 0.5-1x election timeout from now instead of the rest of 1-2x, so either costs less.
+        Random, so two candidates' retries still spread apart; a pre-vote changes no term."""
         half = max(1, self.cfg.election_tick // 2)
         self.randomized_election_timeout = min(self.randomized_election_timeout,
                                                elapsed + half + self.rand.randrange(half))
@@ -569,7 +570,7 @@ class Raft:
                 self.become_follower(self.term, 0)
                 if split:
                     self._retry_soon()
-            elif m.reject and self.state == CANDIDATE:
+            elif m.reject:
                 self._retry_soon(self.election_elapsed)
         elif t == M.READ_INDEX:
             pass  # no leader to ask: the reader's deadline answers
