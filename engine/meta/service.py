@@ -1,5 +1,9 @@
 """MetaService: the embedded meta-service. Every write is proposed as a log entry {time_ms, cmd},
 made durable in the log (when the service has one), then applied to the state machine.
+
+The log is the embedded log service in the service's directory (the default), or any log-service
+client, such as the replicated log (`connect_logservice("h1:p1,h2:p2,h3:p3")`): there an entry's
+index is its Raft index, so indexes increase but are not dense.
 """
 from __future__ import annotations
 
@@ -51,7 +55,7 @@ class MetaService:
 
     def __init__(self, sm: Optional[MetaStateMachine] = None, clock: Optional[Callable[[], int]] = None,
                  leader: Optional[str] = None, log=None, dir: Optional[Path] = None,
-                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY):
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY, own_log: bool = True):
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
@@ -60,6 +64,10 @@ class MetaService:
         self._stopping = False
         self._time_lock = threading.Lock()
         self._log = log
+        self._own_log = own_log
+        # dense: append_many gives consecutive LSNs (the embedded log); else one append per entry
+        self._dense = log is None or not _gapped(log)
+        self._resync = False   # an append failed with an unknown outcome: re-read the log first
         self._dir = dir
         self._snapshot_every = snapshot_every
         self._snapshot_lock = threading.Lock()
@@ -82,11 +90,13 @@ class MetaService:
 
     @classmethod
     def open(cls, path, clock: Optional[Callable[[], int]] = None, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-             fsync: str = "always") -> "MetaService":
+             fsync: str = "always", log=None) -> "MetaService":
         """The durable service in directory `path`: load the snapshot, replay the log after it.
 
         Every write is appended to the log (durable on return) before it is applied; every
-        `snapshot_every` entries the state is snapshotted and the log truncated below it.
+        `snapshot_every` entries the state is snapshotted and the log truncated below it. The log
+        is `path`/log (embedded), or `log`: a log-service client such as the replicated log's
+        (the snapshot stays in `path`; the caller closes that client).
         """
         from logtide.engine.logservice import LogService
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
@@ -95,18 +105,21 @@ class MetaService:
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
         lock = DirLock(d, "meta.lock", "meta directory")   # before the snapshot is read: one owner
-        log = None
+        own = log is None
         try:
             sm = MetaStateMachine()
             snap = d / SNAPSHOT_FILE
             if snap.exists():
                 with open(snap, "rb") as f:
                     sm.recover_from_snapshot(f)
-            log = LogService.open(d / LOG_DIR, fsync=fsync)
+            if own:
+                log = LogService.open(d / LOG_DIR, fsync=fsync)
+            else:
+                cls._fence(log, sm, clock or wall_clock_ms)
             cls._replay(sm, log)
-            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
+            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every, own_log=own)
         except BaseException:
-            if log is not None:
+            if log is not None and own:
                 log.close()
             lock.release()
             raise
@@ -114,9 +127,16 @@ class MetaService:
         return svc
 
     @staticmethod
-    def _replay(sm: MetaStateMachine, log) -> None:
-        """Apply every log entry after the snapshot's index, in LSN order."""
-        latest, truncated = log.get_latest_lsn(), log.get_truncated_lsn()
+    def _fence(log, sm: MetaStateMachine, clock) -> int:
+        """Append a no-op entry (an empty transaction) to a shared log and return its LSN: once it
+        is committed, every earlier entry is decided, so a replay up to it misses no write that a
+        previous owner (a dead process, or this one before a failed append) left in flight."""
+        return log.append(encode_entry(max(int(clock()), sm.last_time_ms), TxnCmd()))
+
+    @staticmethod
+    def _replay(sm: MetaStateMachine, log, upto: int = 0) -> None:
+        """Apply every log entry after the snapshot's index (up to `upto`), in LSN order."""
+        latest, truncated = (upto or log.get_latest_lsn()), log.get_truncated_lsn()
         lsn = sm.applied_index + 1
         if lsn <= truncated:
             raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index} but the log is truncated "
@@ -126,6 +146,8 @@ class MetaService:
         while lsn <= latest:
             records, nxt = log.read(lsn, REPLAY_READ_BYTES)
             for r in records:
+                if r.lsn > latest:
+                    return
                 sm.update(Entry(r.lsn, r.payload))
             if nxt <= lsn:
                 raise CorruptionError(f"meta log read at {lsn} made no progress")
@@ -175,22 +197,53 @@ class MetaService:
                     return
                 n = min(len(self._queue), MAX_GROUP)
                 batch = [self._queue.popleft() for _ in range(n)]
-            try:
-                times = [self._stamp() for _ in batch]
-                first = self._log.append_many([encode_entry(t, s.cmd) for t, s in zip(times, batch)])
-            except Exception as exc:  # nothing of this group is acknowledged
-                for s in batch:
-                    s.error = exc
-                    s.done.set()
-                continue
+            if self._resync:
+                try:
+                    self._catch_up()
+                except Exception as exc:  # the log is still unavailable: nothing of this group is tried
+                    for s in batch:
+                        s.error = exc
+                        s.done.set()
+                    continue
+            times = [self._stamp() for _ in batch]
+            lsns, failed = self._append(batch, times)
             with self._lock:
-                for i, (t, s) in enumerate(zip(times, batch)):
+                for lsn, t, s in zip(lsns, times, batch):
                     try:
-                        s.reply = self._sm.apply(first + i, t, s.cmd)
+                        s.reply = self._sm.apply(lsn, t, s.cmd)
                     except Exception as exc:  # handed to its proposer
                         s.error = exc
+            for s in batch[len(lsns):]:
+                s.error = failed
             for s in batch:
                 s.done.set()
+
+    def _append(self, batch, times) -> Tuple[list, Optional[BaseException]]:
+        """Append the group's entries; (the LSNs of those appended, the error that stopped the rest)."""
+        try:
+            payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
+            if self._dense:
+                first = self._log.append_many(payloads)
+                return list(range(first, first + len(payloads))), None
+        except Exception as exc:  # nothing of this group is acknowledged
+            return [], exc
+        lsns: list = []
+        for p in payloads:
+            try:
+                lsns.append(self._log.append(p))
+            except Exception as exc:  # noqa: BLE001 - it may still commit: re-read the log before going on
+                self._resync = True
+                return lsns, exc
+        return lsns, None
+
+    def _catch_up(self) -> None:
+        """After an append whose outcome is unknown: fence the log, then apply every entry up to the
+        fence that this service has not applied (the failed append, if it committed)."""
+        fence = self._fence(self._log, self._sm, self._stamp)
+        with self._lock:
+            self._replay(self._sm, self._log, upto=fence)
+            self._last_time_ms = max(self._last_time_ms, self._sm.last_time_ms)
+        self._resync = False
 
     def snapshot(self, wait: bool = True) -> Optional[int]:
         """Save the state to the snapshot file, then truncate the log up to it; returns its index.
@@ -351,7 +404,8 @@ class MetaService:
                 self._queue_cv.notify_all()
             self._proposer_thread.join()
             with self._snapshot_lock:
-                self._log.close()
+                if self._own_log:
+                    self._log.close()
         lock = getattr(self, "_dir_lock", None)
         if lock is not None:
             lock.release()
@@ -363,3 +417,8 @@ class MetaService:
         self.close()
 
 
+def _gapped(log) -> bool:
+    """True for a log whose LSNs are not dense (the replicated client): entries are appended one
+    at a time, each applied at the LSN it got."""
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    return isinstance(log, ReplicatedLogServiceClient)
