@@ -39,8 +39,9 @@ def serve(args: argparse.Namespace) -> int:
         kw = {} if args.snapshot_every is None else {"snapshot_every": args.snapshot_every}
         try:
             if args.log:
-                from logtide.engine.logservice import connect_logservice
-                remote_log = connect_logservice(args.log, replicated=True, deadline=args.log_deadline)
+                # the client class itself: connect_logservice("a,b,c", replicated=True) passes the flag on
+                from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+                remote_log = ReplicatedLogServiceClient(args.log, deadline=args.log_deadline)
                 kw["log"] = remote_log
             service = MetaService.open(args.dir, **kw)
         except LogtideError as exc:   # the log unreachable (no leader by the deadline), corrupt state

@@ -121,8 +121,8 @@ def run_primary(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     if args.log:
-        from logtide.engine.logservice import connect_logservice
-        log_service = connect_logservice(args.log, replicated=True, deadline=args.log_deadline)
+        from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+        log_service = ReplicatedLogServiceClient(args.log, deadline=args.log_deadline)
     else:
         log_service = LogService.open(d / LOG_DIR)
     from logtide.replay.primary import REPLICA_TIMEOUT_S
@@ -153,7 +153,8 @@ def run_ro(args: argparse.Namespace) -> int:
     from logtide.engine.rpc import RpcServer
     from logtide.replay.ro_node import ReadOnlyNode
     from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
-    remote_log = (connect_logservice(args.log, replicated=True, deadline=args.log_deadline) if args.log
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
                   else connect_logservice(args.primary))
     try:
         ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
