@@ -79,6 +79,7 @@ class FramedWal:
         self._append_lock = threading.Lock()
         self._fw: list[int] = []    # first WAL LSN of each live record frame, in order
         self._ll: list[int] = []    # its log LSN
+        self._ep: list[int] = []    # its epoch
         self._next_wal = 1          # the next WAL LSN
         self._epoch = 0             # the highest epoch seen
         self._my_epoch = 0
@@ -88,7 +89,7 @@ class FramedWal:
         with self._lock:
             self._scan_lsn = max(1, self.log.get_first_lsn())
             self._scan()
-            self._truncated = self._wal_at_or_below(self.log.get_truncated_lsn())
+            self._forget_truncated(self.log.get_truncated_lsn())
             if writer:
                 f = self.log.append(encode_frame(KIND_OPEN, 0, self._next_wal, []), replica_id)
                 self._scan()
@@ -119,6 +120,7 @@ class FramedWal:
     def _index(self, lsn: int, data: bytes) -> None:
         kind, epoch, first, recs = decode_frame(lsn, data)
         if kind == KIND_OPEN:
+            self._supersede(lsn, first)
             self._epoch = max(self._epoch, lsn)
             if not self._fw:
                 self._next_wal = max(self._next_wal, first)
@@ -127,6 +129,7 @@ class FramedWal:
             self.stale_frames += 1
             log.warning("skipped the WAL frame at log LSN %d: epoch %d, fenced by epoch %d", lsn, epoch, self._epoch)
             return
+        self._supersede(epoch, first)
         self._epoch = epoch
         if self._fw and first != self._next_wal:
             raise CorruptionError(f"WAL frame at log LSN {lsn} starts at WAL LSN {first}, expected {self._next_wal}")
@@ -134,7 +137,26 @@ class FramedWal:
             return
         self._fw.append(first)
         self._ll.append(lsn)
+        self._ep.append(epoch)
         self._next_wal = first + len(recs)
+
+    def _supersede(self, epoch: int, first: int) -> None:
+        """A frame (or fence) of `epoch` starts at WAL LSN `first`: indexed frames of an older epoch
+        that reach that far were a dead primary's, written after `epoch`'s fence (a reader that
+        started past a truncated fence took them for live): drop them again. The primary of
+        `epoch` had scanned the whole log when it chose `first`, so it knew them for stale."""
+        while self._fw and self._ep[-1] < epoch and (self._next_wal > first or self._ll[-1] > epoch):
+            self._next_wal = self._fw.pop()
+            self._ll.pop()
+            self._ep.pop()
+            self.stale_frames += 1
+            log.warning("dropped a WAL frame of an epoch older than %d: that epoch rewrote its WAL LSNs", epoch)
+
+    def _forget_truncated(self, log_truncated: int) -> None:
+        """Drop the frames at or below the log's truncated LSN (the log may refuse to read them)."""
+        self._truncated = max(self._truncated, self._wal_at_or_below(log_truncated))
+        j = bisect.bisect_right(self._ll, log_truncated)
+        del self._fw[:j], self._ll[:j], self._ep[:j]
 
     def _wal_at_or_below(self, log_lsn: int) -> int:
         """The highest WAL LSN whose frame, and every earlier one, lies at or below log LSN `log_lsn`."""
@@ -168,6 +190,7 @@ class FramedWal:
             with self._lock:
                 self._fw.append(first)
                 self._ll.append(lsn)
+                self._ep.append(self._my_epoch)
                 self._next_wal = first + len(records)
                 self._scan_lsn = lsn + 1
             return first
@@ -231,9 +254,15 @@ class FramedWal:
 
     def get_first_lsn(self) -> int:
         with self._lock:
+            if not self.writer:
+                self._forget_truncated(self.log.get_truncated_lsn())
             return self._fw[0] if self._fw else self._next_wal
 
     def get_truncated_lsn(self) -> int:
+        """WAL LSNs at or below it may be gone (the writer truncates; a reader asks the log)."""
+        if not self.writer:
+            with self._lock:
+                self._forget_truncated(self.log.get_truncated_lsn())
         return self._truncated
 
     def truncate(self, wal_lsn: int) -> None:
@@ -246,7 +275,7 @@ class FramedWal:
                 return
             self.log.truncate(self._ll[j - 1])
             self._truncated = max(self._truncated, self._fw[j] - 1)
-            del self._fw[:j], self._ll[:j]
+            del self._fw[:j], self._ll[:j], self._ep[:j]
 
     # --- registered readers (RO nodes' truncation holds), their LSNs translated
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
