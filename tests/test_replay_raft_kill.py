@@ -3,7 +3,9 @@
 is SIGKILLed: every acknowledged write is there, and the RO node serves the same pages as the
 primary. Then the primary itself is SIGKILLed mid-load and restarted on the replicated log: it
 recovers every acknowledged write, no unacknowledged write is half-visible, and the RO node
-re-attaches. With the whole group down, a write fails with a typed error within the deadline."""
+re-attaches. The primary is SIGKILLed again and the RO node promoted: it has every write and
+writes to the same log. With the whole group down, a write fails with a typed error within the
+deadline."""
 import json
 import os
 import signal
@@ -162,7 +164,7 @@ def test_primary_and_ro_node_survive_the_leader_replica_and_a_primary_kill(tmp_p
     d = str(tmp_path / "shared")
     pargs = ("primary", "--dir", d, "--log", addrs, "--log-deadline", LOG_DEADLINE, "--checkpoint-interval", "0.2",
              "--pool-pages", "64")
-    rargs = ("--dir", d, "--log", addrs, "--node-id", "1")
+    rargs = ("--dir", d, "--log", addrs, "--log-deadline", LOG_DEADLINE, "--node-id", "1")
     procs = []
     try:
         cluster.leader()
@@ -208,22 +210,31 @@ def test_primary_and_ro_node_survive_the_leader_replica_and_a_primary_kill(tmp_p
         _wait(lambda: _status(rc).get("applied_lsn", 0) >= st2["write_lsn"], "the RO node to re-attach")
         assert _check(rc, load2, nb) == pages
         r = pc.Insert(rel=REL, data=b"after the restart")
+        load2.rows[(r.block, r.slot)] = b"after the restart"
         _wait(lambda: rc.Get(rel=REL, block=r.block, slot=r.slot).data == b"after the restart", "the RO node")
 
-        # 3. the whole group down: a write fails with a typed error within the deadline, no hang
+        # 3. the primary dies again and the RO node is promoted: it writes to the same replicated log
+        _kill(prim)
+        pc.close()
+        rc.Promote()
+        assert _status(rc)["role"] == "primary"
+        _check(rc, load2, nb)
+        r = rc.Insert(rel=REL, data=b"after the promotion")
+        assert rc.Get(rel=REL, block=r.block, slot=r.slot).data == b"after the promotion"
+
+        # 4. the whole group down: a write fails with a typed error within the deadline, no hang
         for i in list(cluster.procs):
             cluster.kill(i)
         t0 = time.monotonic()
         with pytest.raises(NoLeaderError):
-            pc.Insert(rel=REL, data=b"no log")
-        assert time.monotonic() - t0 < 2 * float(LOG_DEADLINE) + 10
+            rc.Insert(rel=REL, data=b"no log")
+        assert time.monotonic() - t0 < 2 * float(LOG_DEADLINE) + 5
         # the server stays up; the primary stopped writing (its pages may hold what the log does not)
-        assert _status(pc)["role"] == "primary"
+        assert _status(rc)["role"] == "primary"
         with pytest.raises(LogtideError, match="closed"):
-            pc.Insert(rel=REL, data=b"still no log")
-        pc.close()
+            rc.Insert(rel=REL, data=b"still no log")
         rc.close()
     finally:
         for p in procs:
-            _stop(p)
+            _kill(p)
         cluster.stop()
