@@ -175,3 +175,22 @@ def test_meta_service_on_a_replicated_log(tmp_path):
     finally:
         for r in reps.values():
             r.close()
+
+
+@pytest.mark.timeout(120)
+def test_callers_on_an_unreachable_group_exit_with_a_typed_error(tmp_path):
+    """`replay primary|ro --log` and `meta serve --log` with no replica up: one line naming
+    NoLeaderError after the log deadline, exit status 2, no hang."""
+    import subprocess
+    import sys
+    addrs = ",".join(f"127.0.0.1:{p}" for p in free_ports(3))
+    cmds = [["replay", "primary", "--dir", str(tmp_path / "p"), "--log", addrs, "--log-deadline", "1"],
+            ["replay", "ro", "--dir", str(tmp_path / "p"), "--primary", "127.0.0.1:1", "--log", addrs,
+             "--log-deadline", "1"],
+            ["meta", "serve", "--dir", str(tmp_path / "m"), "--log", addrs, "--log-deadline", "1"]]
+    for cmd in cmds:
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "logtide", *cmd], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert "NoLeaderError" in r.stdout and "Traceback" not in r.stdout + r.stderr, (cmd, r.stdout, r.stderr)
+        assert time.monotonic() - t0 < 30
