@@ -33,6 +33,7 @@ DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot l
 REPLAY_READ_BYTES = 4 << 20
 APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
 MAX_GROUP = 1024                    # proposals appended as one group at most
+APPEND_THREADS = 32                 # concurrent appends of one group to a replicated log (the leader batches them)
 
 
 class _Slot:
@@ -68,6 +69,7 @@ class MetaService:
         # dense: append_many gives consecutive LSNs (the embedded log); else one append per entry
         self._dense = log is None or not _gapped(log)
         self._resync = False   # an append failed with an unknown outcome: re-read the log first
+        self._pool = None      # appender threads (replicated log)
         self._dir = dir
         self._snapshot_every = snapshot_every
         self._snapshot_lock = threading.Lock()
@@ -134,8 +136,9 @@ class MetaService:
         return log.append(encode_entry(max(int(clock()), sm.last_time_ms), TxnCmd()))
 
     @staticmethod
-    def _replay(sm: MetaStateMachine, log, upto: int = 0) -> None:
-        """Apply every log entry after the snapshot's index (up to `upto`), in LSN order."""
+    def _replay(sm: MetaStateMachine, log, upto: int = 0, on_entry=None) -> None:
+        """Apply every log entry after the snapshot's index (up to `upto`), in LSN order;
+        `on_entry(lsn, reply)` after each."""
         latest, truncated = (upto or log.get_latest_lsn()), log.get_truncated_lsn()
         lsn = sm.applied_index + 1
         if lsn <= truncated:
@@ -148,7 +151,9 @@ class MetaService:
             for r in records:
                 if r.lsn > latest:
                     return
-                sm.update(Entry(r.lsn, r.payload))
+                reply = sm.update(Entry(r.lsn, r.payload))
+                if on_entry is not None:
+                    on_entry(r.lsn, reply)
             if nxt <= lsn:
                 raise CorruptionError(f"meta log read at {lsn} made no progress")
             lsn = nxt
@@ -187,8 +192,9 @@ class MetaService:
 
     def _proposer(self) -> None:
         """The one thread that writes the log: takes every queued proposal, appends them as one
-        group (consecutive LSNs, one fsync), applies them in LSN order, then wakes each proposer.
-        Proposals queue up while a group is being synced, so batches grow with the load."""
+        group (consecutive LSNs, one fsync; on a replicated log, concurrent appends that the leader
+        batches), applies them in LSN order, then wakes each proposer. Proposals queue up while a
+        group is being synced, so batches grow with the load."""
         while True:
             with self._queue_cv:
                 while not self._queue and not self._stopping:
@@ -197,51 +203,71 @@ class MetaService:
                     return
                 n = min(len(self._queue), MAX_GROUP)
                 batch = [self._queue.popleft() for _ in range(n)]
-            if self._resync:
-                try:
-                    self._catch_up()
-                except Exception as exc:  # the log is still unavailable: nothing of this group is tried
-                    for s in batch:
+            try:
+                if self._resync:
+                    self._catch_up({})
+                # on a replicated log the group's LSN order is the order its appends commit in, so it
+                # shares one time: log time never goes back
+                times = [self._stamp() for _ in batch] if self._dense else [self._stamp()] * len(batch)
+                self._write_group(batch, times)
+            except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
+                for s in batch:
+                    if s.reply is None and s.error is None:
                         s.error = exc
-                        s.done.set()
-                    continue
-            times = [self._stamp() for _ in batch]
-            lsns, failed = self._append(batch, times)
-            with self._lock:
-                for lsn, t, s in zip(lsns, times, batch):
-                    try:
-                        s.reply = self._sm.apply(lsn, t, s.cmd)
-                    except Exception as exc:  # handed to its proposer
-                        s.error = exc
-            for s in batch[len(lsns):]:
-                s.error = failed
             for s in batch:
                 s.done.set()
 
-    def _append(self, batch, times) -> Tuple[list, Optional[BaseException]]:
-        """Append the group's entries; (the LSNs of those appended, the error that stopped the rest)."""
-        try:
-            payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
-            if self._dense:
-                first = self._log.append_many(payloads)
-                return list(range(first, first + len(payloads))), None
-        except Exception as exc:  # nothing of this group is acknowledged
-            return [], exc
-        lsns: list = []
-        for p in payloads:
-            try:
-                lsns.append(self._log.append(p))
-            except Exception as exc:  # noqa: BLE001 - it may still commit: re-read the log before going on
-                self._resync = True
-                return lsns, exc
-        return lsns, None
+    def _write_group(self, batch, times) -> None:
+        """Append and apply one group, leaving each proposal its reply or error."""
+        payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
+        if self._dense:
+            first = self._log.append_many(payloads)
+            self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
+            return
+        futures = [self._appender().submit(self._log.append, p) for p in payloads]
+        got, failed = [], None
+        for t, s, f in zip(times, batch, futures):
+            try:   # each append ends by the client's deadline
+                got.append((f.result(), t, s))
+            except Exception as exc:  # noqa: BLE001 - it may still commit, at any LSN
+                failed = failed or exc
+                s.error = exc
+        if failed is None:
+            self._apply_group(sorted(got, key=lambda x: x[0]))
+            return
+        # an append of unknown outcome may commit below the ones that succeeded: apply nothing out
+        # of order, but re-read the log up to a fence; the ones that succeeded get their replies there
+        self._resync = True
+        self._catch_up({lsn: s for lsn, _, s in got})
 
-    def _catch_up(self) -> None:
+    def _apply_group(self, entries) -> None:
+        """Apply (lsn, time, proposal) in the order given (LSN order)."""
+        with self._lock:
+            for lsn, t, s in entries:
+                try:
+                    s.reply = self._sm.apply(lsn, t, s.cmd)
+                except Exception as exc:  # handed to its proposer
+                    s.error = exc
+
+    def _appender(self):
+        """The threads that append a group to a replicated log concurrently (each its own client
+        session, so a retried append is still exactly-once)."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="meta-append")
+        return self._pool
+
+    def _catch_up(self, waiting: dict) -> None:
         """After an append whose outcome is unknown: fence the log, then apply every entry up to the
-        fence that this service has not applied (the failed append, if it committed)."""
+        fence that this service has not applied (the failed append, if it committed). `waiting`
+        maps the LSNs of appends that succeeded to their proposals, which get their replies here."""
         fence = self._fence(self._log, self._sm, self._stamp)
         with self._lock:
-            self._replay(self._sm, self._log, upto=fence)
+            def reply(lsn, r):
+                s = waiting.get(lsn)
+                if s is not None:
+                    s.reply = r
+            self._replay(self._sm, self._log, upto=fence, on_entry=reply)
             self._last_time_ms = max(self._last_time_ms, self._sm.last_time_ms)
         self._resync = False
 
@@ -403,6 +429,8 @@ class MetaService:
                 self._stopping = True          # queued proposals still go through, new ones are refused
                 self._queue_cv.notify_all()
             self._proposer_thread.join()
+            if self._pool is not None:
+                self._pool.shutdown()
             with self._snapshot_lock:
                 if self._own_log:
                     self._log.close()
