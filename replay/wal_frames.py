@@ -24,6 +24,7 @@ import logging
 import struct
 import threading
 
+from logtide.engine.logservice.log_format import DATA_HEADER_SIZE
 from logtide.engine.logservice.record import data_prefix
 from logtide.errors import CorruptionError, InvalidArgument, InvalidRange, LogtideError, WalGoneError
 
@@ -112,7 +113,7 @@ class FramedWal:
                 self._scan_lsn = first   # removed under us (compaction): the log starts later now
                 continue
             for r in recs:
-                self._index(r.lsn, r.data[12:])
+                self._index(r.lsn, r.data[DATA_HEADER_SIZE:])
             self._scan_lsn = max(self._scan_lsn, nxt)
             if not recs:
                 return
@@ -141,11 +142,12 @@ class FramedWal:
         self._next_wal = first + len(recs)
 
     def _supersede(self, epoch: int, first: int) -> None:
-        """A frame (or fence) of `epoch` starts at WAL LSN `first`: indexed frames of an older epoch
-        that reach that far were a dead primary's, written after `epoch`'s fence (a reader that
-        started past a truncated fence took them for live): drop them again. The primary of
-        `epoch` had scanned the whole log when it chose `first`, so it knew them for stale."""
-        while self._fw and self._ep[-1] < epoch and (self._next_wal > first or self._ll[-1] > epoch):
+        """A frame (or fence) of `epoch` starts at WAL LSN `first`. Indexed frames of an older epoch
+        that lie after `epoch`'s fence, or that do not end exactly at `first`, were a dead
+        primary's, written after a newer fence (a reader that started past a truncated fence took
+        them for live): drop them again. The live WAL continues at `first`: the primary of `epoch`
+        had scanned the whole log when it chose it."""
+        while self._fw and self._ep[-1] < epoch and (self._next_wal != first or self._ll[-1] > epoch):
             self._next_wal = self._fw.pop()
             self._ll.pop()
             self._ep.pop()
@@ -223,7 +225,7 @@ class FramedWal:
             for r in recs:
                 if r.lsn not in live:
                     continue        # a fence, or a stale epoch's frame
-                _, _, first, frame_recs = decode_frame(r.lsn, r.data[12:])
+                _, _, first, frame_recs = decode_frame(r.lsn, r.data[DATA_HEADER_SIZE:])
                 for i, rec in enumerate(frame_recs):
                     if first + i >= first_wal:
                         out.append((first + i, rec))
