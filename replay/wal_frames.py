@@ -294,6 +294,10 @@ class FramedWal:
         self.log.unregister_reader(name)
 
     def readers(self) -> dict[str, int]:
+        # the replicated client answers readers() from one replica's Status, with no ReadIndex: a
+        # lagging replica would miss registrations. A linearizable read first leaves the client on a
+        # replica that has applied every acknowledged command, and Status goes to that replica.
+        self.log.get_truncated_lsn()
         got = self.log.readers()
         with self._lock:
             return {n: self._wal_at_or_below(at) for n, at in got.items()}
