@@ -38,6 +38,7 @@ from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_store import PageStore
 from logtide.replay.row_address import DB, SPC, check_page_tag, check_rel, check_tid, rel_tag
+from logtide.replay.wal_frames import FramedWal, needs_frames
 from logtide.replay.wal_log import WalLog
 
 log = logging.getLogger("logtide.replay.primary")
@@ -72,7 +73,8 @@ def _ro_reader(name: str) -> int | None:
 
 
 class Primary:
-    """The read-write node. `Primary.open(dir)` embeds the log service; pass `log=` to share one."""
+    """The read-write node. `Primary.open(dir)` embeds the log service; pass `log=` to share one, or
+    to write to a replicated log (`connect_logservice("h1:p1,h2:p2,h3:p3")`)."""
 
     def __init__(self, directory: str | os.PathLike, log=None, *, pool_pages: int = 2048,
                  checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True,
@@ -92,6 +94,8 @@ class Primary:
         if log is None:
             from logtide.engine.logservice import LogService
             log = LogService.open(self.dir / LOG_DIR)
+        elif needs_frames(log):
+            log = FramedWal(log, writer=True)   # a replicated log: WAL LSNs stay dense, in frames
         self.log_service = log
         self.wal = WalLog(log)
         self.store = PageStore(self.dir / PAGES_DIR, writer=True)

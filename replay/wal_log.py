@@ -10,11 +10,16 @@ DATA_PREFIX = 12  # u32 BE update type + u64 BE replica id, before every user re
 
 
 class WalLog:
-    """Append and read WAL records through any LogServiceClient (embedded or remote)."""
+    """Append and read WAL records through any LogServiceClient (embedded, remote or replicated:
+    a replicated log client is read through a FramedWal, see wal_frames.py)."""
 
     def __init__(self, service, replica_id: int = 0):
+        from logtide.replay.wal_frames import FramedWal, needs_frames
+        if needs_frames(service):
+            service = FramedWal(service, writer=False, replica_id=replica_id)
         self.service = service
         self.replica_id = replica_id
+        self._frames = service if isinstance(service, FramedWal) else None
 
     def append(self, record: bytes) -> int:
         """Append one WAL record, durable on return; its LSN."""
@@ -26,6 +31,8 @@ class WalLog:
 
     def read(self, first_lsn: int, max_bytes: int) -> list[tuple[int, bytes]]:
         """[(lsn, WAL record)] from first_lsn, about max_bytes of them (at least one if any)."""
+        if self._frames is not None:
+            return self._frames.read_records(first_lsn, max_bytes)
         try:
             b = self.service.read_batch(first_lsn, max_bytes)
         except InvalidRange as exc:

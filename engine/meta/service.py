@@ -1,5 +1,9 @@
 """MetaService: the embedded meta-service. Every write is proposed as a log entry {time_ms, cmd},
 made durable in the log (when the service has one), then applied to the state machine.
+
+The log is the embedded log service in the service's directory (the default), or any log-service
+client, such as the replicated log (`connect_logservice("h1:p1,h2:p2,h3:p3")`): there an entry's
+index is its Raft index, so indexes increase but are not dense.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot l
 REPLAY_READ_BYTES = 4 << 20
 APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
 MAX_GROUP = 1024                    # proposals appended as one group at most
+APPEND_THREADS = 32                 # concurrent appends of one group to a replicated log (the leader batches them)
 
 
 class _Slot:
@@ -51,7 +56,7 @@ class MetaService:
 
     def __init__(self, sm: Optional[MetaStateMachine] = None, clock: Optional[Callable[[], int]] = None,
                  leader: Optional[str] = None, log=None, dir: Optional[Path] = None,
-                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY):
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY, own_log: bool = True):
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
@@ -60,6 +65,11 @@ class MetaService:
         self._stopping = False
         self._time_lock = threading.Lock()
         self._log = log
+        self._own_log = own_log
+        # dense: append_many gives consecutive LSNs (the embedded log); else one append per entry
+        self._dense = log is None or not _gapped(log)
+        self._resync = False   # an append failed with an unknown outcome: re-read the log first
+        self._pool = None      # appender threads (replicated log)
         self._dir = dir
         self._snapshot_every = snapshot_every
         self._snapshot_lock = threading.Lock()
@@ -82,11 +92,13 @@ class MetaService:
 
     @classmethod
     def open(cls, path, clock: Optional[Callable[[], int]] = None, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-             fsync: str = "always") -> "MetaService":
+             fsync: str = "always", log=None) -> "MetaService":
         """The durable service in directory `path`: load the snapshot, replay the log after it.
 
         Every write is appended to the log (durable on return) before it is applied; every
-        `snapshot_every` entries the state is snapshotted and the log truncated below it.
+        `snapshot_every` entries the state is snapshotted and the log truncated below it. The log
+        is `path`/log (embedded), or `log`: a log-service client such as the replicated log's
+        (the snapshot stays in `path`; the caller closes that client).
         """
         from logtide.engine.logservice import LogService
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
@@ -95,18 +107,21 @@ class MetaService:
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
         lock = DirLock(d, "meta.lock", "meta directory")   # before the snapshot is read: one owner
-        log = None
+        own = log is None
         try:
             sm = MetaStateMachine()
             snap = d / SNAPSHOT_FILE
             if snap.exists():
                 with open(snap, "rb") as f:
                     sm.recover_from_snapshot(f)
-            log = LogService.open(d / LOG_DIR, fsync=fsync)
+            if own:
+                log = LogService.open(d / LOG_DIR, fsync=fsync)
+            else:
+                cls._fence(log, sm, clock or wall_clock_ms)
             cls._replay(sm, log)
-            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
+            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every, own_log=own)
         except BaseException:
-            if log is not None:
+            if log is not None and own:
                 log.close()
             lock.release()
             raise
@@ -114,9 +129,17 @@ class MetaService:
         return svc
 
     @staticmethod
-    def _replay(sm: MetaStateMachine, log) -> None:
-        """Apply every log entry after the snapshot's index, in LSN order."""
-        latest, truncated = log.get_latest_lsn(), log.get_truncated_lsn()
+    def _fence(log, sm: MetaStateMachine, clock) -> int:
+        """Append a no-op entry (an empty transaction) to a shared log and return its LSN: once it
+        is committed, every earlier entry is decided, so a replay up to it misses no write that a
+        previous owner (a dead process, or this one before a failed append) left in flight."""
+        return log.append(encode_entry(max(int(clock()), sm.last_time_ms), TxnCmd()))
+
+    @staticmethod
+    def _replay(sm: MetaStateMachine, log, upto: int = 0, on_entry=None) -> None:
+        """Apply every log entry after the snapshot's index (up to `upto`), in LSN order;
+        `on_entry(lsn, reply)` after each."""
+        latest, truncated = (upto or log.get_latest_lsn()), log.get_truncated_lsn()
         lsn = sm.applied_index + 1
         if lsn <= truncated:
             raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index} but the log is truncated "
@@ -126,7 +149,11 @@ class MetaService:
         while lsn <= latest:
             records, nxt = log.read(lsn, REPLAY_READ_BYTES)
             for r in records:
-                sm.update(Entry(r.lsn, r.payload))
+                if r.lsn > latest:
+                    return
+                reply = sm.update(Entry(r.lsn, r.payload))
+                if on_entry is not None:
+                    on_entry(r.lsn, reply)
             if nxt <= lsn:
                 raise CorruptionError(f"meta log read at {lsn} made no progress")
             lsn = nxt
@@ -165,8 +192,9 @@ class MetaService:
 
     def _proposer(self) -> None:
         """The one thread that writes the log: takes every queued proposal, appends them as one
-        group (consecutive LSNs, one fsync), applies them in LSN order, then wakes each proposer.
-        Proposals queue up while a group is being synced, so batches grow with the load."""
+        group (consecutive LSNs, one fsync; on a replicated log, concurrent appends that the leader
+        batches), applies them in LSN order, then wakes each proposer. Proposals queue up while a
+        group is being synced, so batches grow with the load."""
         while True:
             with self._queue_cv:
                 while not self._queue and not self._stopping:
@@ -176,21 +204,72 @@ class MetaService:
                 n = min(len(self._queue), MAX_GROUP)
                 batch = [self._queue.popleft() for _ in range(n)]
             try:
-                times = [self._stamp() for _ in batch]
-                first = self._log.append_many([encode_entry(t, s.cmd) for t, s in zip(times, batch)])
-            except Exception as exc:  # nothing of this group is acknowledged
+                if self._resync:
+                    self._catch_up({})
+                # on a replicated log the group's LSN order is the order its appends commit in, so it
+                # shares one time: log time never goes back
+                times = [self._stamp() for _ in batch] if self._dense else [self._stamp()] * len(batch)
+                self._write_group(batch, times)
+            except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
                 for s in batch:
-                    s.error = exc
-                    s.done.set()
-                continue
-            with self._lock:
-                for i, (t, s) in enumerate(zip(times, batch)):
-                    try:
-                        s.reply = self._sm.apply(first + i, t, s.cmd)
-                    except Exception as exc:  # handed to its proposer
+                    if s.reply is None and s.error is None:
                         s.error = exc
             for s in batch:
                 s.done.set()
+
+    def _write_group(self, batch, times) -> None:
+        """Append and apply one group, leaving each proposal its reply or error."""
+        payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
+        if self._dense:
+            first = self._log.append_many(payloads)
+            self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
+            return
+        futures = [self._appender().submit(self._log.append, p) for p in payloads]
+        got, failed = [], None
+        for t, s, f in zip(times, batch, futures):
+            try:   # each append ends by the client's deadline
+                got.append((f.result(), t, s))
+            except Exception as exc:  # noqa: BLE001 - it may still commit, at any LSN
+                failed = failed or exc
+                s.error = exc
+        if failed is None:
+            self._apply_group(sorted(got, key=lambda x: x[0]))
+            return
+        # an append of unknown outcome may commit below the ones that succeeded: apply nothing out
+        # of order, but re-read the log up to a fence; the ones that succeeded get their replies there
+        self._resync = True
+        self._catch_up({lsn: s for lsn, _, s in got})
+
+    def _apply_group(self, entries) -> None:
+        """Apply (lsn, time, proposal) in the order given (LSN order)."""
+        with self._lock:
+            for lsn, t, s in entries:
+                try:
+                    s.reply = self._sm.apply(lsn, t, s.cmd)
+                except Exception as exc:  # handed to its proposer
+                    s.error = exc
+
+    def _appender(self):
+        """The threads that append a group to a replicated log concurrently (each its own client
+        session, so a retried append is still exactly-once)."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="meta-append")
+        return self._pool
+
+    def _catch_up(self, waiting: dict) -> None:
+        """After an append whose outcome is unknown: fence the log, then apply every entry up to the
+        fence that this service has not applied (the failed append, if it committed). `waiting`
+        maps the LSNs of appends that succeeded to their proposals, which get their replies here."""
+        fence = self._fence(self._log, self._sm, self._stamp)
+        with self._lock:
+            def reply(lsn, r):
+                s = waiting.get(lsn)
+                if s is not None:
+                    s.reply = r
+            self._replay(self._sm, self._log, upto=fence, on_entry=reply)
+            self._last_time_ms = max(self._last_time_ms, self._sm.last_time_ms)
+        self._resync = False
 
     def snapshot(self, wait: bool = True) -> Optional[int]:
         """Save the state to the snapshot file, then truncate the log up to it; returns its index.
@@ -350,8 +429,11 @@ class MetaService:
                 self._stopping = True          # queued proposals still go through, new ones are refused
                 self._queue_cv.notify_all()
             self._proposer_thread.join()
+            if self._pool is not None:
+                self._pool.shutdown()
             with self._snapshot_lock:
-                self._log.close()
+                if self._own_log:
+                    self._log.close()
         lock = getattr(self, "_dir_lock", None)
         if lock is not None:
             lock.release()
@@ -363,3 +445,8 @@ class MetaService:
         self.close()
 
 
+def _gapped(log) -> bool:
+    """True for a log whose LSNs are not dense (the replicated client): entries are appended one
+    at a time, each applied at the LSN it got."""
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    return isinstance(log, ReplicatedLogServiceClient)

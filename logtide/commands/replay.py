@@ -20,6 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--pool-pages", type=int, default=2048, help="buffer pool frames (8 KiB each)")
     pp.add_argument("--replica-timeout", type=float, default=None,
                     help="drop an RO node silent this many seconds (default 10; 0: never)")
+    pp.add_argument("--log", default=None, metavar="H1:P1,H2:P2,H3:P3",
+                    help="write the WAL to a replicated log service (its replicas' addresses) instead of "
+                         "embedding one in --dir")
+    pp.add_argument("--log-deadline", type=float, default=15.0,
+                    help="with --log: give up a log call (a typed error) when no replica leads for this long")
     pp.set_defaults(func=_guarded(run_primary))
     rp = roles.add_parser("ro", help="a read-only node: lazy replay of the primary's WAL meta")
     rp.add_argument("--dir", required=True, help="the shared directory")
@@ -31,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--replica-timeout", type=float, default=None,
                     help="the primary's replica timeout: stop serving (and re-sync) after 0.8 of it without "
                          "an acknowledged report (default 10)")
+    rp.add_argument("--log", default=None, metavar="H1:P1,H2:P2,H3:P3",
+                    help="the primary's replicated log service: read the WAL from it (default: from the primary)")
+    rp.add_argument("--log-deadline", type=float, default=15.0,
+                    help="with --log: give up a log call (a typed error) when no replica leads for this long")
     rp.set_defaults(func=_guarded(run_ro))
 
 
@@ -56,8 +65,9 @@ def _write_port(path: str | None, port: int) -> None:
 class Holder:
     """The node a process serves; promotion replaces an RO node by a primary."""
 
-    def __init__(self, node, server, log_service=None, link=None):
+    def __init__(self, node, server, log_service=None, link=None, shared_log=None):
         self.node = node
+        self.shared_log = shared_log   # a replicated log client: a promoted node writes to it
         self.server = server
         self.log_service = log_service
         self.link = link
@@ -77,10 +87,12 @@ class Holder:
             if isinstance(self.node, Primary):
                 return
             ro = self.node
-            primary = ro.promote()   # closes the link, opens the shared log, redoes the WAL
+            primary = ro.promote(self.shared_log)   # closes the link, opens the shared log, redoes the WAL
             self.node = primary
             self.log_service = primary.log_service
-            self.server.add_service(LOGSERVICE, LogServiceServicer(primary.log_service, self.server.max_message_size))
+            if self.shared_log is None:   # RO nodes of a replicated log read it there, not from us
+                self.server.add_service(LOGSERVICE, LogServiceServicer(primary.log_service,
+                                                                       self.server.max_message_size))
             self.server.add_service(REPLICATION, ReplicationServicer(primary))
 
 
@@ -108,13 +120,23 @@ def run_primary(args: argparse.Namespace) -> int:
     from logtide.replay.transport_grpc import REPLAY_NODE, REPLICATION, NodeServicer, ReplicationServicer
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
-    log_service = LogService.open(d / LOG_DIR)
+    if args.log:
+        from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+        log_service = ReplicatedLogServiceClient(args.log, deadline=args.log_deadline)
+    else:
+        log_service = LogService.open(d / LOG_DIR)
     from logtide.replay.primary import REPLICA_TIMEOUT_S
-    primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval, pool_pages=args.pool_pages,
-                      replica_timeout=REPLICA_TIMEOUT_S if args.replica_timeout is None else args.replica_timeout)
+    try:
+        primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval,
+                          pool_pages=args.pool_pages,
+                          replica_timeout=REPLICA_TIMEOUT_S if args.replica_timeout is None else args.replica_timeout)
+    except BaseException:
+        log_service.close()
+        raise
     server = RpcServer(args.listen, max_message_size=64 << 20)
-    holder = Holder(primary, server, log_service)
-    server.add_service(LOGSERVICE, LogServiceServicer(log_service, server.max_message_size))
+    holder = Holder(primary, server, log_service, shared_log=log_service if args.log else None)
+    if not args.log:   # RO nodes of a replicated log read the WAL from the log service itself
+        server.add_service(LOGSERVICE, LogServiceServicer(log_service, server.max_message_size))
     server.add_service(REPLICATION, ReplicationServicer(primary))
     server.add_service(REPLAY_NODE, NodeServicer(holder))
     port = server.start()
@@ -131,13 +153,19 @@ def run_ro(args: argparse.Namespace) -> int:
     from logtide.engine.rpc import RpcServer
     from logtide.replay.ro_node import ReadOnlyNode
     from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
-    remote_log = connect_logservice(args.primary)
-    ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
+                  else connect_logservice(args.primary))
+    try:
+        ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
+    except BaseException:
+        remote_log.close()
+        raise
     if args.replica_timeout is not None:
         ro.replica_timeout = args.replica_timeout
     link = GrpcLink(ro, args.primary)
     server = RpcServer(args.listen, max_message_size=64 << 20)
-    holder = Holder(ro, server, None, link)
+    holder = Holder(ro, server, None, link, shared_log=remote_log if args.log else None)
     server.add_service(REPLAY_NODE, NodeServicer(holder))
     port = server.start()
     print(f"RO node {args.node_id} ({args.mode}) serving on {server.address}, following {args.primary} "
