@@ -261,3 +261,13 @@ def test_meta_state_stays_the_log_state_across_failed_appends(tmp_path):
         log.close()
         for r in reps.values():
             r.close()
+
+
+def test_connect_logservice_replicated_flag_on_one_address():
+    """replicated=True picks the Raft client even for one address (the flag is not passed on)."""
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    client = connect_logservice("127.0.0.1:1", replicated=True)
+    try:
+        assert isinstance(client, ReplicatedLogServiceClient) and client.addresses == ["127.0.0.1:1"]
+    finally:
+        client.close()

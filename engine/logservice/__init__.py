@@ -12,7 +12,8 @@ def connect_logservice(address: str, **options) -> LogServiceClient:
     """A client of the log service served at "host:port" (gRPC); same interface as LogService.
     Several replicas "h1:p1,h2:p2,h3:p3" (or replicated=True) connect to a replicated (Raft) log
     service and follow its leader."""
-    if "," in address or options.pop("replicated", False):
+    replicated = options.pop("replicated", False)  # popped first: the single-node client takes no such option
+    if "," in address or replicated:
         from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
         return ReplicatedLogServiceClient(address, **options)
     from logtide.engine.logservice.grpc_client import GrpcLogServiceClient
