@@ -8,3 +8,7 @@ import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
+# ... and from the PYTHONPATH that `bench.report` sets, so servers the benchmarks start run the wheel too
+if os.environ.get("PYTHONPATH"):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p and os.path.abspath(p) != _ROOT)
