@@ -131,6 +131,20 @@ class LogIndex:
             self._closed = True
             self._ins.arm(None, -1)
 
+    def abandon(self) -> None:
+        """Stop without flushing, as a crash would: a background flush already running finishes (the
+        crash then happened just after it), nothing new is saved, files are released."""
+        if self._closed:
+            return
+        try:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+        finally:
+            self.store.close()
+            self._closed = True
+            self._ins.arm(None, -1)
+
     def __enter__(self) -> "LogIndex":
         return self
 

@@ -96,3 +96,8 @@ class PageIndex:
     def close(self) -> None:
         with self._lock:
             self.li.close()
+
+    def abandon(self) -> None:
+        """Stop without flushing, as a crash would (LogIndex.abandon)."""
+        with self._lock:
+            self.li.abandon()

@@ -616,6 +616,7 @@ class Primary:
         self.queue.close()
         if self._ckpt_thread:
             self._ckpt_thread.join()
+        self.index.abandon()       # its background flush must not write after a successor opened the directory
         self.store.close()
         self._dir_lock.release()   # as the dead process's would be
 
