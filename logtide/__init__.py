@@ -2,6 +2,14 @@
 
 The public names live here; the parts live in subpackages (logindex, replay, engine, spark).
 """
+import os as _os
+
+# gRPC's fork handlers restart its pollers in a forked child, which then aborts (SIGABRT) when the
+# child closes descriptors before exec: PySpark starts its Java gateway that way (Popen with
+# preexec_fn), so with any channel or server alive in the process the gateway could die at start.
+# Read once, when grpc is first imported; a caller's own setting wins.
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 from logtide.errors import CorruptBlockError, CorruptionError, LogtideError
 from logtide.pagetag import PageTag, tag_array, tag_rows
 try:

@@ -98,5 +98,11 @@ def get_session(master: str | None = None, app_name: str = "logtide", conf: dict
         return session
     except Exception as exc:  # the JVM did not start: say why in one line
         if "JAVA_HOME" in str(exc) or "Java gateway" in str(exc):
-            raise SparkSetupError(f"{JAVA_HINT} ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+            first = str(exc).splitlines()[0]
+            if not java_available():
+                raise SparkSetupError(f"{JAVA_HINT} ({type(exc).__name__}: {first})") from None
+            raise SparkSetupError(
+                f"Spark's Java gateway exited during start-up although Java was found ({first}); "
+                f"if grpc was imported before logtide, set GRPC_ENABLE_FORK_SUPPORT=0 before it is "
+                f"(gRPC's fork handlers can abort the gateway's launcher)") from None
         raise
