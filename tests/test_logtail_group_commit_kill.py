@@ -1,14 +1,11 @@
 """SIGKILL a TN process under 16 concurrent committers (group commit): every acknowledged commit
 survives, and no commit is half visible (each transaction writes two rows to one table and one to
 another, so a torn group or an out-of-order log would show up as a partial transaction)."""
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from acked_child import run_and_kill
 from logtide.engine.logtail import ComputeNode, TransactionNode
 
 THREADS = 16
@@ -54,27 +51,10 @@ CHILD = textwrap.dedent("""
 """).replace("{threads}", str(THREADS))
 
 
-def run_and_kill(path, start, acks):
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(start)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=path)
-    got = []
-    try:
-        for line in p.stdout:
-            got.append(tuple(map(int, line.split())))
-            if len(got) >= acks:
-                break
-    finally:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    got += [tuple(map(int, line.split())) for line in p.stdout.read().splitlines() if line.strip()]
-    assert p.returncode == -signal.SIGKILL, p.stderr.read()[-3000:]
-    return got
-
-
 @pytest.mark.timeout(240)
 def test_sigkill_under_sixteen_committers(tmp_path):
-    first = run_and_kill(tmp_path, 0, 1500)
-    second = run_and_kill(tmp_path, 100_000, 800)     # ids of the second life never meet the first's
+    first = run_and_kill(CHILD, tmp_path, 0, 1500)
+    second = run_and_kill(CHILD, tmp_path, 100_000, 800)     # ids of the second life never meet the first's
     tn = TransactionNode.open(tmp_path)
     cn = None
     try:

@@ -1,13 +1,10 @@
 """Restart: a TN process killed with SIGKILL mid-load and reopened from its log and objects has every
 transaction it acknowledged (and a CN subscribed to the new TN reads them all)."""
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from acked_child import run_and_kill
 from logtide.engine.logtail import ComputeNode, TransactionNode
 
 CHILD = textwrap.dedent("""
@@ -32,24 +29,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def run_and_kill(path, start, acks):
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=path)
-    got = []
-    try:
-        for line in p.stdout:
-            got.append(tuple(map(int, line.split())))
-            if len(got) >= acks:
-                break
-    finally:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    # lines already in the pipe were acknowledged too
-    got += [tuple(map(int, line.split())) for line in p.stdout.read().splitlines() if line.strip()]
-    assert p.returncode == -signal.SIGKILL, p.stderr.read()[-3000:]
-    return got
-
-
 def expected(acked_ids):
     live = {}
     for i in acked_ids:
@@ -61,9 +40,9 @@ def expected(acked_ids):
 
 @pytest.mark.timeout(180)
 def test_sigkilled_tn_loses_no_acknowledged_commit(tmp_path):
-    first = run_and_kill(tmp_path, 0, 400)
+    first = run_and_kill(CHILD, tmp_path, 0, 400)
     # a second life, killed too; it skips one id: the first life may have committed it unacknowledged
-    second = run_and_kill(tmp_path, first[-1][0] + 2, 200)
+    second = run_and_kill(CHILD, tmp_path, first[-1][0] + 2, 200)
     acked = first + second
     tn = TransactionNode.open(tmp_path)
     try:

@@ -5,36 +5,14 @@
 """
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from replay_procs import kill as _kill, replay_client as _client, start_replay as _start
+
 REL = 16384
-
-
-def _start(tmp_path: Path, *args: str, name: str) -> tuple[subprocess.Popen, str]:
-    port_file = tmp_path / f"{name}.port"
-    if port_file.exists():
-        port_file.unlink()
-    out = open(tmp_path / f"{name}.log", "ab")
-    p = subprocess.Popen([sys.executable, "-m", "logtide", "replay", *args, "--port-file", str(port_file)],
-                         cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
-    end = time.monotonic() + 60
-    while not port_file.exists():
-        if p.poll() is not None or time.monotonic() > end:
-            p.kill()
-            raise AssertionError(f"{name} did not start:\n" + (tmp_path / f"{name}.log").read_text()[-3000:])
-        time.sleep(0.05)
-    return p, f"127.0.0.1:{port_file.read_text()}"
-
-
-def _client(addr):
-    from logtide.engine.rpc import connect
-    from logtide.replay.transport_grpc import REPLAY_NODE
-    return connect(REPLAY_NODE, addr, timeout=30)
 
 
 def _wait_get(client, tid, want, timeout=60):
@@ -50,12 +28,6 @@ def _wait_get(client, tid, want, timeout=60):
             last = exc
         time.sleep(0.05)
     raise AssertionError(f"tuple {tid} never became {want[:20]!r} (last: {last!r})")
-
-
-def _kill(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-    p.wait(10)
 
 
 @pytest.mark.timeout(180)

@@ -24,37 +24,11 @@ from logtide.engine.logservice import connect_logservice  # noqa: E402
 from logtide.engine.logservice.replicated_client import NoLeaderError  # noqa: E402
 from logtide.errors import LogtideError  # noqa: E402
 
+from replay_procs import kill as _kill, replay_client as _client, start_replay as _start  # noqa: E402
+
 REL = 16384
 WRITERS = 16
 LOG_DEADLINE = "8"   # no leader this long: a typed error (failover takes 1-2 s, more on a loaded machine)
-
-
-def _start(tmp, *args, name):
-    pf = tmp / f"{name}.port"
-    if pf.exists():
-        pf.unlink()
-    out = open(tmp / f"{name}.log", "ab")
-    p = subprocess.Popen([sys.executable, "-m", "logtide", "replay", *args, "--port-file", str(pf)],
-                         cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
-    end = time.monotonic() + 60
-    while not pf.exists():
-        if p.poll() is not None or time.monotonic() > end:
-            p.kill()
-            raise AssertionError(f"{name} did not start:\n" + (tmp / f"{name}.log").read_text()[-3000:])
-        time.sleep(0.05)
-    return p, f"127.0.0.1:{pf.read_text()}"
-
-
-def _client(addr, timeout=30):
-    from logtide.engine.rpc import connect
-    from logtide.replay.transport_grpc import REPLAY_NODE
-    return connect(REPLAY_NODE, addr, timeout=timeout)
-
-
-def _kill(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-    p.wait(10)
 
 
 def _stop(p):
