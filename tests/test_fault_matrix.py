@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from frozen import all_stopped  # noqa: E402
 from tcp_proxy import TcpProxy  # noqa: E402
 
 from logtide.errors import (DeadlineExceededError, MetaUnavailableError, PeerTimeoutError, ReplicaError, RpcError,
@@ -94,18 +95,9 @@ def _fault(kind: str, p: subprocess.Popen, proxy: TcpProxy) -> None:
         p.wait(10)
     elif kind == "stop":
         os.kill(p.pid, signal.SIGSTOP)
-        _until(lambda: _all_stopped(p.pid), 10, f"every thread of {p.pid} stopped")
+        _until(lambda: all_stopped(p.pid), 10, f"every thread of {p.pid} stopped")
     else:
         proxy.blackhole(True)
-
-
-def _all_stopped(pid: int) -> bool:
-    """True once every thread of `pid` is stopped (SIGSTOP takes effect per thread, not at once)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        stat = (task / "stat").read_text()
-        if stat[stat.rindex(")") + 2] not in "Tt":
-            return False
-    return True
 
 
 def _until(check, timeout: float, what: str):

@@ -69,6 +69,18 @@ def _writer(addr, w, model, seqs, stop, errors):
         errors.append(exc)
 
 
+def _start_writers(addr):
+    """WRITERS threads running _writer: (models, seqs, stop event, errors, threads)."""
+    models = [{} for _ in range(WRITERS)]
+    seqs = [[] for _ in range(WRITERS)]
+    stop, errors = threading.Event(), []
+    threads = [threading.Thread(target=_writer, args=(addr, w, models[w], seqs[w], stop, errors))
+               for w in range(WRITERS)]
+    for t in threads:
+        t.start()
+    return models, seqs, stop, errors, threads
+
+
 @pytest.mark.timeout(240)
 def test_meta_service_on_a_replicated_log_survives_the_leader_replica_and_a_kill(tmp_path):
     cluster = Cluster(tmp_path)
@@ -81,13 +93,7 @@ def test_meta_service_on_a_replicated_log_survives_the_leader_replica_and_a_kill
         procs.append(p)
         watch_client = connect_meta(addr, timeout=30)
         watcher = watch_client.watch("w", "x")
-        models = [{} for _ in range(WRITERS)]
-        seqs = [[] for _ in range(WRITERS)]
-        stop, errors = threading.Event(), []
-        threads = [threading.Thread(target=_writer, args=(addr, w, models[w], seqs[w], stop, errors))
-                   for w in range(WRITERS)]
-        for t in threads:
-            t.start()
+        models, seqs, stop, errors, threads = _start_writers(addr)
         time.sleep(1.5)
         lead = cluster.leader()
         cluster.kill(lead)
@@ -151,4 +157,69 @@ def test_meta_service_on_a_replicated_log_survives_the_leader_replica_and_a_kill
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait(10)
+        cluster.stop()
+
+
+@pytest.mark.timeout(240)
+def test_meta_service_rides_out_frozen_replicas(tmp_path):
+    """The leader replica SIGSTOPped under load: writes go on through the new leader, none fails;
+    thawed, it rejoins and every replica holds the same log. The whole group frozen: a write ends
+    in NoLeaderError within the deadline and reads still answer; thawed, writes go on."""
+    from frozen import freeze, thaw
+    from replica_logs import replica_logs
+    cluster = Cluster(tmp_path)
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    p = None
+    frozen = []
+    try:
+        cluster.leader()
+        p, addr = _start(tmp_path, tmp_path / "meta", addrs)
+        models, seqs, stop, errors, threads = _start_writers(addr)
+        time.sleep(1.5)
+        lead = cluster.leader()
+        before = sum(map(len, seqs))
+        freeze(cluster.procs[lead].pid)
+        frozen.append(lead)
+        assert cluster.leader() != lead
+        time.sleep(2.0)
+        assert sum(map(len, seqs)) > before, "no write went through while the old leader was frozen"
+        thaw(cluster.procs[lead].pid)
+        frozen.remove(lead)
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors[:3]
+        every = [x for s in seqs for x in s]
+        assert len(set(every)) == len(every), "two writes got the same seq"
+        model = {k: v for m in models for k, v in m.items()}
+        with connect_meta(addr) as c:
+            assert {k: (v.seq, v.data) for k, v in c.list("w")} == model
+        logs = replica_logs(cluster)
+        assert logs[1] == logs[2] == logs[3], "a thawed replica disagrees about the log"
+
+        with connect_meta(addr) as c:
+            for i in list(cluster.procs):
+                freeze(cluster.procs[i].pid)
+                frozen.append(i)
+            t0 = time.monotonic()
+            with pytest.raises(NoLeaderError):
+                c.upsert("w0/frozen", b"no log")
+            assert time.monotonic() - t0 < 2 * float(LOG_DEADLINE) + 5
+            assert {k: (v.seq, v.data) for k, v in c.list("w1/")} == {k: v for k, v in model.items() if k.startswith("w1/")}
+            for i in list(frozen):
+                thaw(cluster.procs[i].pid)
+                frozen.remove(i)
+            cluster.leader()
+            prev, res = c.upsert("w0/frozen", b"group thawed")
+            assert res.seq > max(every)
+            assert c.get("w0/frozen").data == b"group thawed"
+        logs = replica_logs(cluster)
+        assert logs[1] == logs[2] == logs[3]
+    finally:
+        for i in frozen:
+            thaw(cluster.procs[i].pid)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(10)
         cluster.stop()

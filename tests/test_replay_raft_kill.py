@@ -213,3 +213,78 @@ def test_primary_and_ro_node_survive_the_leader_replica_and_a_primary_kill(tmp_p
         for p in procs:
             _kill(p)
         cluster.stop()
+
+
+@pytest.mark.timeout(240)
+def test_primary_rides_out_frozen_replicas(tmp_path):
+    """The leader replica SIGSTOPped under 16 writers: no write fails, the RO node keeps up; thawed,
+    it rejoins and every replica holds the same log. The whole group frozen: a write ends in
+    NoLeaderError within the deadline; thawed, a restarted primary has every acknowledged write."""
+    from frozen import freeze, thaw
+    from replica_logs import replica_logs
+    cluster = Cluster(tmp_path)
+    addrs = ",".join(cluster.addr(i) for i in cluster.ports)
+    d = str(tmp_path / "shared")
+    pargs = ("primary", "--dir", d, "--log", addrs, "--log-deadline", LOG_DEADLINE, "--checkpoint-interval", "0.2",
+             "--pool-pages", "64")
+    procs, frozen = [], []
+    try:
+        cluster.leader()
+        prim, paddr = _start(tmp_path, *pargs, name="primary")
+        ro, raddr = _start(tmp_path, "ro", "--primary", paddr, "--dir", d, "--log", addrs, "--log-deadline",
+                           LOG_DEADLINE, "--node-id", "1", name="ro1")
+        procs += [prim, ro]
+        pc, rc = _client(paddr), _client(raddr)
+
+        load = Load(paddr).start()
+        time.sleep(1.5)
+        lead = cluster.leader()
+        freeze(cluster.procs[lead].pid)
+        frozen.append(lead)
+        assert cluster.leader() != lead
+        n = len(load.rows)
+        time.sleep(2.0)
+        assert len(load.rows) > n, "no write went through while the old leader was frozen"
+        thaw(cluster.procs[lead].pid)
+        frozen.remove(lead)
+        time.sleep(0.5)
+        load.finish()
+        assert not load.errors, f"writes failed while the leader replica was frozen: {load.errors[:3]}"
+        st = _status(pc)
+        _wait(lambda: _status(rc).get("applied_lsn", 0) >= st["write_lsn"], "the RO node to catch up")
+        nb = max(b for b, _ in load.rows) + 1
+        assert _check(pc, load, nb) == _check(rc, load, nb)
+        logs = replica_logs(cluster)
+        assert logs[1] == logs[2] == logs[3], "a thawed replica disagrees about the log"
+
+        for i in list(cluster.procs):
+            freeze(cluster.procs[i].pid)
+            frozen.append(i)
+        t0 = time.monotonic()
+        with pytest.raises(NoLeaderError):
+            pc.Insert(rel=REL, data=b"no log")
+        assert time.monotonic() - t0 < 2 * float(LOG_DEADLINE) + 5
+        load.unknown.append(("insert", None, b"no log"))   # queued at a frozen leader, it may commit on thaw
+        for i in list(frozen):
+            thaw(cluster.procs[i].pid)
+            frozen.remove(i)
+        cluster.leader()
+        # the primary stopped writing when its log write failed; restarted, it has every acknowledged write
+        _kill(prim)
+        pc.close()
+        prim, _ = _start(tmp_path, *pargs, "--listen", paddr, name="primary")
+        procs.append(prim)
+        pc = _client(paddr)
+        _check(pc, load, nb)
+        r = pc.Insert(rel=REL, data=b"group thawed")
+        assert pc.Get(rel=REL, block=r.block, slot=r.slot).data == b"group thawed"
+        logs = replica_logs(cluster)
+        assert logs[1] == logs[2] == logs[3]
+        pc.close()
+        rc.close()
+    finally:
+        for i in frozen:
+            thaw(cluster.procs[i].pid)
+        for p in procs:
+            _kill(p)
+        cluster.stop()
