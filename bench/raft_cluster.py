@@ -1,0 +1,72 @@
+"""Three `logtide logservice serve --raft` replicas on loopback for the benchmarks (default
+timeouts, fsync on), and free ports for them."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class RaftCluster:
+    """Replicas 1..3 under `root`; `addresses` is the client's "h1:p1,h2:p2,h3:p3"."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = dict(zip((1, 2, 3), free_ports(3)))
+        self.peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in self.ports.items())
+        self.procs: dict[int, subprocess.Popen] = {}
+        for i in self.ports:
+            self.start(i)
+        self.addresses = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def start(self, i: int) -> None:
+        self.procs[i] = subprocess.Popen(
+            [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers,
+             "--dir", str(self.root / f"r{i}"), "--stats-interval", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root)
+
+    def leader(self, deadline: float = 30.0) -> int:
+        from logtide.engine.logservice import replicated_pb2 as pb
+        from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+        from logtide.engine.raft.channel import connect_replica
+        from logtide.errors import LogtideError
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            for i in list(self.procs):
+                try:
+                    c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
+                    try:
+                        if json.loads(c.invoke("Status", pb.REmpty()).json).get("role") == "leader":
+                            return i
+                    finally:
+                        c.close()
+                except LogtideError:
+                    pass
+            time.sleep(0.02)
+        raise RuntimeError("no Raft leader")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -1,0 +1,12 @@
+"""bench_replicated_callers runs end to end at a small scale (a 3-replica Raft group, the
+meta-service and a primary on it and on their embedded logs), and its ratios come from that run."""
+import pytest
+
+
+@pytest.mark.timeout(300)
+def test_bench_replicated_callers_small_scale(bench_run):
+    benchmarks, rows = bench_run("bench_replicated_callers", timeout=300)
+    assert {"test_meta_upsert[embedded]", "test_meta_upsert[replicated]", "test_primary_insert[embedded]",
+            "test_primary_insert[replicated]"} <= set(benchmarks)
+    assert all(r["ratio"] is not None and r["ratio"] > 0 for r in rows), rows
+    assert len(rows) == 2
