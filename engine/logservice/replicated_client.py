@@ -23,12 +23,16 @@ from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.replicated import REPLICATED_SERVICE
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.raft.channel import ReplicaTransport
+from logtide.engine.rpc import RpcClient
+from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, LogServiceClosed, LogServiceError, RpcError
 
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
 CALL_TIMEOUT = 2.0      # one RPC to one replica
 DEADLINE = 15.0         # a whole call, across leader changes (failover takes ~1-2 s by default)
+DOWN_FOR = 3.0          # seconds a replica whose call failed in transport is passed over (unless all failed)
+MAX_BACKOFF = 0.05      # between attempts while no replica leads (a NotLeader answer is cheap)
 _ids = itertools.count(1)
 
 
@@ -46,8 +50,11 @@ class ReplicatedLogServiceClient(LogServiceClient):
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
         self.deadline = deadline
         self.call_timeout = call_timeout
-        self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
+        # the unary calls of every thread share one pipelined stream per replica (engine/rpc/pipeline.py)
+        self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
+                         for a in self.addresses}
         self._leader = self.addresses[0]
+        self._down: dict[str, float] = {}  # address -> when a call to it failed in transport, since the last answer
         self._tls = threading.local()
         self._base = random.getrandbits(40) << 20  # client ids: distinct across processes
         self._closed = False
@@ -55,8 +62,16 @@ class ReplicatedLogServiceClient(LogServiceClient):
     # --- leader following ------------------------------------------------------------------------------
 
     def _next(self, addr: str) -> str:
+        """The replica after `addr` that has not failed since the last answer, else the one that
+        failed longest ago (a killed leader is not tried again at once)."""
+        n = len(self.addresses)
         i = self.addresses.index(addr) if addr in self.addresses else -1
-        return self.addresses[(i + 1) % len(self.addresses)]
+        cands = [a for a in (self.addresses[(i + k) % n] for k in range(1, n + 1)) if a != addr] or [addr]
+        now = time.monotonic()
+        for cand in cands:
+            if now - self._down.get(cand, -DOWN_FOR) >= DOWN_FOR:
+                return cand
+        return min(cands, key=lambda a: self._down.get(a, 0.0))
 
     def _call(self, name: str, req, deadline: float | None = None):
         if self._closed:
@@ -67,22 +82,31 @@ class ReplicatedLogServiceClient(LogServiceClient):
         while True:
             addr = self._leader
             try:
-                return self._clients[addr].invoke(name, req)
+                out = self._clients[addr].invoke(name, req)
+                if self._down:
+                    self._down.clear()  # an answer: earlier failures (restarts, a dead leader) are history
+                return out
             except NotLeader as exc:
                 last = exc
                 m = _LEADER_AT.search(str(exc))
                 hint = m.group(1) if m else None
-                self._leader = hint if hint in self._clients and hint != addr else self._next(addr)
-                if hint in self._clients and hint != addr:
+                # a follower names its leader until its election timeout passes, also a leader that
+                # just died: a hint at a replica that failed a moment ago is not followed
+                if hint in self._clients and hint != addr and \
+                        time.monotonic() - self._down.get(hint, -DOWN_FOR) >= DOWN_FOR:
+                    self._leader = hint
                     continue  # follow the named leader at once
+                self._leader = self._next(addr)
             except (RpcError, RaftTimeout, RaftStopped, ProposalDropped, LogServiceClosed) as exc:
                 last = exc
+                if isinstance(exc, RpcError):
+                    self._down[addr] = time.monotonic()
                 self._leader = self._next(addr)
             if time.monotonic() >= end:
                 raise NoLeaderError(f"{name}: no leader answered within {deadline or self.deadline:g} s "
                                     f"(last error: {last})") from last
             time.sleep(backoff)
-            backoff = min(0.2, backoff * 2)
+            backoff = min(MAX_BACKOFF, backoff * 2)
 
     def _session(self) -> tuple[int, int]:
         t = self._tls
