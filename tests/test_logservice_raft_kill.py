@@ -113,6 +113,27 @@ class Cluster:
                 p.kill()
 
 
+def settled_leader(cluster, deadline=30.0):
+    """(leader, its status) once that leader has committed an entry of its own term. Only then does
+    its commit index cover every append acknowledged before: a new leader learns how far the old
+    one committed with its first entry (a ReadIndex barrier on it is answered only after that)."""
+    end = time.monotonic() + deadline
+    while True:
+        lead = cluster.leader(max(0.1, end - time.monotonic()))
+        before = cluster.status(lead)
+        c = connect_logservice(cluster.addr(lead) + ",", deadline=10.0)
+        try:
+            c.get_latest_lsn()  # the barrier
+        except LogtideError:
+            pass
+        finally:
+            c.close()
+        st = cluster.status(lead)
+        if st["role"] == "leader" and st["term"] == before["term"] and before["role"] == "leader":
+            return lead, st
+        assert time.monotonic() < end, "no leader settled within the deadline"
+
+
 @pytest.fixture
 def cluster(tmp_path):
     c = Cluster(tmp_path)
@@ -236,8 +257,8 @@ def _run_and_verify(cluster, faults):
     acked = {op[0][1]: op[2] for op in history if op[0][0] == "append" and op[2] is not UNKNOWN}
     assert len(acked) > 50, f"only {len(acked)} appends were acknowledged"
     # every replica converges on the same log
-    lead = cluster.leader()
-    target = cluster.status(lead)["commit"]
+    lead, st = settled_leader(cluster)
+    target = st["commit"]
     logs = {}
     for i in cluster.ports:
         end = time.monotonic() + 30
@@ -318,8 +339,7 @@ def test_fourth_replica_joins_is_promoted_and_an_old_one_is_removed_under_load(t
         for t in threads:
             t.join(timeout=60)
     try:
-        lead = cluster.leader()
-        st = cluster.status(lead)
+        lead, st = settled_leader(cluster)
         assert sorted(st["voters"]) == sorted({1, 2, 3, 4} - {victim})
         target = st["commit"]
         logs = {}

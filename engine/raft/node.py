@@ -85,6 +85,8 @@ class RaftNode:
                      seed=seed if seed is not None else int(time.time_ns() % (1 << 31)))
         self.raw = RawNode(cfg, storage, applied=applied)
         self.applied = applied
+        self.commit = self.raw.raft.log.committed   # live, for status(): set before any request completes
+        self.last_index = self.raw.raft.log.last_index()
         self.snapshot_index = applied
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # before the transport: its threads report here
         self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
@@ -152,7 +154,8 @@ class RaftNode:
         out: list = []
         for f in fs:
             try:
-                out.append((f.index, f.wait(max(0.0, end - time.monotonic()), f"proposal to raft node {self.id}")))
+                value = f.wait(max(0.0, end - time.monotonic()), f"proposal to raft node {self.id}")
+                out.append((f.index, value))  # the index only once the driver set it (after wait)
             except Exception as exc:  # noqa: BLE001 - this command's own error (a refused command too)
                 out.append(exc)
         return out
@@ -186,9 +189,11 @@ class RaftNode:
         self._inbox.put(("transfer", to))
 
     def status(self) -> dict:
-        """Role, term, leader, commit and applied index (and each follower's match on the leader)."""
+        """Role, term, leader, commit and applied index (and each follower's match on the leader).
+        commit, applied and last_index are never behind anything this replica acknowledged: the
+        driver sets them before it completes a request (the rest may be a few ms old)."""
         st = dict(self._status)
-        st["applied"] = self.applied
+        st["commit"], st["last_index"], st["applied"] = self.commit, self.last_index, self.applied
         return st
 
     @property
@@ -316,6 +321,8 @@ class RaftNode:
             self.sm.recover_from_snapshot(io.BytesIO(rd.snapshot.data))
             self.applied = self.snapshot_index = rd.snapshot.meta.index
         out = raw.advance(rd)
+        # before any ack below: a status read after an ack must show at least its index
+        self.commit, self.last_index = raw.raft.log.committed, raw.raft.log.last_index()
         if out.messages:
             self._send(out.messages)
         for e in out.committed_entries:
