@@ -216,8 +216,8 @@ class _Peer:
             try:
                 client = self._client(None)  # a stream has no deadline: the watchdog and keepalives watch it
                 self.feed = feed
+                self.streams += 1  # before the call: its sender thread may deliver before Stream() returns
                 feed.call = client.Stream(feed)
-                self.streams += 1
                 if feed.dead is not None:
                     feed.call.cancel()
                 for ack in feed.call:
