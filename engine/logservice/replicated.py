@@ -22,7 +22,7 @@ from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE, USER_RECORD
 from logtide.engine.logservice.record import LogRecord
 from logtide.engine.logservice.replicated_state_machine import (
-    ReplicatedLogStateMachine, append_command, json_command, parse_append)
+    ReplicatedLogStateMachine, append_command, batch_append_commands, json_command, parse_append)
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader
@@ -39,6 +39,7 @@ REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or c
 SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
 MAX_READ_SIZE = 16 << 20
 TSO_WINDOW = 4096              # timestamps a leader reserves with one Raft command
+MAX_APPEND_MANY = 4096         # records in one multi-record append
 
 
 def parse_peers(text: str) -> dict[int, str]:
@@ -132,6 +133,23 @@ class ReplicatedLogService:
             for i, r in zip(where, self.node.propose_many(cmds, timeout=self.timeout)):
                 out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r if isinstance(r, BaseException) \
                     else r[1]
+        return out
+
+    def append_many(self, client: int, first_seq: int, rtype: int, datas: list[bytes]) -> list[int]:
+        """Several records of one client, proposed together (consecutive Raft indexes, one fsync);
+        returns each record's LSN. Record k has seq first_seq + k: a retried call gets the original
+        LSNs of the records that reached the log and appends the rest. Raises the first error."""
+        if not 0 <= rtype < 1 << 32:
+            raise InvalidArgument(f"record type must be a u32, got {rtype}")
+        if not 1 <= len(datas) <= MAX_APPEND_MANY:
+            raise InvalidArgument(f"append_many takes 1 to {MAX_APPEND_MANY} records, got {len(datas)}")
+        if first_seq == 0:
+            raise InvalidArgument("append_many: seqs start at 1")
+        out = []
+        for r in self.node.propose_many(batch_append_commands(client, first_seq, rtype, datas), timeout=self.timeout):
+            if isinstance(r, BaseException):
+                raise self._leader_error(r) if isinstance(r, NotLeader) else r
+            out.append(r[1])
         return out
 
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
@@ -228,6 +246,9 @@ class _Servicer:
         """The call pipeline's batch of Append calls: proposed together (one Ready, one fsync)."""
         out = self.s.append_each([(r.client, r.seq, r.type, r.data) for r in reqs])
         return [x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in out]
+
+    def AppendMany(self, req, ctx):
+        return pb.RLsns(lsns=self.s.append_many(req.client, req.first_seq, req.type, list(req.data)))
 
     def Read(self, req, ctx):
         recs, nxt = self.s.read(req.first_lsn, req.max_size or (1 << 20), req.stale)

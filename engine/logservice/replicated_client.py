@@ -21,7 +21,7 @@ from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
-from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+from logtide.engine.logservice.replicated import MAX_APPEND_MANY, REPLICATED_SERVICE
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
 from logtide.engine.raft.channel import ReplicaTransport
 from logtide.engine.rpc import RpcClient
@@ -34,6 +34,7 @@ DEADLINE = 15.0         # a whole call, across leader changes (failover takes ~1
 DOWN_FOR = 3.0          # seconds a replica whose call failed in transport is passed over (unless all failed)
 MAX_BACKOFF = 0.05      # between attempts while no replica leads (a NotLeader answer is cheap)
 _ids = itertools.count(1)
+APPEND_MANY_BYTES = 4 << 20  # record bytes in one AppendMany call (a larger single record goes alone)
 
 
 class NoLeaderError(LogServiceError, RaftTimeout):
@@ -108,12 +109,13 @@ class ReplicatedLogServiceClient(LogServiceClient):
             time.sleep(backoff)
             backoff = min(MAX_BACKOFF, backoff * 2)
 
-    def _session(self) -> tuple[int, int]:
+    def _session(self, n: int = 1) -> tuple[int, int]:
+        """This thread's client id and the first of n new seqs."""
         t = self._tls
         if not hasattr(t, "client"):
             t.client, t.seq = self._base + next(_ids), 0
-        t.seq += 1
-        return t.client, t.seq
+        t.seq += n
+        return t.client, t.seq - n + 1
 
     # --- the log service API ---------------------------------------------------------------------------
 
@@ -127,11 +129,37 @@ class ReplicatedLogServiceClient(LogServiceClient):
         client, seq = self._session()
         return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=data)).lsn
 
+    def append_each(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> list[int]:
+        """Append several records with one call (one Raft proposal batch, one fsync per replica);
+        returns each record's LSN. Exactly once like append: a retry after a leader change or a
+        time-out gives the records that were already in the log their original LSNs. The LSNs
+        increase; they are consecutive unless a retry finished what an earlier attempt began."""
+        if isinstance(payloads, (bytes, bytearray, memoryview)):
+            raise InvalidArgument("append_each takes a sequence of payloads, not one bytes object")
+        prefix = data_prefix(replica_id)
+        datas = []
+        for p in payloads:
+            if not isinstance(p, (bytes, bytearray, memoryview)):
+                raise InvalidArgument(f"payload must be bytes-like, not {p.__class__.__name__}")
+            datas.append(prefix + bytes(p))
+        if not datas:
+            raise InvalidArgument("append_each needs at least one payload")
+        out: list[int] = []
+        at = 0
+        while at < len(datas):  # calls of at most MAX_APPEND_MANY records and APPEND_MANY_BYTES
+            end, size = at + 1, len(datas[at])
+            while end < len(datas) and end - at < MAX_APPEND_MANY and size + len(datas[end]) <= APPEND_MANY_BYTES:
+                size += len(datas[end])
+                end += 1
+            client, first = self._session(end - at)
+            out += self._call("AppendMany", pb.RAppendManyRequest(client=client, first_seq=first, type=type,
+                                                                   data=datas[at:end])).lsns
+            at = end
+        return out
+
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
-        lsns = [self.append(p, replica_id, type) for p in payloads]
-        if not lsns:
-            raise InvalidArgument("append_many needs at least one payload")
-        return lsns[0]
+        """append_each, returning the first LSN (the single-node API); use append_each for every LSN."""
+        return self.append_each(payloads, replica_id, type)[0]
 
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
         r = self._call("Read", pb.RReadRequest(first_lsn=first_lsn, max_size=max_size, stale=stale))
