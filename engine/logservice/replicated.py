@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from typing import Any
 
 from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE, USER_RECORD
 from logtide.engine.logservice.record import LogRecord
 from logtide.engine.logservice.replicated_state_machine import (
-    ReplicatedLogStateMachine, append_command, json_command, parse_append)
+    ReplicatedLogStateMachine, append_command, batch_append_commands, json_command, parse_append)
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader
@@ -37,6 +38,8 @@ REPLICATED_SERVICE = ServiceDef.from_proto(pb, "ReplicatedLogService")
 REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or confirm a request
 SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
 MAX_READ_SIZE = 16 << 20
+TSO_WINDOW = 4096              # timestamps a leader reserves with one Raft command
+MAX_APPEND_MANY = 4096         # records in one multi-record append
 
 
 def parse_peers(text: str) -> dict[int, str]:
@@ -79,6 +82,8 @@ class ReplicatedLogService:
                              tick_interval=tick_interval, election_tick=election_tick,
                              snapshot_entries=snapshot_entries, compact_keep=compact_keep,
                              compact_bound=lambda: self.sm.lookup("deletion_bound"))
+        self._tso_lock = threading.Lock()
+        self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
         self.server = RpcServer(listen, max_workers=SERVER_WORKERS)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
@@ -113,6 +118,39 @@ class ReplicatedLogService:
         if not 0 <= rtype < 1 << 32:
             raise InvalidArgument(f"record type must be a u32, got {rtype}")
         return self._propose(append_command(client, seq, rtype, data))[1]
+
+    def append_each(self, reqs: list[tuple[int, int, int, bytes]]) -> list[int | BaseException]:
+        """Several appends (client, seq, type, data) proposed together; each gets its LSN or its error."""
+        out: list = [None] * len(reqs)
+        cmds, where = [], []
+        for i, (client, seq, rtype, data) in enumerate(reqs):
+            if not 0 <= rtype < 1 << 32:
+                out[i] = InvalidArgument(f"record type must be a u32, got {rtype}")
+            else:
+                cmds.append(append_command(client, seq, rtype, data))
+                where.append(i)
+        if cmds:
+            for i, r in zip(where, self.node.propose_many(cmds, timeout=self.timeout)):
+                out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r if isinstance(r, BaseException) \
+                    else r[1]
+        return out
+
+    def append_many(self, client: int, first_seq: int, rtype: int, datas: list[bytes]) -> list[int]:
+        """Several records of one client, proposed together (consecutive Raft indexes, one fsync);
+        returns each record's LSN. Record k has seq first_seq + k: a retried call gets the original
+        LSNs of the records that reached the log and appends the rest. Raises the first error."""
+        if not 0 <= rtype < 1 << 32:
+            raise InvalidArgument(f"record type must be a u32, got {rtype}")
+        if not 1 <= len(datas) <= MAX_APPEND_MANY:
+            raise InvalidArgument(f"append_many takes 1 to {MAX_APPEND_MANY} records, got {len(datas)}")
+        if first_seq == 0:
+            raise InvalidArgument("append_many: seqs start at 1")
+        out = []
+        for r in self.node.propose_many(batch_append_commands(client, first_seq, rtype, datas), timeout=self.timeout):
+            if isinstance(r, BaseException):
+                raise self._leader_error(r) if isinstance(r, NotLeader) else r
+            out.append(r[1])
+        return out
 
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
         if first_lsn <= 0:
@@ -149,9 +187,35 @@ class ReplicatedLogService:
         self._propose(json_command("truncate", lsn=int(lsn)))
 
     def get_tso_timestamp(self, count: int) -> int:
+        """The first of `count` timestamps, from the leader's leased window.
+
+        The leader reserves TSO_WINDOW timestamps with one Raft command (the state machine's counter
+        moves past them, so every later reservation, by any leader, lies above) and hands them out
+        after a leader-only ReadIndex round: a heartbeat quorum confirms, after the call began, that
+        it still leads in the term the window was reserved in. A deposed leader cannot get that
+        confirmation, and a new leader's window lies above the old one, so ranges are disjoint and
+        increase in real time (linearizable). Unused timestamps of a window are skipped."""
         if not 1 <= count <= 1 << 32:
             raise InvalidArgument(f"get_tso_timestamp(count): count must be in [1, 2**32], got {count}")
-        return self._propose(json_command("tso", count=int(count)))[1]
+        if count > TSO_WINDOW // 4:
+            return self._propose(json_command("tso", count=int(count)))[1]
+        with self._tso_lock:
+            for _attempt in range(3):
+                try:
+                    _index, term = self.node.leader_read_index(timeout=self.timeout)
+                except NotLeader as exc:
+                    raise self._leader_error(exc) from None
+                first, end, wterm = self._tso_window
+                if wterm == term and end - first >= count:
+                    self._tso_window = (first + count, end, wterm)
+                    return first
+                try:
+                    _index, eterm, first = self.node.propose_with_term(json_command("tso", count=TSO_WINDOW),
+                                                                       timeout=self.timeout)
+                except NotLeader as exc:
+                    raise self._leader_error(exc) from None
+                self._tso_window = (first, first + TSO_WINDOW, eterm)
+            raise NotLeader(f"replica {self.id}: leadership changed while reserving TSO timestamps", 0)
 
     def lookup(self, query: str, stale: bool = False):
         self._barrier(stale)
@@ -177,6 +241,14 @@ class _Servicer:
 
     def Append(self, req, ctx):
         return pb.RLsn(lsn=self.s.append(req.client, req.seq, req.type, req.data))
+
+    def batch_Append(self, reqs, ctx):
+        """The call pipeline's batch of Append calls: proposed together (one Ready, one fsync)."""
+        out = self.s.append_each([(r.client, r.seq, r.type, r.data) for r in reqs])
+        return [x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in out]
+
+    def AppendMany(self, req, ctx):
+        return pb.RLsns(lsns=self.s.append_many(req.client, req.first_seq, req.type, list(req.data)))
 
     def Read(self, req, ctx):
         recs, nxt = self.s.read(req.first_lsn, req.max_size or (1 << 20), req.stale)

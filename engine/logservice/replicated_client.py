@@ -21,15 +21,20 @@ from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
-from logtide.engine.logservice.replicated import REPLICATED_SERVICE
+from logtide.engine.logservice.replicated import MAX_APPEND_MANY, REPLICATED_SERVICE
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.raft.channel import ReplicaTransport
+from logtide.engine.rpc import RpcClient
+from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, LogServiceClosed, LogServiceError, RpcError
 
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
 CALL_TIMEOUT = 2.0      # one RPC to one replica
 DEADLINE = 15.0         # a whole call, across leader changes (failover takes ~1-2 s by default)
+DOWN_FOR = 3.0          # seconds a replica whose call failed in transport is passed over (unless all failed)
+MAX_BACKOFF = 0.05      # between attempts while no replica leads (a NotLeader answer is cheap)
 _ids = itertools.count(1)
+APPEND_MANY_BYTES = 4 << 20  # record bytes in one AppendMany call (a larger single record goes alone)
 
 
 class NoLeaderError(LogServiceError, RaftTimeout):
@@ -46,8 +51,11 @@ class ReplicatedLogServiceClient(LogServiceClient):
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
         self.deadline = deadline
         self.call_timeout = call_timeout
-        self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
+        # the unary calls of every thread share one pipelined stream per replica (engine/rpc/pipeline.py)
+        self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
+                         for a in self.addresses}
         self._leader = self.addresses[0]
+        self._down: dict[str, float] = {}  # address -> when a call to it failed in transport, since the last answer
         self._tls = threading.local()
         self._base = random.getrandbits(40) << 20  # client ids: distinct across processes
         self._closed = False
@@ -55,8 +63,16 @@ class ReplicatedLogServiceClient(LogServiceClient):
     # --- leader following ------------------------------------------------------------------------------
 
     def _next(self, addr: str) -> str:
+        """The replica after `addr` that has not failed since the last answer, else the one that
+        failed longest ago (a killed leader is not tried again at once)."""
+        n = len(self.addresses)
         i = self.addresses.index(addr) if addr in self.addresses else -1
-        return self.addresses[(i + 1) % len(self.addresses)]
+        cands = [a for a in (self.addresses[(i + k) % n] for k in range(1, n + 1)) if a != addr] or [addr]
+        now = time.monotonic()
+        for cand in cands:
+            if now - self._down.get(cand, -DOWN_FOR) >= DOWN_FOR:
+                return cand
+        return min(cands, key=lambda a: self._down.get(a, 0.0))
 
     def _call(self, name: str, req, deadline: float | None = None):
         if self._closed:
@@ -67,29 +83,39 @@ class ReplicatedLogServiceClient(LogServiceClient):
         while True:
             addr = self._leader
             try:
-                return self._clients[addr].invoke(name, req)
+                out = self._clients[addr].invoke(name, req)
+                if self._down:
+                    self._down.clear()  # an answer: earlier failures (restarts, a dead leader) are history
+                return out
             except NotLeader as exc:
                 last = exc
                 m = _LEADER_AT.search(str(exc))
                 hint = m.group(1) if m else None
-                self._leader = hint if hint in self._clients and hint != addr else self._next(addr)
-                if hint in self._clients and hint != addr:
+                # a follower names its leader until its election timeout passes, also a leader that
+                # just died: a hint at a replica that failed a moment ago is not followed
+                if hint in self._clients and hint != addr and \
+                        time.monotonic() - self._down.get(hint, -DOWN_FOR) >= DOWN_FOR:
+                    self._leader = hint
                     continue  # follow the named leader at once
+                self._leader = self._next(addr)
             except (RpcError, RaftTimeout, RaftStopped, ProposalDropped, LogServiceClosed) as exc:
                 last = exc
+                if isinstance(exc, RpcError):
+                    self._down[addr] = time.monotonic()
                 self._leader = self._next(addr)
             if time.monotonic() >= end:
                 raise NoLeaderError(f"{name}: no leader answered within {deadline or self.deadline:g} s "
                                     f"(last error: {last})") from last
             time.sleep(backoff)
-            backoff = min(0.2, backoff * 2)
+            backoff = min(MAX_BACKOFF, backoff * 2)
 
-    def _session(self) -> tuple[int, int]:
+    def _session(self, n: int = 1) -> tuple[int, int]:
+        """This thread's client id and the first of n new seqs."""
         t = self._tls
         if not hasattr(t, "client"):
             t.client, t.seq = self._base + next(_ids), 0
-        t.seq += 1
-        return t.client, t.seq
+        t.seq += n
+        return t.client, t.seq - n + 1
 
     # --- the log service API ---------------------------------------------------------------------------
 
@@ -103,11 +129,37 @@ class ReplicatedLogServiceClient(LogServiceClient):
         client, seq = self._session()
         return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=data)).lsn
 
+    def append_each(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> list[int]:
+        """Append several records with one call (one Raft proposal batch, one fsync per replica);
+        returns each record's LSN. Exactly once like append: a retry after a leader change or a
+        time-out gives the records that were already in the log their original LSNs. The LSNs
+        increase; they are consecutive unless a retry finished what an earlier attempt began."""
+        if isinstance(payloads, (bytes, bytearray, memoryview)):
+            raise InvalidArgument("append_each takes a sequence of payloads, not one bytes object")
+        prefix = data_prefix(replica_id)
+        datas = []
+        for p in payloads:
+            if not isinstance(p, (bytes, bytearray, memoryview)):
+                raise InvalidArgument(f"payload must be bytes-like, not {p.__class__.__name__}")
+            datas.append(prefix + bytes(p))
+        if not datas:
+            raise InvalidArgument("append_each needs at least one payload")
+        out: list[int] = []
+        at = 0
+        while at < len(datas):  # calls of at most MAX_APPEND_MANY records and APPEND_MANY_BYTES
+            end, size = at + 1, len(datas[at])
+            while end < len(datas) and end - at < MAX_APPEND_MANY and size + len(datas[end]) <= APPEND_MANY_BYTES:
+                size += len(datas[end])
+                end += 1
+            client, first = self._session(end - at)
+            out += self._call("AppendMany", pb.RAppendManyRequest(client=client, first_seq=first, type=type,
+                                                                   data=datas[at:end])).lsns
+            at = end
+        return out
+
     def append_many(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> int:
-        lsns = [self.append(p, replica_id, type) for p in payloads]
-        if not lsns:
-            raise InvalidArgument("append_many needs at least one payload")
-        return lsns[0]
+        """append_each, returning the first LSN (the single-node API); use append_each for every LSN."""
+        return self.append_each(payloads, replica_id, type)[0]
 
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
         r = self._call("Read", pb.RReadRequest(first_lsn=first_lsn, max_size=max_size, stale=stale))

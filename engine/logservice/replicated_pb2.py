@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10replicated.proto\x12\x1dlogtide.logservice.replicated\"\x08\n\x06REmpty\"I\n\x0eRAppendRequest\x12\x0e\n\x06\x63lient\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04type\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x13\n\x04RLsn\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"B\n\x0cRReadRequest\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\x10\n\x08max_size\x18\x02 \x01(\x04\x12\r\n\x05stale\x18\x03 \x01(\x08\"2\n\x07RRecord\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\x0c\n\x04type\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"Z\n\rRReadResponse\x12\x37\n\x07records\x18\x01 \x03(\x0b\x32&.logtide.logservice.replicated.RRecord\x12\x10\n\x08next_lsn\x18\x02 \x01(\x04\"\x1c\n\x0bRTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"+\n\x0eRReaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"B\n\x12RMembershipRequest\x12\n\n\x02op\x18\x01 \x01(\r\x12\x0f\n\x07node_id\x18\x02 \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x17\n\x07RStatus\x12\x0c\n\x04json\x18\x01 \x01(\t2\x86\n\n\x14ReplicatedLogService\x12\\\n\x06\x41ppend\x12-.logtide.logservice.replicated.RAppendRequest\x1a#.logtide.logservice.replicated.RLsn\x12\x61\n\x04Read\x12+.logtide.logservice.replicated.RReadRequest\x1a,.logtide.logservice.replicated.RReadResponse\x12V\n\x08Truncate\x12#.logtide.logservice.replicated.RLsn\x1a%.logtide.logservice.replicated.REmpty\x12]\n\x0fGetTruncatedLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12Z\n\x0cGetLatestLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12Y\n\x0bGetFirstLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12\x62\n\x0fGetTsoTimestamp\x12*.logtide.logservice.replicated.RTsoRequest\x1a#.logtide.logservice.replicated.RLsn\x12\x66\n\x0eRegisterReader\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12\x66\n\x0eReportReplayed\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12h\n\x10UnregisterReader\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12j\n\x10\x43hangeMembership\x12\x31.logtide.logservice.replicated.RMembershipRequest\x1a#.logtide.logservice.replicated.RLsn\x12\\\n\x0eTransferLeader\x12#.logtide.logservice.replicated.RLsn\x1a%.logtide.logservice.replicated.REmpty\x12W\n\x06Status\x12%.logtide.logservice.replicated.REmpty\x1a&.logtide.logservice.replicated.RStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10replicated.proto\x12\x1dlogtide.logservice.replicated\"\x08\n\x06REmpty\"I\n\x0eRAppendRequest\x12\x0e\n\x06\x63lient\x18\x01 \x01(\x04\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x0c\n\x04type\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x13\n\x04RLsn\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\"S\n\x12RAppendManyRequest\x12\x0e\n\x06\x63lient\x18\x01 \x01(\x04\x12\x11\n\tfirst_seq\x18\x02 \x01(\x04\x12\x0c\n\x04type\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x03(\x0c\"\x15\n\x05RLsns\x12\x0c\n\x04lsns\x18\x01 \x03(\x04\"B\n\x0cRReadRequest\x12\x11\n\tfirst_lsn\x18\x01 \x01(\x04\x12\x10\n\x08max_size\x18\x02 \x01(\x04\x12\r\n\x05stale\x18\x03 \x01(\x08\"2\n\x07RRecord\x12\x0b\n\x03lsn\x18\x01 \x01(\x04\x12\x0c\n\x04type\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"Z\n\rRReadResponse\x12\x37\n\x07records\x18\x01 \x03(\x0b\x32&.logtide.logservice.replicated.RRecord\x12\x10\n\x08next_lsn\x18\x02 \x01(\x04\"\x1c\n\x0bRTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"+\n\x0eRReaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03lsn\x18\x02 \x01(\x04\"B\n\x12RMembershipRequest\x12\n\n\x02op\x18\x01 \x01(\r\x12\x0f\n\x07node_id\x18\x02 \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x17\n\x07RStatus\x12\x0c\n\x04json\x18\x01 \x01(\t2\xed\n\n\x14ReplicatedLogService\x12\\\n\x06\x41ppend\x12-.logtide.logservice.replicated.RAppendRequest\x1a#.logtide.logservice.replicated.RLsn\x12\x65\n\nAppendMany\x12\x31.logtide.logservice.replicated.RAppendManyRequest\x1a$.logtide.logservice.replicated.RLsns\x12\x61\n\x04Read\x12+.logtide.logservice.replicated.RReadRequest\x1a,.logtide.logservice.replicated.RReadResponse\x12V\n\x08Truncate\x12#.logtide.logservice.replicated.RLsn\x1a%.logtide.logservice.replicated.REmpty\x12]\n\x0fGetTruncatedLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12Z\n\x0cGetLatestLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12Y\n\x0bGetFirstLsn\x12%.logtide.logservice.replicated.REmpty\x1a#.logtide.logservice.replicated.RLsn\x12\x62\n\x0fGetTsoTimestamp\x12*.logtide.logservice.replicated.RTsoRequest\x1a#.logtide.logservice.replicated.RLsn\x12\x66\n\x0eRegisterReader\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12\x66\n\x0eReportReplayed\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12h\n\x10UnregisterReader\x12-.logtide.logservice.replicated.RReaderRequest\x1a%.logtide.logservice.replicated.REmpty\x12j\n\x10\x43hangeMembership\x12\x31.logtide.logservice.replicated.RMembershipRequest\x1a#.logtide.logservice.replicated.RLsn\x12\\\n\x0eTransferLeader\x12#.logtide.logservice.replicated.RLsn\x1a%.logtide.logservice.replicated.REmpty\x12W\n\x06Status\x12%.logtide.logservice.replicated.REmpty\x1a&.logtide.logservice.replicated.RStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,20 +37,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RAPPENDREQUEST']._serialized_end=134
   _globals['_RLSN']._serialized_start=136
   _globals['_RLSN']._serialized_end=155
-  _globals['_RREADREQUEST']._serialized_start=157
-  _globals['_RREADREQUEST']._serialized_end=223
-  _globals['_RRECORD']._serialized_start=225
-  _globals['_RRECORD']._serialized_end=275
-  _globals['_RREADRESPONSE']._serialized_start=277
-  _globals['_RREADRESPONSE']._serialized_end=367
-  _globals['_RTSOREQUEST']._serialized_start=369
-  _globals['_RTSOREQUEST']._serialized_end=397
-  _globals['_RREADERREQUEST']._serialized_start=399
-  _globals['_RREADERREQUEST']._serialized_end=442
-  _globals['_RMEMBERSHIPREQUEST']._serialized_start=444
-  _globals['_RMEMBERSHIPREQUEST']._serialized_end=510
-  _globals['_RSTATUS']._serialized_start=512
-  _globals['_RSTATUS']._serialized_end=535
-  _globals['_REPLICATEDLOGSERVICE']._serialized_start=538
-  _globals['_REPLICATEDLOGSERVICE']._serialized_end=1824
+  _globals['_RAPPENDMANYREQUEST']._serialized_start=157
+  _globals['_RAPPENDMANYREQUEST']._serialized_end=240
+  _globals['_RLSNS']._serialized_start=242
+  _globals['_RLSNS']._serialized_end=263
+  _globals['_RREADREQUEST']._serialized_start=265
+  _globals['_RREADREQUEST']._serialized_end=331
+  _globals['_RRECORD']._serialized_start=333
+  _globals['_RRECORD']._serialized_end=383
+  _globals['_RREADRESPONSE']._serialized_start=385
+  _globals['_RREADRESPONSE']._serialized_end=475
+  _globals['_RTSOREQUEST']._serialized_start=477
+  _globals['_RTSOREQUEST']._serialized_end=505
+  _globals['_RREADERREQUEST']._serialized_start=507
+  _globals['_RREADERREQUEST']._serialized_end=550
+  _globals['_RMEMBERSHIPREQUEST']._serialized_start=552
+  _globals['_RMEMBERSHIPREQUEST']._serialized_end=618
+  _globals['_RSTATUS']._serialized_start=620
+  _globals['_RSTATUS']._serialized_end=643
+  _globals['_REPLICATEDLOGSERVICE']._serialized_start=646
+  _globals['_REPLICATEDLOGSERVICE']._serialized_end=2035
 # @@protoc_insertion_point(module_scope)

@@ -3,13 +3,18 @@
 Each Raft entry's data is one command:
 
     b"A" [u64 BE client][u64 BE seq][u32 BE record type] [record data]   append one record
+    b"B" [u64 BE client][u64 BE seq][u32 BE record type][u64 BE first seq] [record data]
+                                                                        one record of a multi-record
+                                                                          append (seqs first seq, +1, ...)
     b"C" JSON                                                           a LogStateMachine command
                                                                           (truncate, register, report,
                                                                            unregister) or {"op": "tso"}
 
 An append's LSN is its Raft index. Exactly-once: the machine remembers each client's last seq and
 the LSN it got, so a retried append (same client, same seq) that reaches the log again is a
-duplicate: it returns the original LSN and its index is hidden from reads. Internal entries (the
+duplicate: it returns the original LSN and its index is hidden from reads. For its latest
+multi-record append the machine also remembers every record's LSN (`runs`), so a retried batch
+gets each record's original LSN, whichever prefix of it had reached the log. Internal entries (the
 leader's no-op, membership changes, "C" commands, duplicates) are skipped by reads: LSNs of user
 records are increasing but not dense.
 """
@@ -25,9 +30,12 @@ from logtide.engine.statemachine import Entry, StateMachine
 from logtide.errors import CorruptionError, InvalidArgument
 
 APPEND = b"A"
+BATCH_APPEND = b"B"
 COMMAND = b"C"
 APPEND_HEADER = struct.Struct(">QQI")  # client, seq, record type
 APPEND_HEADER_SIZE = 1 + APPEND_HEADER.size
+FIRST_SEQ = struct.Struct(">Q")        # a batch record's first seq, after the append header
+BATCH_HEADER_SIZE = APPEND_HEADER_SIZE + FIRST_SEQ.size
 SNAPSHOT_MAGIC = b"LTRLSM01"
 _TRAILER = struct.Struct("<II")
 
@@ -36,16 +44,26 @@ def append_command(client: int, seq: int, rtype: int, data: bytes) -> bytes:
     return APPEND + APPEND_HEADER.pack(client, seq, rtype) + data
 
 
+def batch_append_commands(client: int, first_seq: int, rtype: int, datas: list[bytes]) -> list[bytes]:
+    """The commands of one multi-record append: record k has seq first_seq + k."""
+    head = FIRST_SEQ.pack(first_seq)
+    return [BATCH_APPEND + APPEND_HEADER.pack(client, first_seq + k, rtype) + head + d for k, d in enumerate(datas)]
+
+
 def json_command(op: str, **args: Any) -> bytes:
     return COMMAND + json.dumps({"op": op, **args}, sort_keys=True).encode()
 
 
 def parse_append(cmd: bytes) -> tuple[int, int, int, bytes] | None:
-    """(client, seq, type, data) of an append command, or None for any other entry."""
-    if len(cmd) < APPEND_HEADER_SIZE or cmd[:1] != APPEND:
-        return None
-    client, seq, rtype = APPEND_HEADER.unpack_from(cmd, 1)
-    return client, seq, rtype, cmd[APPEND_HEADER_SIZE:]
+    """(client, seq, type, data) of an append command (single or batch), or None for any other entry."""
+    kind = cmd[:1]
+    if kind == APPEND and len(cmd) >= APPEND_HEADER_SIZE:
+        client, seq, rtype = APPEND_HEADER.unpack_from(cmd, 1)
+        return client, seq, rtype, cmd[APPEND_HEADER_SIZE:]
+    if kind == BATCH_APPEND and len(cmd) >= BATCH_HEADER_SIZE:
+        client, seq, rtype = APPEND_HEADER.unpack_from(cmd, 1)
+        return client, seq, rtype, cmd[BATCH_HEADER_SIZE:]
+    return None
 
 
 class ReplicatedLogStateMachine(StateMachine):
@@ -56,6 +74,7 @@ class ReplicatedLogStateMachine(StateMachine):
         self.meta = LogStateMachine()
         self.index = 0
         self.sessions: dict[int, tuple[int, int]] = {}   # client -> (last seq, its LSN)
+        self.runs: dict[int, tuple[int, list[int]]] = {}  # client -> (first seq, LSNs) of its latest batch
         self.duplicates: set[int] = set()                 # indexes of retried appends (hidden)
         self.last_record = 0                              # the LSN of the newest user record
         self.tso_next = 1
@@ -64,15 +83,30 @@ class ReplicatedLogStateMachine(StateMachine):
         cmd = entry.cmd
         self.index = entry.index
         kind = cmd[:1]
-        if kind == APPEND:
-            client, seq, _t, _d = parse_append(cmd)
+        if kind == APPEND or kind == BATCH_APPEND:
+            got = parse_append(cmd)
+            if got is None:
+                raise InvalidArgument(f"truncated append command {cmd[:16]!r}")
+            client, seq = got[0], got[1]
             last = self.sessions.get(client)
             if last is not None and seq <= last[0]:
                 self.duplicates.add(entry.index)
                 if seq == last[0]:
                     return last[1]  # the retry of an append that is already in the log
+                run = self.runs.get(client)
+                if run is not None and run[0] <= seq < run[0] + len(run[1]):
+                    return run[1][seq - run[0]]  # a retried batch: this record is in the log already
                 raise InvalidArgument(f"append seq {seq} of client {client} is older than its last ({last[0]})")
             self.sessions[client] = (seq, entry.index)
+            if kind == BATCH_APPEND:
+                (first,) = FIRST_SEQ.unpack_from(cmd, APPEND_HEADER_SIZE)
+                run = self.runs.get(client)
+                # each attempt of a batch reaches the log as a prefix of it, so its new records extend
+                # the run in seq order; its first record starts a new one
+                if seq != first and run is not None and run[0] + len(run[1]) == seq:
+                    run[1].append(entry.index)
+                else:
+                    self.runs[client] = (seq, [entry.index])
             self.last_record = entry.index
             return entry.index
         if kind == COMMAND:
@@ -109,6 +143,7 @@ class ReplicatedLogStateMachine(StateMachine):
         body = json.dumps({"index": self.index, "meta": inner.getvalue().hex(), "tso_next": self.tso_next,
                            "last_record": self.last_record,
                            "sessions": {str(k): list(v) for k, v in self.sessions.items()},
+                           "runs": {str(k): [v[0], v[1]] for k, v in self.runs.items()},
                            "duplicates": sorted(self.duplicates)}, sort_keys=True).encode()
         out.write(SNAPSHOT_MAGIC + body + _TRAILER.pack(len(body), crc32c(body)))
         return self.index
@@ -127,6 +162,7 @@ class ReplicatedLogStateMachine(StateMachine):
         self.meta.recover_from_snapshot(io.BytesIO(bytes.fromhex(s["meta"])))
         self.index, self.tso_next, self.last_record = int(s["index"]), int(s["tso_next"]), int(s["last_record"])
         self.sessions = {int(k): (int(v[0]), int(v[1])) for k, v in s["sessions"].items()}
+        self.runs = {int(k): (int(v[0]), [int(i) for i in v[1]]) for k, v in s.get("runs", {}).items()}
         self.duplicates = {int(i) for i in s["duplicates"]}
         return self.index
 

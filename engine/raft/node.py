@@ -35,6 +35,7 @@ ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaign
 HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
 SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
 COMPACT_KEEP = 5000      # entries kept below the snapshot, so a briefly lagging follower needs no snapshot
+STATUS_INTERVAL = 0.005  # the published status is at most this old (a role change publishes at once)
 
 
 class Future:
@@ -84,18 +85,22 @@ class RaftNode:
                      seed=seed if seed is not None else int(time.time_ns() % (1 << 31)))
         self.raw = RawNode(cfg, storage, applied=applied)
         self.applied = applied
+        self.commit = self.raw.raft.log.committed   # live, for status(): set before any request completes
+        self.last_index = self.raw.raft.log.last_index()
         self.snapshot_index = applied
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # before the transport: its threads report here
         self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
         self.addresses: dict[int, Any] = {}
         for pid, target in (peers or {}).items():
             if pid != node_id:
                 self.addresses[pid] = target
                 self.transport.set_peer(pid, target)
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
+        self.readies = self.ready_entries = 0  # Readys handled and the entries they persisted (batching)
+        self._status_dirty, self._status_at = True, 0.0
         self._status: dict = {}
         self._stop = threading.Event()
         self._failed: BaseException | None = None
@@ -128,11 +133,32 @@ class RaftNode:
 
     def propose(self, cmd: bytes, timeout: float = 5.0) -> tuple[int, Any]:
         """Replicate a command; returns (index, the state machine's result) once applied here."""
+        index, _term, value = self.propose_with_term(cmd, timeout)
+        return index, value
+
+    def propose_with_term(self, cmd: bytes, timeout: float = 5.0) -> tuple[int, int, Any]:
+        """propose, also naming the term of the committed entry (the leadership that appended it)."""
         self._check()
         f = Future()
         self._inbox.put(("prop", bytes(cmd), f))
         value = f.wait(timeout, f"proposal to raft node {self.id}")
-        return f.index, value
+        return f.index, f.term, value
+
+    def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
+        """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
+        each gets (index, result) or its own error, as propose would give."""
+        self._check()
+        fs = [Future() for _ in cmds]
+        self._inbox.put(("props", [(bytes(c), f) for c, f in zip(cmds, fs)]))
+        end = time.monotonic() + timeout
+        out: list = []
+        for f in fs:
+            try:
+                value = f.wait(max(0.0, end - time.monotonic()), f"proposal to raft node {self.id}")
+                out.append((f.index, value))  # the index only once the driver set it (after wait)
+            except Exception as exc:  # noqa: BLE001 - this command's own error (a refused command too)
+                out.append(exc)
+        return out
 
     def read_index(self, timeout: float = 5.0) -> int:
         """A linearizable read barrier: returns once this replica applied everything committed when
@@ -141,6 +167,15 @@ class RaftNode:
         f = Future()
         self._inbox.put(("read", f))
         return f.wait(timeout, f"read index on raft node {self.id}")
+
+    def leader_read_index(self, timeout: float = 5.0) -> tuple[int, int]:
+        """read_index confirmed by this replica as the leader: (index, term), the term being the
+        leadership the heartbeat quorum confirmed after the call began. NotLeader on any other replica."""
+        self._check()
+        f = Future()
+        self._inbox.put(("read", f, True))
+        index = f.wait(timeout, f"leader read index on raft node {self.id}")
+        return index, f.term
 
     def change_membership(self, cc: ConfChange, timeout: float = 10.0) -> int:
         self._check()
@@ -154,9 +189,11 @@ class RaftNode:
         self._inbox.put(("transfer", to))
 
     def status(self) -> dict:
-        """Role, term, leader, commit and applied index (and each follower's match on the leader)."""
+        """Role, term, leader, commit and applied index (and each follower's match on the leader).
+        commit, applied and last_index are never behind anything this replica acknowledged: the
+        driver sets them before it completes a request (the rest may be a few ms old)."""
         st = dict(self._status)
-        st["applied"] = self.applied
+        st["commit"], st["last_index"], st["applied"] = self.commit, self.last_index, self.applied
         return st
 
     @property
@@ -212,7 +249,9 @@ class RaftNode:
                     next_tick = now + self.tick_interval
             while raw.has_ready():
                 self._ready_once()
-            self._publish_status()
+            if self._status_dirty or now - self._status_at >= STATUS_INTERVAL:
+                self._publish_status()
+                self._status_dirty, self._status_at = False, now
 
     def _handle(self, item) -> None:
         kind = item[0]
@@ -231,7 +270,18 @@ class RaftNode:
                     self._pending[f.index] = f
                 except ProposalDropped as exc:
                     f.set(error=exc)
+            elif kind == "props":
+                for cmd, f in item[1]:
+                    try:
+                        f.index, f.term = raw.propose(cmd)
+                        self._pending[f.index] = f
+                    except ProposalDropped as exc:
+                        f.set(error=exc)
             elif kind == "read":
+                if len(item) > 2 and raw.raft.state != M.LEADER:  # leader_read_index: no forwarding
+                    item[1].set(error=NotLeader(f"raft node {self.id} is not the leader", raw.raft.lead))
+                    return
+                item[1].term = raw.raft.term
                 self._seq += 1
                 ctx = b"%d-%d" % (self.id, self._seq)
                 self._reads[ctx] = item[1]
@@ -260,6 +310,10 @@ class RaftNode:
     def _ready_once(self) -> None:
         raw = self.raw
         rd = raw.ready()
+        self.readies += 1
+        if rd.soft_state is not None:
+            self._status_dirty = True
+        self.ready_entries += len(rd.entries)
         if rd.send_now:  # the leader's appends: replicated while its own write is under way
             self.transport.send(rd.send_now)
         self.storage.save(rd)  # durable before anything that depends on it leaves (the contract)
@@ -267,6 +321,8 @@ class RaftNode:
             self.sm.recover_from_snapshot(io.BytesIO(rd.snapshot.data))
             self.applied = self.snapshot_index = rd.snapshot.meta.index
         out = raw.advance(rd)
+        # before any ack below: a status read after an ack must show at least its index
+        self.commit, self.last_index = raw.raft.log.committed, raw.raft.log.last_index()
         if out.messages:
             self._send(out.messages)
         for e in out.committed_entries:
@@ -346,6 +402,7 @@ class RaftNode:
     def _publish_status(self) -> None:
         st = self.raw.status()
         st["addresses"] = {k: v for k, v in self.addresses.items() if isinstance(v, str)}
+        st["readies"], st["ready_entries"] = self.readies, self.ready_entries
         self._status = st
 
     def conf(self) -> ConfState:

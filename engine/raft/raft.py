@@ -190,6 +190,16 @@ class Raft:
                 pr.match = self.log.stable_last_index()
                 pr.recent_active = True
 
+    def _retry_soon(self, elapsed: int = 0) -> None:
+        """A (pre-)vote was refused after a full election timeout without a leader: typically a split
+        vote (two followers timed out within one round trip and each voted for itself), or a pre-vote
+        refused by a follower whose leader lease had a moment left. The next attempt comes after a
+        random 0.5-1x election timeout from now instead of the rest of 1-2x, so either costs less.
+        Random, so two candidates' retries still spread apart; a pre-vote changes no term."""
+        half = max(1, self.cfg.election_tick // 2)
+        self.randomized_election_timeout = min(self.randomized_election_timeout,
+                                               elapsed + half + self.rand.randrange(half))
+
     def become_follower(self, term: int, lead: int) -> None:
         self._reset(term)
         self.state = FOLLOWER
@@ -556,7 +566,12 @@ class Raft:
                 else:
                     self.become_leader()
             elif res == VOTE_LOST:
+                split = self.state == CANDIDATE
                 self.become_follower(self.term, 0)
+                if split:
+                    self._retry_soon()
+            elif m.reject:
+                self._retry_soon(self.election_elapsed)
         elif t == M.READ_INDEX:
             pass  # no leader to ask: the reader's deadline answers
 

@@ -1,41 +1,302 @@
 """RaftTransport: carries Raft messages between replicas over the RPC layer (gRPC or in-process).
 
-Each peer gets one sender thread. The driver's messages for that peer are queued; the thread takes
-everything queued and sends it as one batch (RaftTransport.Send in raft.proto), so while one call
-is in flight the next batch builds up: replication is pipelined in batches, never a call per
-entry. (A long-lived gRPC client stream per peer was the first design; under load, grpc-python
-left messages of idle streams undelivered for seconds, which stalled elections, so each batch is
-its own call, with a deadline.) A failed call is reported as unreachable (the leader falls back to
-probing) and retried with backoff. Raft tolerates lost messages, so a full queue drops instead of
-blocking the driver. Received batches are decoded and checked here (CRC, types, sender,
-group) before the driver sees them; a bad message is dropped with a logged reason and counted.
+Replication is streamed. Each peer gets one long-lived stream (RaftTransport.Stream in raft.proto):
+its sender thread writes everything queued for the peer since its last write as one RaftBatch, so
+while one batch is on the wire the next builds up. The receiver acknowledges batches by seq on the
+same stream, at least every ACK_EVERY and for every keepalive (an empty batch the sender writes
+after KEEPALIVE of silence). A watchdog cancels a stream whose oldest unacknowledged batch is older
+than ACK_TIMEOUT (a peer that is stopped, cut off or wedged keeps its TCP connection open, so only
+the application sees it): the peer is reported unreachable (the leader falls back to probing), the
+messages queued for it are dropped (Raft tolerates loss; nothing is held for a stream that is not
+known to work), and a new stream on a new connection replaces it, with backoff.
+
+Elections travel apart from the stream: votes, pre-votes, their answers and timeout-now go as
+unary Send calls on their own connection and thread (CONTROL_TYPES), so a stream being replaced,
+a full queue or a large snapshot on the wire never delays an election.
+
+Received batches are decoded and checked here (CRC, types, sender, group) before the driver sees
+them; a bad message is dropped with a logged reason and counted, and the stream goes on. A frame
+that is not a RaftBatch at all ends that stream with a typed error (logged on both sides); the
+sender opens a new one.
 """
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
 from typing import Any, Callable
 
+import grpc
+
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
+from logtide.engine.raft.channel import connect_replica
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftError, UnknownPeer
 from logtide.engine.raft.messages import Message
-from logtide.engine.raft.channel import connect_replica
 from logtide.engine.raft.wire import decode_message, encode_message
 from logtide.engine.rpc import ServiceDef, connect
-from logtide.errors import LogtideError
+from logtide.errors import InvalidRequest, LogtideError
 
 log = logging.getLogger("logtide.raft")
 
 RAFT_SERVICE = ServiceDef.from_proto(pb, "RaftTransport")
-QUEUE_BATCHES = 1024        # batches waiting per peer before new ones are dropped
-MAX_BATCH_MESSAGES = 4096   # messages merged into one call
-MAX_BACKOFF = 0.5           # seconds between retries to an unreachable peer
-CALL_TIMEOUT = 5.0          # deadline of one call (a snapshot may be large)
-IDLE_POLL = 0.2             # how often an idle sender checks for close()
+# elections: never behind replication traffic, never behind a stream being replaced
+CONTROL_TYPES = frozenset((M.VOTE, M.VOTE_RESP, M.PRE_VOTE, M.PRE_VOTE_RESP, M.TIMEOUT_NOW, M.TRANSFER_LEADER))
+QUEUE_MESSAGES = 8192       # messages waiting per peer before new ones are dropped
+MAX_BATCH_MESSAGES = 4096   # messages in one RaftBatch
+MAX_BATCH_BYTES = 8 << 20   # entry and snapshot bytes in one RaftBatch (a larger single message goes alone)
+KEEPALIVE = 0.25            # seconds of silence after which a stream writes an empty batch
+ACK_EVERY = 0.1             # the receiver acknowledges at least this often while batches arrive
+ACK_TIMEOUT = 1.0           # seconds without an acknowledgement, while a batch waits for one, before its stream counts as stuck
+ACK_BYTES_PER_S = 4 << 20   # ... plus the oldest waiting batch's bytes at this rate (a snapshot takes longer)
+WATCH_INTERVAL = 0.05       # how often the watchdog looks at the streams
+CONTROL_TIMEOUT = 1.0       # deadline of one election call (an answer later than an election timeout is useless)
+MIN_BACKOFF = 0.01
+MAX_BACKOFF = 0.5           # seconds between attempts to reach an unreachable peer
+IDLE_POLL = 0.2             # how often an idle control sender checks for close()
+
+
+def _size(m: Message) -> int:
+    n = 64
+    for e in m.entries:
+        n += len(e.data) + 24
+    if m.snapshot is not None:
+        n += len(m.snapshot.data)
+    return n
+
+
+class _Queue:
+    """The messages waiting for one peer (bounded; a full queue drops, as Raft tolerates loss)."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition(threading.Lock())
+        self.items: deque[Message] = deque()
+        self.closed = False
+
+    def put(self, msgs: list[Message]) -> bool:
+        with self.cv:
+            if len(self.items) + len(msgs) > QUEUE_MESSAGES:
+                return False
+            self.items.extend(msgs)
+            self.cv.notify_all()  # a killed stream's feed may be waiting too: wake the live one for sure
+            return True
+
+    def take(self) -> tuple[list[Message], int]:
+        """Everything queued, up to one batch (the caller holds cv and saw items)."""
+        items, out, size = self.items, [], 0
+        while items and len(out) < MAX_BATCH_MESSAGES:
+            n = _size(items[0])
+            if out and size + n > MAX_BATCH_BYTES:
+                break
+            out.append(items.popleft())
+            size += n
+        return out, size
+
+    def clear(self) -> int:
+        with self.cv:
+            n = len(self.items)
+            self.items.clear()
+            return n
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+
+class _Feed:
+    """The request side of one stream (gRPC's sender thread iterates it): the queued messages as
+    numbered batches, a keepalive after KEEPALIVE of silence; it ends once the stream is killed, so a
+    dead stream never takes messages that a new one should carry."""
+
+    def __init__(self, peer: "_Peer") -> None:
+        self.peer = peer
+        self.seq = 0
+        self.acked = 0
+        self.unacked: deque[tuple[int, float, int, int]] = deque()  # (seq, sent at, bytes, messages)
+        self.last_ack_at = 0.0
+        self.last_write = 0.0           # 0: the first write is a keepalive, so a new stream is proven at once
+        self.dead: str | None = None    # why the stream was killed
+        self.call: Any = None           # the ResponseStream, once open
+
+    def __iter__(self) -> "_Feed":
+        return self
+
+    def __next__(self) -> pb.RaftBatch:
+        p = self.peer
+        q = p.q
+        with q.cv:
+            while True:
+                if self.dead is not None or q.closed:
+                    raise StopIteration
+                if q.items:
+                    msgs, size = q.take()
+                    break
+                idle = time.monotonic() - self.last_write
+                if idle >= KEEPALIVE:
+                    msgs, size = [], 0
+                    break
+                q.cv.wait(KEEPALIVE - idle)
+        batch = pb.RaftBatch(cluster=p.t.cluster_id, frm=p.t.node_id)
+        if msgs:
+            batch.messages.extend([encode_message(m) for m in msgs])
+        now = time.monotonic()
+        with q.cv:
+            self.seq += 1
+            batch.seq = self.seq
+            self.unacked.append((self.seq, now, size, len(msgs)))
+            self.last_write = now
+        p.t.sent += len(msgs)
+        p.batches += 1
+        return batch
+
+    def ack(self, seq: int) -> None:
+        with self.peer.q.cv:
+            if seq > self.acked:
+                self.acked = seq
+            self.last_ack_at = time.monotonic()
+            u = self.unacked
+            while u and u[0][0] <= seq:
+                u.popleft()
+
+    def overdue(self, now: float) -> float:
+        """Seconds past the deadline of the oldest unacknowledged batch (<= 0: in time). A receiver
+        that keeps acknowledging is alive however far behind it is; a stopped one acknowledges nothing."""
+        with self.peer.q.cv:
+            if not self.unacked:
+                return 0.0
+            _seq, sent, size, _n = self.unacked[0]
+            return now - max(sent, self.last_ack_at) - ACK_TIMEOUT - size / ACK_BYTES_PER_S
+
+    def kill(self, why: str) -> None:
+        with self.peer.q.cv:
+            if self.dead is None:
+                self.dead = why
+            self.peer.q.cv.notify_all()
+        call = self.call
+        # over gRPC, cancel: the peer may never answer again. In-process, the stream ends by itself
+        # once the feed stops (the in-process transport hands a cancelled stream no end marker)
+        if call is not None and isinstance(self.peer.target, str):
+            call.cancel()
+
+
+class _Peer:
+    """The stream to one peer (its sender thread reads the acknowledgements), and the control lane."""
+
+    def __init__(self, transport: "RaftTransport", peer_id: int, target: Any) -> None:
+        self.t = transport
+        self.id = peer_id
+        self.target = target
+        self.q = _Queue()
+        self.ctl = _Queue()
+        self.feed: _Feed | None = None
+        self.closed = False
+        self.connected = False
+        self.streams = 0        # streams opened
+        self.batches = 0        # batches written (keepalives included)
+        self.stalls = 0         # streams the watchdog found stuck
+        self.thread = threading.Thread(target=self._run, name=f"raft-{transport.node_id}-to-{peer_id}", daemon=True)
+        self.ctl_thread = threading.Thread(target=self._run_control, name=f"raft-{transport.node_id}-vote-{peer_id}",
+                                           daemon=True)
+        self.thread.start()
+        self.ctl_thread.start()
+
+    def _client(self, timeout: float | None):
+        if isinstance(self.target, str):
+            return connect_replica(RAFT_SERVICE, self.target, timeout=timeout)
+        return connect(RAFT_SERVICE, self.target)
+
+    def _run(self) -> None:
+        backoff = MIN_BACKOFF
+        while not self.closed:
+            feed = _Feed(self)
+            client = None
+            why = ""
+            try:
+                client = self._client(None)  # a stream has no deadline: the watchdog and keepalives watch it
+                self.feed = feed
+                self.streams += 1  # before the call: its sender thread may deliver before Stream() returns
+                feed.call = client.Stream(feed)
+                if feed.dead is not None:
+                    feed.call.cancel()
+                for ack in feed.call:
+                    feed.ack(ack.seq)
+                    if not self.connected:
+                        self.connected = True
+                        log.info("raft %d: stream to %d is up", self.t.node_id, self.id)
+                    backoff = MIN_BACKOFF
+                why = "the peer ended the stream"
+            except (LogtideError, OSError, RuntimeError, ValueError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.feed = None
+                feed.kill(why)
+                if client is not None:
+                    client.close()  # a new connection next: the old one may be the stuck part
+            if self.closed:
+                break
+            why = feed.dead or why
+            lost = sum(u[3] for u in feed.unacked) + self.q.clear()
+            if self.connected or lost:
+                log.info("raft %d: stream to %d failed (%s); %d messages dropped", self.t.node_id, self.id, why, lost)
+            self.connected = False
+            self.t.dropped += lost
+            self.t.unreachable(self.id)
+            time.sleep(backoff)
+            backoff = min(MAX_BACKOFF, backoff * 2)
+
+    def watch(self, now: float) -> None:
+        feed = self.feed
+        if feed is not None and feed.dead is None:
+            late = feed.overdue(now)
+            if late > 0:
+                self.stalls += 1
+                self.t.stalls += 1
+                feed.kill(f"no acknowledgement for {late + ACK_TIMEOUT:.2f} s")
+
+    def _run_control(self) -> None:
+        client = None
+        q = self.ctl
+        while not self.closed:
+            with q.cv:
+                while not q.items and not q.closed:
+                    q.cv.wait(IDLE_POLL)
+                if q.closed:
+                    break
+                msgs, _size = q.take()
+            batch = pb.RaftBatch(cluster=self.t.cluster_id, frm=self.t.node_id,
+                                 messages=[encode_message(m) for m in msgs])
+            try:
+                if client is None:
+                    client = self._client(CONTROL_TIMEOUT)
+                client.Send(batch, timeout=CONTROL_TIMEOUT)
+                self.t.sent += len(msgs)
+            except (LogtideError, OSError, RuntimeError, ValueError) as exc:
+                # an election message lost: the election times out and runs again
+                self.t.dropped += len(msgs)
+                log.debug("raft %d: election message to %d lost: %s", self.t.node_id, self.id, exc)
+                if client is not None:
+                    client.close()
+                    client = None
+        if client is not None:
+            client.close()
+
+    def send(self, msgs: list[Message]) -> bool:
+        ctl = [m for m in msgs if m.type in CONTROL_TYPES]
+        if ctl:
+            data = [m for m in msgs if m.type not in CONTROL_TYPES]
+            ok = self.ctl.put(ctl)
+            return (self.q.put(data) if data else True) and ok
+        return self.q.put(msgs)
+
+    def close(self) -> None:
+        self.closed = True
+        self.q.close()
+        self.ctl.close()
+        feed = self.feed
+        if feed is not None:
+            feed.kill("closed")
 
 
 class _Servicer:
@@ -45,74 +306,21 @@ class _Servicer:
     def Send(self, batch, context) -> pb.RaftAck:
         return pb.RaftAck(messages=self.t.receive(batch))
 
-
-class _Peer:
-    def __init__(self, transport: "RaftTransport", peer_id: int, target: Any) -> None:
-        self.t = transport
-        self.id = peer_id
-        self.target = target
-        self.q: queue.Queue = queue.Queue(QUEUE_BATCHES)
-        self.closed = False
-        self.connected = False
-        self.thread = threading.Thread(target=self._run, name=f"raft-{transport.node_id}-to-{peer_id}", daemon=True)
-        self.thread.start()
-
-    def _next_batch(self) -> pb.RaftBatch | None:
-        """Everything queued for this peer as one batch (None once closed)."""
-        while not self.closed:
-            try:
-                first = self.q.get(timeout=IDLE_POLL)
-            except queue.Empty:
-                continue
-            if first is None:
-                return None
-            batch = first
-            while len(batch.messages) < MAX_BATCH_MESSAGES:
-                try:
-                    more = self.q.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self.closed = True
-                    break
-                batch.messages.extend(more.messages)
-            return batch
-        return None
-
-    def _run(self) -> None:
-        backoff = 0.01
-        client = None
-        while not self.closed:
-            batch = self._next_batch()
-            if batch is None:
-                break
-            try:
-                if client is None:
-                    if isinstance(self.target, str):
-                        client = connect_replica(RAFT_SERVICE, self.target, timeout=CALL_TIMEOUT)
-                    else:
-                        client = connect(RAFT_SERVICE, self.target)
-                client.Send(batch)
-                self.connected = True
-                backoff = 0.01
-            except (LogtideError, OSError, RuntimeError, ValueError) as exc:
-                if self.closed:
-                    break
-                if self.connected:
-                    log.info("raft %d: sending to %d failed: %s", self.t.node_id, self.id, exc)
-                self.connected = False
-                self.t.unreachable(self.id)
-                time.sleep(backoff)
-                backoff = min(MAX_BACKOFF, backoff * 2)
-        if client is not None:
-            client.close()
-
-    def close(self) -> None:
-        self.closed = True
+    def Stream(self, batches, context):
+        last_ack = 0.0
         try:
-            self.q.put_nowait(None)
-        except queue.Full:
-            pass
+            for batch in batches:
+                if batch.messages:
+                    self.t.receive(batch)
+                now = time.monotonic()
+                if not batch.messages or now - last_ack >= ACK_EVERY:
+                    last_ack = now
+                    yield pb.RaftAck(seq=batch.seq)
+        except InvalidRequest as exc:  # a frame that is not a RaftBatch: this stream is unusable
+            self.t._refuse(MalformedMessage(f"a frame on the stream from {context.peer}: {exc}"))
+            raise
+        except grpc.RpcError:  # the sender cancelled it (it replaces a stream it found stuck) or went away
+            return
 
 
 class RaftTransport:
@@ -128,8 +336,11 @@ class RaftTransport:
         self.servicer = _Servicer(self)
         self._peers: dict[int, _Peer] = {}
         self._lock = threading.Lock()
-        self.sent = self.dropped = self.received = self.rejected = 0
+        self.sent = self.dropped = self.received = self.rejected = self.stalls = 0
         self.errors: deque[RaftError] = deque(maxlen=64)  # the latest refusals, for status and tests
+        self._closed = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name=f"raft-{node_id}-watchdog", daemon=True)
+        self._watchdog.start()
 
     def set_peer(self, peer_id: int, target: Any) -> None:
         """Reach `peer_id` at "host:port" (gRPC) or through a servicer object (in-process)."""
@@ -150,25 +361,28 @@ class RaftTransport:
     def peers(self) -> list[int]:
         return sorted(self._peers)
 
+    def peer_stats(self, peer_id: int) -> dict:
+        """The stream to `peer_id`: whether it is up, streams opened, stalls detected, batches written."""
+        p = self._peers[peer_id]
+        return {"connected": p.connected, "streams": p.streams, "stalls": p.stalls, "batches": p.batches}
+
     def send(self, messages: list[Message]) -> None:
         by_peer: dict[int, list] = {}
         for m in messages:
-            by_peer.setdefault(m.to, []).append(encode_message(m))
+            by_peer.setdefault(m.to, []).append(m)
         for to, msgs in by_peer.items():
             p = self._peers.get(to)
-            if p is None:
+            if p is None or not p.send(msgs):
                 self.dropped += len(msgs)
-                continue
-            try:
-                p.q.put_nowait(pb.RaftBatch(cluster=self.cluster_id, frm=self.node_id, messages=msgs))
-                self.sent += len(msgs)
-            except queue.Full:
-                self.dropped += len(msgs)
-                self.unreachable(to)
+                if p is not None:
+                    self.unreachable(to)
 
     def unreachable(self, peer_id: int) -> None:
         if self._on_unreachable is not None:
-            self._on_unreachable(peer_id)
+            try:
+                self._on_unreachable(peer_id)
+            except Exception:  # noqa: BLE001 - a sender thread must outlive a failing callback
+                log.exception("raft %d: reporting peer %d unreachable failed", self.node_id, peer_id)
 
     def receive(self, batch: pb.RaftBatch) -> int:
         """Check and deliver a received batch; returns how many messages were accepted."""
@@ -202,10 +416,18 @@ class RaftTransport:
         self.errors.append(exc)
         log.warning("raft %d: refused a message: %s", self.node_id, exc)
 
+    def _watch(self) -> None:
+        while not self._closed.wait(WATCH_INTERVAL):
+            now = time.monotonic()
+            for p in list(self._peers.values()):
+                p.watch(now)
+
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             peers, self._peers = list(self._peers.values()), {}
         for p in peers:
             p.close()
         for p in peers:
             p.thread.join(timeout=2)
+            p.ctl_thread.join(timeout=2)
