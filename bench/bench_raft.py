@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.conftest import scaled
+from bench.raft_cluster import LOGTIDE, RaftCluster, free_ports
 from bench.ratios import Ratio
 
 RATIOS = [
@@ -33,92 +32,10 @@ RATIOS = [
 
 CLIENTS = 32
 PAYLOAD = b"\xa5" * 256
-LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-class _RaftCluster:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.ports = dict(zip((1, 2, 3), _free_ports(3)))
-        self.peers = ",".join(f"{i}=127.0.0.1:{p}" for i, p in self.ports.items())
-        self.procs: dict[int, subprocess.Popen] = {}
-        for i in self.ports:
-            self.start(i)
-        self.addresses = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
-
-    def start(self, i: int) -> None:
-        self.procs[i] = subprocess.Popen(
-            [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers,
-             "--dir", str(self.root / f"r{i}"), "--stats-interval", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root)
-
-    def status(self, i: int) -> dict:
-        import json
-        from logtide.engine.logservice import replicated_pb2 as pb
-        from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.raft.channel import connect_replica
-        c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
-        try:
-            return json.loads(c.invoke("Status", pb.REmpty()).json)
-        finally:
-            c.close()
-
-    def leader(self, deadline: float = 30.0) -> int:
-        from logtide.errors import LogtideError
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            for i in list(self.procs):
-                try:
-                    if self.status(i).get("role") == "leader":
-                        return i
-                except LogtideError:
-                    pass
-            time.sleep(0.02)
-        raise RuntimeError("no Raft leader")
-
-    def healthy(self, deadline: float = 30.0) -> int:
-        """Wait until every replica runs, follows one leader and applied what that leader had
-        committed (a replica restarted a moment ago may still be starting); returns the leader."""
-        from logtide.errors import LogtideError
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            try:
-                sts = {i: self.status(i) for i in self.procs}
-                leads = {s["lead"] for s in sts.values()}
-                if len(leads) == 1 and 0 not in leads:
-                    lead = leads.pop()
-                    if sts.get(lead, {}).get("role") == "leader" and \
-                            all(s["applied"] >= sts[lead]["commit"] for s in sts.values()):
-                        return lead
-            except LogtideError:
-                pass
-            time.sleep(0.02)
-        raise RuntimeError("the Raft group did not become healthy")
-
-    def stop(self) -> None:
-        for p in self.procs.values():
-            p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
 @pytest.fixture(scope="module")
 def raft_cluster():
     d = Path(tempfile.mkdtemp(prefix="bench-raft-"))
-    c = _RaftCluster(d)
+    c = RaftCluster(d)
     c.leader()
     yield c
     c.stop()
@@ -163,7 +80,7 @@ def test_raft_append_32_clients(benchmark, items, raft_cluster):
 @pytest.fixture(scope="module")
 def single_node():
     d = tempfile.mkdtemp(prefix="bench-log1-")
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     p = subprocess.Popen([LOGTIDE, "logservice", "serve", "--dir", os.path.join(d, "log"), "--listen",
                           f"127.0.0.1:{port}", "--stats-interval", "0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
@@ -209,7 +126,7 @@ def etcd3():
     from bench import etcd_kv_pb2 as pb
     from bench.etcd_kv_client import etcd_kv
     d = tempfile.mkdtemp(prefix="bench-etcd3-")
-    ports = _free_ports(6)
+    ports = free_ports(6)
     cluster = ",".join(f"m{i}=http://127.0.0.1:{ports[3 + i]}" for i in range(3))
     procs = [subprocess.Popen([exe, "--name", f"m{i}", "--data-dir", os.path.join(d, f"m{i}"),
                                "--listen-client-urls", f"http://127.0.0.1:{ports[i]}",
@@ -274,7 +191,7 @@ def test_failover_sigkill_leader_to_first_append(benchmark, items, tmp_path):
     """Each round: SIGKILL the leader, then append until the new leader acknowledges; the round's
     time is the failover. p50/p99 go to extra_info (the issue's goal: p99 < 1.5 s)."""
     from logtide.engine.logservice import connect_logservice
-    cluster = _RaftCluster(tmp_path)
+    cluster = RaftCluster(tmp_path)
     rounds = max(3, scaled(20, minimum=3))
     items(1, rounds=rounds)
     times: list[float] = []

@@ -42,25 +42,47 @@ class RaftCluster:
              "--dir", str(self.root / f"r{i}"), "--stats-interval", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root)
 
-    def leader(self, deadline: float = 30.0) -> int:
+    def status(self, i: int) -> dict:
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
         from logtide.engine.raft.channel import connect_replica
+        c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
+        try:
+            return json.loads(c.invoke("Status", pb.REmpty()).json)
+        finally:
+            c.close()
+
+    def leader(self, deadline: float = 30.0) -> int:
         from logtide.errors import LogtideError
         end = time.monotonic() + deadline
         while time.monotonic() < end:
             for i in list(self.procs):
                 try:
-                    c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
-                    try:
-                        if json.loads(c.invoke("Status", pb.REmpty()).json).get("role") == "leader":
-                            return i
-                    finally:
-                        c.close()
+                    if self.status(i).get("role") == "leader":
+                        return i
                 except LogtideError:
                     pass
             time.sleep(0.02)
         raise RuntimeError("no Raft leader")
+
+    def healthy(self, deadline: float = 30.0) -> int:
+        """Wait until every replica runs, follows one leader and applied what that leader had
+        committed (a replica restarted a moment ago may still be starting); returns the leader."""
+        from logtide.errors import LogtideError
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            try:
+                sts = {i: self.status(i) for i in self.procs}
+                leads = {s["lead"] for s in sts.values()}
+                if len(leads) == 1 and 0 not in leads:
+                    lead = leads.pop()
+                    if sts.get(lead, {}).get("role") == "leader" and \
+                            all(s["applied"] >= sts[lead]["commit"] for s in sts.values()):
+                        return lead
+            except LogtideError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("the Raft group did not become healthy")
 
     def stop(self) -> None:
         for p in self.procs.values():

@@ -21,6 +21,8 @@ from logtide.engine.logservice.replicated_client import NoLeaderError
 from logtide.engine.raft.lincheck import INF, UNKNOWN, LogModel, Operation, check_operations
 from logtide.errors import LogtideError
 
+from replica_logs import replica_logs, settled_leader  # noqa: E402
+
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
 TICK = "0.05"  # 0.5-1 s elections keep the rounds short; the defaults are 0.1 s x 10 ticks
 
@@ -111,27 +113,6 @@ class Cluster:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-
-def settled_leader(cluster, deadline=30.0):
-    """(leader, its status) once that leader has committed an entry of its own term. Only then does
-    its commit index cover every append acknowledged before: a new leader learns how far the old
-    one committed with its first entry (a ReadIndex barrier on it is answered only after that)."""
-    end = time.monotonic() + deadline
-    while True:
-        lead = cluster.leader(max(0.1, end - time.monotonic()))
-        before = cluster.status(lead)
-        c = connect_logservice(cluster.addr(lead) + ",", deadline=10.0)
-        try:
-            c.get_latest_lsn()  # the barrier
-        except LogtideError:
-            pass
-        finally:
-            c.close()
-        st = cluster.status(lead)
-        if st["role"] == "leader" and st["term"] == before["term"] and before["role"] == "leader":
-            return lead, st
-        assert time.monotonic() < end, "no leader settled within the deadline"
 
 
 @pytest.fixture
@@ -259,21 +240,7 @@ def _run_and_verify(cluster, faults):
     # every replica converges on the same log
     lead, st = settled_leader(cluster)
     target = st["commit"]
-    logs = {}
-    for i in cluster.ports:
-        end = time.monotonic() + 30
-        while cluster.status(i, timeout=2)["applied"] < target and time.monotonic() < end:
-            time.sleep(0.05)
-        c = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
-        recs, nxt = [], 1
-        while True:
-            got, nxt2 = c.read(nxt, 8 << 20, stale=True)
-            recs += got
-            if nxt2 == nxt:
-                break
-            nxt = nxt2
-        c.close()
-        logs[i] = [(r.lsn, r.payload) for r in recs if r.lsn <= target]
+    logs = replica_logs(cluster, target)
     assert logs[1] == logs[2] == logs[3], "replicas disagree about the log"
     by_payload = {}
     for lsn, payload in logs[1]:
