@@ -33,7 +33,6 @@ DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot l
 REPLAY_READ_BYTES = 4 << 20
 APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
 MAX_GROUP = 1024                    # proposals appended as one group at most
-APPEND_THREADS = 32                 # concurrent appends of one group to a replicated log (the leader batches them)
 
 
 class _Slot:
@@ -66,10 +65,9 @@ class MetaService:
         self._time_lock = threading.Lock()
         self._log = log
         self._own_log = own_log
-        # dense: append_many gives consecutive LSNs (the embedded log); else one append per entry
+        # dense: append_many gives consecutive LSNs (the embedded log); else append_each names each LSN
         self._dense = log is None or not _gapped(log)
         self._resync = False   # an append failed with an unknown outcome: re-read the log first
-        self._pool = None      # appender threads (replicated log)
         self._dir = dir
         self._snapshot_every = snapshot_every
         self._snapshot_lock = threading.Lock()
@@ -192,8 +190,8 @@ class MetaService:
 
     def _proposer(self) -> None:
         """The one thread that writes the log: takes every queued proposal, appends them as one
-        group (consecutive LSNs, one fsync; on a replicated log, concurrent appends that the leader
-        batches), applies them in LSN order, then wakes each proposer. Proposals queue up while a
+        group (consecutive LSNs, one fsync; on a replicated log, one append_each call
+        that the leader proposes as one batch), applies them in LSN order, then wakes each proposer. Proposals queue up while a
         group is being synced, so batches grow with the load."""
         while True:
             with self._queue_cv:
@@ -224,21 +222,16 @@ class MetaService:
             first = self._log.append_many(payloads)
             self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
             return
-        futures = [self._appender().submit(self._log.append, p) for p in payloads]
-        got, failed = [], None
-        for t, s, f in zip(times, batch, futures):
-            try:   # each append ends by the client's deadline
-                got.append((f.result(), t, s))
-            except Exception as exc:  # noqa: BLE001 - it may still commit, at any LSN
-                failed = failed or exc
+        try:   # one call: the LSNs of the group, increasing; it ends by the client's deadline
+            lsns = self._log.append_each(payloads)
+        except Exception as exc:  # noqa: BLE001 - some of the group may still commit, at any LSN
+            for s in batch:
                 s.error = exc
-        if failed is None:
-            self._apply_group(sorted(got, key=lambda x: x[0]))
+            # apply nothing past an unknown outcome: re-read the log up to a fence first
+            self._resync = True
+            self._catch_up({})
             return
-        # an append of unknown outcome may commit below the ones that succeeded: apply nothing out
-        # of order, but re-read the log up to a fence; the ones that succeeded get their replies there
-        self._resync = True
-        self._catch_up({lsn: s for lsn, _, s in got})
+        self._apply_group([(lsn, t, s) for lsn, t, s in zip(lsns, times, batch)])
 
     def _apply_group(self, entries) -> None:
         """Apply (lsn, time, proposal) in the order given (LSN order)."""
@@ -248,14 +241,6 @@ class MetaService:
                     s.reply = self._sm.apply(lsn, t, s.cmd)
                 except Exception as exc:  # handed to its proposer
                     s.error = exc
-
-    def _appender(self):
-        """The threads that append a group to a replicated log concurrently (each its own client
-        session, so a retried append is still exactly-once)."""
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="meta-append")
-        return self._pool
 
     def _catch_up(self, waiting: dict) -> None:
         """After an append whose outcome is unknown: fence the log, then apply every entry up to the
@@ -429,8 +414,6 @@ class MetaService:
                 self._stopping = True          # queued proposals still go through, new ones are refused
                 self._queue_cv.notify_all()
             self._proposer_thread.join()
-            if self._pool is not None:
-                self._pool.shutdown()
             with self._snapshot_lock:
                 if self._own_log:
                     self._log.close()
@@ -446,7 +429,7 @@ class MetaService:
 
 
 def _gapped(log) -> bool:
-    """True for a log whose LSNs are not dense (the replicated client): entries are appended one
-    at a time, each applied at the LSN it got."""
+    """True for a log whose LSNs are not dense (the replicated client): a group is appended with
+    append_each and each entry applied at the LSN it got."""
     from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
     return isinstance(log, ReplicatedLogServiceClient)
