@@ -30,7 +30,12 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
 cimport cython
 
-from logtide.engine.rpc.call_frames import MalformedFrames
+
+
+cdef object _malformed(str msg):
+    """MalformedFrames(msg) (imported here: engine.rpc imports this module while it initializes)."""
+    from logtide.engine.rpc.call_frames import MalformedFrames
+    return MalformedFrames(msg)
 
 cdef extern from *:
     """
@@ -112,7 +117,8 @@ DEF REPLY_HEADER = 12     # u64 id, u32 length
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
-DEF RECHECK_S = 1.0       # a sleeping thread re-checks its word at least this often
+DEF RECHECK_S = 0.05      # a sleeping thread re-checks at least this often (a settled caller that
+                          # nobody woke, the sender being busy, then claims its outcome itself)
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
 
 
@@ -257,19 +263,27 @@ cdef class CallSlots:
             if hand != NULL:
                 cs_store(&hand.word, 1)
                 cs_futex_wake(&hand.word, 1)
-            while cs_load(&w.word) == 0:
-                left = end - cs_now()
-                if left <= 0:
-                    break
-                cs_futex_wait(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
-        if cs_load(&w.word) == 0:           # the deadline passed
+        while True:
+            with nogil:
+                while cs_load(&w.word) == 0:
+                    left = end - cs_now()
+                    if left <= 0:
+                        break
+                    cs_futex_wait(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
+                    if cs_load(&w.word) == 0 and cs_load(&w.state) != S_WAITING:
+                        break                   # settled, and nobody woke it for RECHECK_S: claim it
+            if cs_load(&w.word) != 0:
+                break
             cs_lock(&self.mu)
-            if w.state == S_WAITING:        # no outcome: forget the call (a late reply is dropped)
-                self.table.pop(w.id, None)
+            if w.state == S_WAITING:
+                if cs_now() < end:          # a spurious wake-up
+                    cs_unlock(&self.mu)
+                    continue
+                self.table.pop(w.id, None)  # the deadline passed: forget the call (a late reply is dropped)
                 cs_unlock(&self.mu)
                 return None
-            # settled meanwhile: if it is still in the ready chain, take it out; else someone
-            # detached it and is waking it right now
+            # settled: if it is still in the ready chain, take it out; else someone detached it
+            # and is waking it right now
             if self.ready == &w:
                 self.ready = w.next
                 if self.ready == NULL:
@@ -289,6 +303,7 @@ cdef class CallSlots:
                     with nogil:
                         while cs_load(&w.word) == 0:
                             cs_futex_wait(&w.word, 0, RECHECK_S)
+            break
         r = <object>w.result
         Py_XDECREF(w.result)
         if w.state == S_REPLY:
@@ -407,12 +422,12 @@ cdef class CallSlots:
         cdef bint wake_sender = False
         while pos < end:                   # check first: a blob that does not split settles nothing
             if end - pos < REPLY_HEADER:
-                raise MalformedFrames(f"reply frame at offset {pos}: {end - pos} bytes left, "
+                raise _malformed(f"reply frame at offset {pos}: {end - pos} bytes left, "
                                       f"a header needs {REPLY_HEADER}")
             cid = cs_get64(b + pos)
             n = cs_get32(b + pos + 8)
             if n > end - pos - REPLY_HEADER:
-                raise MalformedFrames(f"reply frame {cid} at offset {pos}: length {n} runs "
+                raise _malformed(f"reply frame {cid} at offset {pos}: length {n} runs "
                                       f"{n - (end - pos - REPLY_HEADER)} bytes past the end of the batch")
             pos += REPLY_HEADER + n
         err_ids = [(e.id, e) for e in errors]
