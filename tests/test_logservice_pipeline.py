@@ -1,6 +1,7 @@
-"""The log service's batched Append (what the call pipeline runs for a batch of concurrent appends)
-against a simple model: each request appended on its own. Same records, same errors, each call
-its own LSN."""
+"""The log service's batched Append (what the call pipeline runs for a batch of concurrent appends:
+LogServiceServicer.frames_Append, its requests decoded and its replies packed in C) against a simple
+model: each request appended on its own. Same records, same errors, each call its own LSN; a request
+that does not parse gets InvalidRequest and disturbs nobody."""
 from __future__ import annotations
 
 import tempfile
@@ -12,7 +13,8 @@ from logtide import LogService
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.grpc_service import LogServiceServicer
 from logtide.engine.logservice.record import LogRecord
-from logtide.errors import LogtideError
+from logtide.engine.rpc.call_frames import unpack_replies
+from logtide.errors import InvalidRequest, LogtideError
 
 MAX_RECORD = 200
 
@@ -26,6 +28,7 @@ request = st.one_of(
     st.builds(lambda d, t: pb.AppendRequest(payloads=[d], type=t, raw=True),
               st.binary(max_size=MAX_RECORD + 20), st.sampled_from([0, 9])),
     st.just(pb.AppendRequest(raw=True)),                        # a raw append without its record
+    st.just(b"\x0a\x05ab"),                                     # bytes that do not parse
 )
 
 
@@ -51,12 +54,20 @@ def test_batched_append_matches_appending_one_by_one(reqs):
             model_servicer = LogServiceServicer(model, 1 << 20)
             want = []
             for r in reqs:
+                if isinstance(r, bytes):
+                    want.append(InvalidRequest("malformed"))
+                    continue
                 try:
                     want.append(model_servicer.Append(r, None).first_lsn)
                 except LogtideError as exc:
                     want.append(exc)
-            got = LogServiceServicer(fast, 1 << 20).batch_Append(reqs, None)
-            assert len(got) == len(reqs)
+            ids = [1000 + 7 * k for k in range(len(reqs))]
+            frames, failed = LogServiceServicer(fast, 1 << 20).frames_Append(
+                ids, [r if isinstance(r, bytes) else r.SerializeToString() for r in reqs], None)
+            by_id = {i: pb.AppendResponse.FromString(d) for i, d in unpack_replies(frames)}
+            by_id.update(failed)
+            assert sorted(by_id) == ids and len(by_id) == len(reqs) == len(unpack_replies(frames)) + len(failed)
+            got = [by_id[i] for i in ids]
             records = _records(fast)
             seen = set()
             for r, w, g in zip(reqs, want, got):

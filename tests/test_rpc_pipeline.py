@@ -302,6 +302,56 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
             p.wait()
 
 
+def test_sigkill_mid_batch_under_32_callers(tmp_path):
+    """32 threads append through one client; the server is SIGKILLed while batches are in flight.
+    Every caller ends at once with a typed error (no hang), and after a restart every acknowledged
+    LSN holds exactly the payload of the caller that got it (each caller got its own reply)."""
+    from logtide import connect_logservice
+    port = _free_port()
+    p = _serve(tmp_path / "log", port)
+    client = connect_logservice(f"127.0.0.1:{port}", timeout=30)
+    try:
+        stop, acked, failures = threading.Event(), [], []
+        ths = _hammer(client, 32, stop, acked, failures)
+        end = time.monotonic() + 20
+        while len(acked) < 3000 and time.monotonic() < end:   # well into the batching
+            time.sleep(0.05)
+        assert len(acked) >= 100
+        t0 = time.monotonic()
+        p.kill()
+        p.wait()
+        for th in ths:
+            th.join(10)
+        assert not any(th.is_alive() for th in ths)
+        assert len(failures) == 32 and all(isinstance(e, RpcError) for _, e in failures)
+        assert max(t for t, _ in failures) - t0 < 5.0            # long before the 30 s deadline
+        assert client._rpc.transport.stream.inflight == 0
+
+        p = _serve(tmp_path / "log", port)
+        end = time.monotonic() + 15
+        while True:
+            try:
+                latest = client.get_latest_lsn()
+                break
+            except RpcError:
+                assert time.monotonic() < end
+                time.sleep(0.2)
+        lsns = [lsn for lsn, _, _ in acked]
+        assert len(set(lsns)) == len(lsns) and latest >= max(lsns)
+        recs, _ = client.read(1, 1 << 30)
+        by_lsn = {r.lsn: (r.payload, r.replica_id) for r in recs}
+        assert all(by_lsn[lsn] == (b"%d-%d" % (t, i), t) for lsn, t, i in acked)
+        # each thread's acknowledged appends are in its own order
+        for t in range(32):
+            mine = [(i, lsn) for lsn, tt, i in acked if tt == t]
+            assert [lsn for _, lsn in sorted(mine)] == sorted(lsn for _, lsn in mine)
+    finally:
+        client.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_meta_client_under_a_stopped_server(tmp_path):
     from logtide import connect_meta
     from logtide.errors import MetaUnavailableError

@@ -5,6 +5,9 @@ import logging
 import os
 
 import numpy as np
+from google.protobuf.message import DecodeError
+
+from logtide._ext.frame_codec import decode_appends, pack_counter_replies, pack_replies
 
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.log_format import HEADER_SIZE
@@ -12,7 +15,7 @@ from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import LogService
 from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
-from logtide.errors import InvalidArgument
+from logtide.errors import InvalidArgument, InvalidRequest
 
 log = logging.getLogger("logtide.logservice")
 
@@ -29,6 +32,8 @@ class LogServiceServicer:
     def __init__(self, svc: LogService, max_message_size: int) -> None:
         self.svc = svc
         self.max_message_size = max_message_size
+        # payloads up to this size never fail a group append for their size
+        self._max_payload = svc.config().max_record_size - _PREFIX_SIZE
 
     def Append(self, req: pb.AppendRequest, ctx) -> pb.AppendResponse:
         if req.raw:
@@ -39,29 +44,49 @@ class LogServiceServicer:
             return pb.AppendResponse(first_lsn=self.svc.append(req.payloads[0], req.replica_id, req.type))
         return pb.AppendResponse(first_lsn=self.svc.append_many(list(req.payloads), req.replica_id, req.type))
 
-    def batch_Append(self, reqs: list, ctx) -> list:
-        """The pipeline's batch of Append calls: one-payload appends of the same record type
-        become one group (consecutive LSNs, one fsync); each call still gets its own LSN or error.
-        Raw, multi-payload and oversize appends run one by one, as unary calls would."""
-        out: list = [None] * len(reqs)
-        groups: dict[int, list[int]] = {}
-        limit = self.svc.config().max_record_size - _PREFIX_SIZE
-        for i, r in enumerate(reqs):
-            if not r.raw and len(r.payloads) == 1 and len(r.payloads[0]) <= limit:
-                groups.setdefault(r.type, []).append(i)
+    def frames_Append(self, ids: list, requests: list, ctx) -> tuple[bytes, list]:
+        """The pipeline's batch of Append calls, as raw request bytes: the one-payload appends
+        (decoded in C) of each record type become one group (consecutive LSNs, one fsync), answered
+        by reply frames packed in C; each call still gets its own LSN or error. Raw, multi-payload,
+        oversize and unusual requests run one by one through protobuf, as unary calls would.
+        Returns (reply frames, [(id, error)])."""
+        f_ids, payloads, rids, types, slow = decode_appends(ids, requests, self._max_payload)
+        parts: list[bytes] = []
+        failed: list = []
+        if f_ids:
+            if types.count(types[0]) == len(types):
+                self._group(f_ids, payloads, rids, types[0], parts, failed)
             else:
-                out[i] = self._one(r)
-        for rtype, idx in groups.items():
-            try:
-                first = self.svc.append_each([reqs[i].payloads[0] for i in idx],
-                                             [reqs[i].replica_id for i in idx], rtype)
-            except Exception as exc:  # noqa: BLE001 - nothing of the group was acknowledged
-                for i in idx:
-                    out[i] = exc
-                continue
-            for k, i in enumerate(idx):
-                out[i] = pb.AppendResponse(first_lsn=first + k)
-        return out
+                by_type: dict[int, list[int]] = {}
+                for k, t in enumerate(types):
+                    by_type.setdefault(t, []).append(k)
+                for t, ks in by_type.items():
+                    self._group([f_ids[k] for k in ks], [payloads[k] for k in ks], [rids[k] for k in ks],
+                                t, parts, failed)
+        if slow:
+            s_ids, s_res = [], []
+            for k in slow:
+                try:
+                    req = pb.AppendRequest.FromString(requests[k])
+                except (DecodeError, ValueError, TypeError) as exc:
+                    failed.append((ids[k], InvalidRequest(f"Append: malformed AppendRequest: {exc}")))
+                    continue
+                res = self._one(req)
+                if isinstance(res, BaseException):
+                    failed.append((ids[k], res))
+                else:
+                    s_ids.append(ids[k])
+                    s_res.append(res.SerializeToString())
+            parts.append(pack_replies(s_ids, s_res))
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), failed
+
+    def _group(self, ids: list, payloads: list, rids: list, rtype: int, parts: list, failed: list) -> None:
+        try:
+            first = self.svc.append_each(payloads, rids, rtype)
+        except Exception as exc:  # noqa: BLE001 - nothing of the group was acknowledged
+            failed.extend((i, exc) for i in ids)
+            return
+        parts.append(pack_counter_replies(ids, first))
 
     def _one(self, req: pb.AppendRequest):
         try:

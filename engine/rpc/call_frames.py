@@ -6,7 +6,8 @@ A CallBatch carries its calls as one `frames` blob instead of one protobuf sub-m
     reply frame: [u64 id][u32 length][response: length bytes]
 
 `method` indexes the batch's `methods` list. A caller packs its own frame (header + request) and
-the sender only joins them; the server walks the blob with one struct unpack per frame. Replies
+the sender only joins them. (The client's packing and the server's splitting run in C,
+_ext/call_slots.pyx and _ext/frame_codec.pyx; these functions are their model.) Replies
 that fail travel as PipelinedReply messages beside the blob (they carry the error's code, class
 and message). A blob whose last frame is cut short or whose length field points past its end is a
 MalformedFrames error: the frames before it are not trusted either.

@@ -2,9 +2,12 @@
 
 Every RpcServer serves `/logtide.rpc.Pipeline/Calls` for the unary methods of its services. Each
 stream has a reader thread that runs every CallBatch as it arrives (the asyncio variant hands
-batches to a small pool); a servicer method `batch_<Method>(requests, context)` (optional)
-takes every call of that method in a batch at once (one group append, one fsync). Replies are
-written as they finish, coalesced into ReplyBatch messages.
+batches to a small pool). A batch's frames are split per method in one C call
+(_ext/frame_codec.pyx). A servicer may take every call of a method in a batch at once (one group
+append, one fsync) with one of two optional hooks: `frames_<Method>(ids, requests, context)` gets
+the raw request bytes and returns the packed reply frames and the failures;
+`batch_<Method>(requests, context)` gets parsed requests and returns a response or an exception
+per request. Replies are written as they finish, coalesced into ReplyBatch messages.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import pipeline_pb2 as pb
-from logtide.engine.rpc.call_frames import REPLY_HEADER, unpack_calls
+from logtide._ext.frame_codec import split_calls
+from logtide.engine.rpc.call_frames import REPLY_HEADER
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import InvalidRequest, LogtideError
@@ -40,10 +44,10 @@ _pack_reply = REPLY_HEADER.pack
 
 
 class _Unary:
-    __slots__ = ("method", "fn", "batch")
+    __slots__ = ("method", "fn", "batch", "frames")
 
-    def __init__(self, method: MethodDef, fn: Callable, batch: Callable | None) -> None:
-        self.method, self.fn, self.batch = method, fn, batch
+    def __init__(self, method: MethodDef, fn: Callable, batch: Callable | None, frames: Callable | None) -> None:
+        self.method, self.fn, self.batch, self.frames = method, fn, batch, frames
 
 
 def error_reply(call_id: int, exc: BaseException, path: str) -> pb.PipelinedReply:
@@ -80,7 +84,8 @@ class PipelineDispatcher:
     def add(self, method: MethodDef, fn: Callable, servicer: Any) -> None:
         """Serve `method` on the pipeline too (unary methods only; streaming ones stay plain calls)."""
         if method.shape == "unary":
-            self._methods[method.path] = _Unary(method, fn, getattr(servicer, "batch_" + method.name, None))
+            self._methods[method.path] = _Unary(method, fn, getattr(servicer, "batch_" + method.name, None),
+                                                getattr(servicer, "frames_" + method.name, None))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -92,43 +97,55 @@ class PipelineDispatcher:
         their order among themselves is free: those with a batch hook run through it together.
         MalformedFrames when the batch's frames do not split into whole frames."""
         limit = min(self.max_message_size, batch.max_reply_bytes or self.max_message_size)
-        calls = unpack_calls(batch.frames)
+        groups = split_calls(batch.frames)
         units = [self._methods.get(path) for path in batch.methods]
         out = Replies()
-        groups: dict[int, tuple[_Unary, list, list]] = {}
-        for call_id, m, data in calls:
+        for m, ids, datas in groups:
             u = units[m] if m < len(units) else None
             if u is None:
                 path = batch.methods[m] if m < len(units) else f"#{m}"
-                out.error(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
+                for call_id in ids:
+                    out.error(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
                 continue
-            try:
-                req = u.method.request_type.FromString(data)
-            except (DecodeError, ValueError, TypeError) as exc:
-                out.error(error_reply(call_id, InvalidRequest(
-                    f"{u.method.path}: malformed {u.method.request_type.__name__}: {exc}"), u.method.path))
-                continue
-            if u.batch is None:
+            path = u.method.path
+            if u.frames is not None:
                 try:
-                    res = u.fn(req, ctx)
-                except Exception as exc:  # noqa: BLE001 - becomes this call's reply
-                    res = exc
-                self._reply(out, u, call_id, res, limit)
-            else:
-                g = groups.get(m)
-                if g is None:
-                    g = groups[m] = (u, [], [])
-                g[1].append(call_id)
-                g[2].append(req)
-        for u, ids, reqs in groups.values():
-            try:
-                results = u.batch(reqs, ctx)
-                if len(results) != len(reqs):
-                    raise TypeError(f"batch_{u.method.name} returned {len(results)} results for {len(reqs)} calls")
-            except Exception as exc:  # noqa: BLE001 - the whole group failed alike
-                results = [exc] * len(reqs)
-            for call_id, res in zip(ids, results):
-                self._reply(out, u, call_id, res, limit)
+                    frames, failed = u.frames(ids, datas, ctx)
+                except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+                    frames, failed = b"", [(call_id, exc) for call_id in ids]
+                if frames:
+                    out.frames.append(frames)
+                    out.size += len(frames)
+                for call_id, exc in failed:
+                    out.error(error_reply(call_id, exc, path))
+                continue
+            b_ids, reqs = [], []
+            parse = u.method.request_type.FromString
+            for call_id, data in zip(ids, datas):
+                try:
+                    req = parse(data)
+                except (DecodeError, ValueError, TypeError) as exc:
+                    out.error(error_reply(call_id, InvalidRequest(
+                        f"{path}: malformed {u.method.request_type.__name__}: {exc}"), path))
+                    continue
+                if u.batch is None:
+                    try:
+                        res = u.fn(req, ctx)
+                    except Exception as exc:  # noqa: BLE001 - becomes this call's reply
+                        res = exc
+                    self._reply(out, u, call_id, res, limit)
+                else:
+                    b_ids.append(call_id)
+                    reqs.append(req)
+            if reqs:
+                try:
+                    results = u.batch(reqs, ctx)
+                    if len(results) != len(reqs):
+                        raise TypeError(f"batch_{u.method.name} returned {len(results)} results for {len(reqs)} calls")
+                except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+                    results = [exc] * len(reqs)
+                for call_id, res in zip(b_ids, results):
+                    self._reply(out, u, call_id, res, limit)
         return out
 
     @staticmethod

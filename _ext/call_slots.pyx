@@ -1,0 +1,540 @@
+# cython: language_level=3
+"""CallSlots: the calls of one pipelined call stream, queued and waited for without Python on the wait path.
+
+A caller's `call(method, request, timeout)` packs its call frame straight into the stream's pending
+buffer (the id is assigned there, under a C mutex), registers a waiter on its own stack and sleeps
+on the waiter's futex with the GIL released. gRPC's sender thread `take()`s the pending frames as
+one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
+called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
+thread `deliver()`s a ReplyBatch: one call splits the reply frames, settles the waiters by id and
+wakes them. Woken callers are handed on one at a time: the first is woken at once, the others are
+*ready*, and each caller that enters its next wait (and so releases the GIL) wakes the next ready
+one, so the callers of a batch do not all fight for the GIL at once; the sender thread wakes any
+ready callers left unclaimed for `stall_s` (a caller that did not call again). `fail(exc)` ends
+every call queued or in flight with `exc`.
+
+    s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=True)
+    s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
+                                        the failure (an exception) | False (already failed: not queued)
+    s.take(timeout=-1) -> frames blob | b"" (timeout) | None (failed)
+    s.deliver(frames, errors) -> settled; s.fail(exc)
+
+Frames are those of engine/rpc/call_frames.py (little-endian):
+    call frame:  [u64 id][u16 method][u32 length][request]
+    reply frame: [u64 id][u32 length][response]
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memmove
+cimport cython
+
+
+
+cdef object _malformed(str msg):
+    """MalformedFrames(msg) (imported here: engine.rpc imports this module while it initializes)."""
+    from logtide.engine.rpc.call_frames import MalformedFrames
+    return MalformedFrames(msg)
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <time.h>
+    #include <unistd.h>
+    #include <stdint.h>
+    #ifdef __linux__
+    #include <linux/futex.h>
+    #include <sys/syscall.h>
+    #else
+    #error "the call pipeline's slots wait on Linux futexes"
+    #endif
+
+    /* One waiting call, on its caller's stack: the futex word it sleeps on (0 waiting, 1 woken),
+       whether its outcome is set (0 no, 1 a reply, 2 the stream failed), the outcome (a new
+       reference) and its link in the ready chain. */
+    typedef struct cs_waiter { int word; int state; uint64_t id; PyObject* result; struct cs_waiter* next; } cs_waiter;
+
+    static inline int cs_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+    static inline void cs_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+    static inline void cs_futex_wait(int* w, int val, double s) {
+        struct timespec ts;
+        if (s < 0) s = 0;
+        ts.tv_sec = (time_t)s; ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    }
+    static inline void cs_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+    static inline double cs_now(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
+    typedef struct { pthread_mutex_t mu; } cs_mutex;
+    static inline void cs_mutex_init(cs_mutex* m) { pthread_mutex_init(&m->mu, NULL); }
+    static inline void cs_mutex_destroy(cs_mutex* m) { pthread_mutex_destroy(&m->mu); }
+    static inline void cs_lock(cs_mutex* m) { pthread_mutex_lock(&m->mu); }
+    static inline void cs_unlock(cs_mutex* m) { pthread_mutex_unlock(&m->mu); }
+
+    /* The CallSlots whose reply this thread got last (and the batch-rule epoch then): its next call
+       on the same slots counts as "returned" (see take). */
+    static __thread void* cs_last_slots = NULL;
+    static __thread uint64_t cs_last_epoch = 0;
+    static inline void* cs_get_last(uint64_t* epoch) { *epoch = cs_last_epoch; return cs_last_slots; }
+    static inline void cs_set_last(void* s, uint64_t epoch) { cs_last_slots = s; cs_last_epoch = epoch; }
+
+    static inline void cs_put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+    static inline void cs_put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+    static inline void cs_put16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+    static inline uint64_t cs_get64(const uint8_t* p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+    static inline uint32_t cs_get32(const uint8_t* p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+    """
+    ctypedef struct cs_waiter:
+        int word
+        int state
+        uint64_t id
+        PyObject* result
+        cs_waiter* next
+    ctypedef struct cs_mutex:
+        pass
+    int cs_load(int* w) nogil
+    void cs_store(int* w, int v) nogil
+    void cs_futex_wait(int* w, int val, double s) nogil
+    void cs_futex_wake(int* w, int n) nogil
+    double cs_now() nogil
+    void cs_mutex_init(cs_mutex* m) nogil
+    void cs_mutex_destroy(cs_mutex* m) nogil
+    void cs_lock(cs_mutex* m) nogil
+    void cs_unlock(cs_mutex* m) nogil
+    void* cs_get_last(uint64_t* epoch) nogil
+    void cs_set_last(void* s, uint64_t epoch) nogil
+    void cs_put64(uint8_t* p, uint64_t v) nogil
+    void cs_put32(uint8_t* p, uint32_t v) nogil
+    void cs_put16(uint8_t* p, uint16_t v) nogil
+    uint64_t cs_get64(const uint8_t* p) nogil
+    uint32_t cs_get32(const uint8_t* p) nogil
+
+DEF CALL_HEADER = 14      # u64 id, u16 method, u32 length
+DEF REPLY_HEADER = 12     # u64 id, u32 length
+DEF S_WAITING = 0
+DEF S_REPLY = 1
+DEF S_FAILED = 2
+DEF RECHECK_S = 0.05      # a sleeping thread re-checks at least this often (a settled caller that
+                          # nobody woke, the sender being busy, then claims its outcome itself)
+DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
+
+
+cdef inline void _wake_chain(cs_waiter* w) noexcept nogil:
+    """Wake a detached chain. Read next before the store: once its word is set a waiter may return
+    and its stack frame be reused (a late futex wake there is only spurious)."""
+    cdef cs_waiter* nxt
+    while w != NULL:
+        nxt = w.next
+        cs_store(&w.word, 1)
+        cs_futex_wake(&w.word, 1)
+        w = nxt
+
+
+cdef class CallSlots:
+    """The queued calls and the waiting callers of one call stream."""
+    cdef cs_mutex mu
+    cdef uint8_t* pend          # packed call frames not taken by the sender yet
+    cdef size_t pend_len, pend_cap
+    cdef Py_ssize_t pend_n
+    cdef uint8_t* out           # the sender's copy of a taken batch (only the sender uses it)
+    cdef size_t out_cap
+    cdef uint64_t next_id
+    cdef dict table             # call id -> address of its waiter (GIL and mutex held)
+    cdef cs_waiter* ready       # settled callers not woken yet, in delivery order
+    cdef cs_waiter* ready_tail
+    cdef double handed          # when a ready caller was last woken
+    cdef Py_ssize_t returning   # callers whose reply was handed over and that have not called again
+    cdef uint64_t epoch         # bumped when the batch rule stops waiting for the returning callers
+    cdef double first_at, last_call
+    cdef int snd_word           # the sender's futex word: bumped to wake it
+    cdef bint snd_sleeping
+    cdef bint cbroken
+    cdef object broken
+    cdef readonly double linger_s, linger_max_s, stall_s
+    cdef readonly size_t max_batch_bytes
+    cdef readonly bint handoff
+    cdef readonly uint64_t batches, calls, stalls
+
+    def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10,
+                  double stall_s=0.0002, bint handoff=True):
+        cs_mutex_init(&self.mu)
+        self.next_id = 1
+        self.table = {}
+        self.linger_s, self.linger_max_s, self.stall_s = linger_s, linger_max_s, stall_s
+        self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
+        self.handoff = handoff
+        self.broken = None
+
+    def __dealloc__(self):
+        free(self.pend)
+        free(self.out)
+        cs_mutex_destroy(&self.mu)
+
+    @property
+    def failure(self):
+        """The exception that failed the slots, or None."""
+        return self.broken
+
+    @property
+    def inflight(self) -> int:
+        """Calls queued or in flight that no reply or failure settled yet."""
+        return len(self.table)
+
+    @property
+    def pending(self) -> int:
+        """Call frames queued and not taken by the sender yet."""
+        return self.pend_n
+
+    cdef cs_waiter* _pop_ready(self) noexcept nogil:
+        """Under the mutex: the next ready caller to wake (detached), or NULL."""
+        cdef cs_waiter* r = self.ready
+        if r != NULL:
+            self.ready = r.next
+            if self.ready == NULL:
+                self.ready_tail = NULL
+            r.next = NULL
+            self.handed = cs_now()
+        return r
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def call(self, unsigned int method, bytes request, double timeout):
+        """Queue one call and wait for its outcome (see the module doc); `timeout` in seconds."""
+        cdef cs_waiter w
+        cdef size_t n = PyBytes_GET_SIZE(request)
+        cdef size_t need, cap
+        cdef void* p
+        cdef uint8_t* f
+        cdef uint64_t ep
+        cdef bint wake_sender
+        cdef cs_waiter* hand
+        cdef cs_waiter* q
+        cdef double now, end, left
+        if method > 0xFFFF or n > 0xFFFFFFFF:
+            raise ValueError("call frame: method index or request too large")
+        w.word = 0
+        w.state = S_WAITING
+        w.result = NULL
+        w.next = NULL
+        cs_lock(&self.mu)
+        if self.cbroken:
+            cs_unlock(&self.mu)
+            return False
+        need = self.pend_len + CALL_HEADER + n
+        if need > self.pend_cap:
+            cap = self.pend_cap * 2 if self.pend_cap else 65536
+            while cap < need:
+                cap *= 2
+            p = realloc(self.pend, cap)
+            if p == NULL:
+                cs_unlock(&self.mu)
+                raise MemoryError("call stream: no memory for the pending calls")
+            self.pend, self.pend_cap = <uint8_t*>p, cap
+        w.id = self.next_id
+        self.next_id += 1
+        f = self.pend + self.pend_len
+        cs_put64(f, w.id)
+        cs_put16(f + 8, <uint16_t>method)
+        cs_put32(f + 10, <uint32_t>n)
+        memcpy(f + CALL_HEADER, PyBytes_AS_STRING(request), n)
+        self.pend_len = need
+        self.pend_n += 1
+        now = cs_now()
+        if self.pend_n == 1:
+            self.first_at = now
+        self.last_call = now
+        if cs_get_last(&ep) == <void*>self:
+            if ep == self.epoch and self.returning > 0:
+                self.returning -= 1
+            cs_set_last(NULL, 0)
+        self.table[w.id] = <size_t>&w
+        wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
+        if wake_sender:
+            self.snd_word += 1
+        hand = self._pop_ready()
+        cs_unlock(&self.mu)
+        end = now + timeout
+        with nogil:
+            if wake_sender:
+                cs_futex_wake(&self.snd_word, 1)
+            if hand != NULL:
+                cs_store(&hand.word, 1)
+                cs_futex_wake(&hand.word, 1)
+        while True:
+            with nogil:
+                while cs_load(&w.word) == 0:
+                    left = end - cs_now()
+                    if left <= 0:
+                        break
+                    cs_futex_wait(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
+                    if cs_load(&w.word) == 0 and cs_load(&w.state) != S_WAITING:
+                        break                   # settled, and nobody woke it for RECHECK_S: claim it
+            if cs_load(&w.word) != 0:
+                break
+            cs_lock(&self.mu)
+            if w.state == S_WAITING:
+                if cs_now() < end:          # a spurious wake-up
+                    cs_unlock(&self.mu)
+                    continue
+                self.table.pop(w.id, None)  # the deadline passed: forget the call (a late reply is dropped)
+                cs_unlock(&self.mu)
+                return None
+            # settled: if it is still in the ready chain, take it out; else someone detached it
+            # and is waking it right now
+            if self.ready == &w:
+                self.ready = w.next
+                if self.ready == NULL:
+                    self.ready_tail = NULL
+                cs_unlock(&self.mu)
+            else:
+                q = self.ready
+                while q != NULL and q.next != &w:
+                    q = q.next
+                if q != NULL:
+                    q.next = w.next
+                    if self.ready_tail == &w:
+                        self.ready_tail = q
+                    cs_unlock(&self.mu)
+                else:
+                    cs_unlock(&self.mu)
+                    with nogil:
+                        while cs_load(&w.word) == 0:
+                            cs_futex_wait(&w.word, 0, RECHECK_S)
+            break
+        r = <object>w.result
+        Py_XDECREF(w.result)
+        if w.state == S_REPLY:
+            cs_set_last(<void*>self, self.epoch)
+        return r
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def take(self, double timeout=-1.0):
+        """The sender: wait for the next batch of call frames (the batch rule of the module doc) and
+        return them as one blob of whole frames, at most max_batch_bytes unless one frame is larger;
+        b"" when `timeout` (>= 0) passed with nothing queued; None once the slots failed."""
+        cdef double now, until, lend, give_up
+        cdef int word
+        cdef size_t cut = 0, pos, flen
+        cdef Py_ssize_t k
+        cdef void* p
+        cdef bint broken = False, empty = False
+        cdef cs_waiter* stalled = NULL
+        give_up = cs_now() + timeout if timeout >= 0 else -1.0
+        with nogil:
+            cs_lock(&self.mu)
+            while True:
+                if self.cbroken:
+                    broken = True
+                    break
+                now = cs_now()
+                if self.ready != NULL and now - self.handed >= self.stall_s:
+                    # callers that did not come back: wake the rest (the chain is appended to
+                    # `stalled`, woken once the mutex is released)
+                    self.ready_tail.next = stalled
+                    stalled = self.ready
+                    self.ready = self.ready_tail = NULL
+                    self.stalls += 1
+                if self.pend_n and self.returning == 0:
+                    break
+                if self.pend_n:
+                    lend = min(self.first_at + self.linger_max_s, self.last_call + self.linger_s)
+                    if now >= lend:
+                        self.returning = 0     # those callers went on to other work
+                        self.epoch += 1
+                        break
+                    until = lend
+                elif give_up >= 0:
+                    if now >= give_up:
+                        empty = True
+                        break
+                    until = give_up
+                else:
+                    until = now + RECHECK_S
+                if self.ready != NULL and self.handed + self.stall_s < until:
+                    until = self.handed + self.stall_s
+                self.snd_sleeping = True
+                word = self.snd_word
+                cs_unlock(&self.mu)
+                _wake_chain(stalled)
+                stalled = NULL
+                cs_futex_wait(&self.snd_word, word, until - now)
+                cs_lock(&self.mu)
+                self.snd_sleeping = False
+            if not broken and not empty:
+                # whole frames up to max_batch_bytes (at least one)
+                cut = 0
+                k = 0
+                while cut < self.pend_len:
+                    flen = CALL_HEADER + cs_get32(self.pend + cut + 10)
+                    if cut and cut + flen > self.max_batch_bytes:
+                        break
+                    cut += flen
+                    k += 1
+                if cut > self.out_cap:
+                    p = realloc(self.out, cut)
+                    if p == NULL:
+                        cut = 0
+                    else:
+                        self.out, self.out_cap = <uint8_t*>p, cut
+                if cut:
+                    memcpy(self.out, self.pend, cut)
+                    memmove(self.pend, self.pend + cut, self.pend_len - cut)
+                    self.pend_len -= cut
+                    self.pend_n -= k
+                    if self.pend_n:
+                        self.first_at = cs_now()
+                    self.batches += 1
+                    self.calls += k
+            cs_unlock(&self.mu)
+            _wake_chain(stalled)
+        if broken:
+            return None
+        if empty:
+            return b""
+        if cut == 0:
+            raise MemoryError("call stream: no memory for a batch")
+        blob = PyBytes_FromStringAndSize(<char*>self.out, cut)
+        if self.out_cap > KEEP_BYTES:
+            free(self.out)
+            self.out, self.out_cap = NULL, 0
+        return blob
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def deliver(self, bytes frames, errors=()):
+        """The reader: settle the callers of every reply frame in `frames` and of every error object
+        in `errors` (anything with an `.id`); returns how many were still waiting (a call whose
+        deadline passed is not). MalformedFrames, before settling any, when the frames do not split."""
+        cdef const uint8_t* b = <const uint8_t*>PyBytes_AS_STRING(frames)
+        cdef size_t end = PyBytes_GET_SIZE(frames)
+        cdef size_t pos = 0
+        cdef uint64_t cid
+        cdef uint32_t n
+        cdef cs_waiter* w
+        cdef cs_waiter* head = NULL
+        cdef cs_waiter* tail = NULL
+        cdef cs_waiter* now_wake = NULL
+        cdef Py_ssize_t settled = 0
+        cdef bint wake_sender = False
+        while pos < end:                   # check first: a blob that does not split settles nothing
+            if end - pos < REPLY_HEADER:
+                raise _malformed(f"reply frame at offset {pos}: {end - pos} bytes left, "
+                                      f"a header needs {REPLY_HEADER}")
+            cid = cs_get64(b + pos)
+            n = cs_get32(b + pos + 8)
+            if n > end - pos - REPLY_HEADER:
+                raise _malformed(f"reply frame {cid} at offset {pos}: length {n} runs "
+                                      f"{n - (end - pos - REPLY_HEADER)} bytes past the end of the batch")
+            pos += REPLY_HEADER + n
+        err_ids = [(e.id, e) for e in errors]
+        table = self.table
+        cs_lock(&self.mu)
+        try:
+            pos = 0
+            while pos < end:
+                cid = cs_get64(b + pos)
+                n = cs_get32(b + pos + 8)
+                addr = table.pop(cid, None)
+                if addr is not None:
+                    data = PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n)
+                    w = <cs_waiter*><size_t>addr
+                    Py_INCREF(data)
+                    w.result = <PyObject*>data
+                    w.state = S_REPLY
+                    w.next = NULL
+                    if tail == NULL:
+                        head = w
+                    else:
+                        tail.next = w
+                    tail = w
+                    settled += 1
+                pos += REPLY_HEADER + n
+            for cid_obj, e in err_ids:
+                addr = table.pop(cid_obj, None)
+                if addr is not None:
+                    w = <cs_waiter*><size_t>addr
+                    Py_INCREF(e)
+                    w.result = <PyObject*>e
+                    w.state = S_REPLY
+                    w.next = NULL
+                    if tail == NULL:
+                        head = w
+                    else:
+                        tail.next = w
+                    tail = w
+                    settled += 1
+        except BaseException:
+            # out of memory half way: the callers settled so far still get their replies
+            now_wake = self._settle_locked(head, tail, settled, &wake_sender)
+            cs_unlock(&self.mu)
+            self._wake(now_wake, wake_sender)
+            raise
+        now_wake = self._settle_locked(head, tail, settled, &wake_sender)
+        cs_unlock(&self.mu)
+        self._wake(now_wake, wake_sender)
+        return settled
+
+    cdef cs_waiter* _settle_locked(self, cs_waiter* head, cs_waiter* tail, Py_ssize_t settled,
+                                   bint* wake_sender) noexcept nogil:
+        """Under the mutex: queue the settled chain head..tail; returns what to wake now."""
+        cdef cs_waiter* now_wake = NULL
+        if head == NULL:
+            return NULL
+        self.returning += settled
+        if not self.handoff:
+            return head
+        if self.ready == NULL:
+            now_wake = head
+            self.ready = head.next
+            self.ready_tail = tail if head.next != NULL else NULL
+            head.next = NULL
+            self.handed = cs_now()
+        else:
+            self.ready_tail.next = head
+            self.ready_tail = tail
+        if self.snd_sleeping and self.ready != NULL:
+            self.snd_word += 1             # the sender keeps the stall timer of the ready callers
+            wake_sender[0] = True
+        return now_wake
+
+    cdef void _wake(self, cs_waiter* now_wake, bint wake_sender) noexcept:
+        with nogil:
+            if wake_sender:
+                cs_futex_wake(&self.snd_word, 1)
+            _wake_chain(now_wake)
+
+    def fail(self, exc):
+        """End every call queued or in flight with `exc` (the first failure sticks); later calls
+        return False without being queued."""
+        cdef cs_waiter* head
+        cdef cs_waiter* w
+        cdef cs_waiter* ready
+        cs_lock(&self.mu)
+        if not self.cbroken:
+            self.cbroken = True
+            self.broken = exc
+        exc = self.broken
+        head = NULL
+        for addr in self.table.values():
+            w = <cs_waiter*><size_t>addr
+            Py_INCREF(exc)
+            w.result = <PyObject*>exc
+            w.state = S_FAILED
+            w.next = head
+            head = w
+        self.table.clear()
+        ready = self.ready                 # settled with their replies before the failure
+        self.ready = self.ready_tail = NULL
+        self.pend_len = 0
+        self.pend_n = 0
+        self.returning = 0
+        self.snd_word += 1
+        cs_unlock(&self.mu)
+        with nogil:
+            cs_futex_wake(&self.snd_word, 1)
+            _wake_chain(ready)
+            _wake_chain(head)

@@ -1,0 +1,259 @@
+# cython: language_level=3
+"""The call pipeline's frames on the server, split and packed in one call per batch.
+
+engine/rpc/call_frames.py is the model (and the format's description); these do the same work in C:
+
+    split_calls(blob) -> [(method, [ids], [requests]), ...]   per method, in order of first appearance
+    pack_replies(ids, responses) -> reply frames
+    pack_counter_replies(ids, first) -> reply frames of a message whose field 1 (uint64) is
+                                        first, first + 1, ... (an AppendResponse per call)
+    decode_appends(ids, requests, max_payload) -> (ids, payloads, replica_ids, types, slow)
+
+decode_appends reads log-service AppendRequests by hand (field 1 `payloads`, 2 `replica_id`, 3 `type`,
+4 `raw`): a request of exactly one payload of at most max_payload bytes, not raw, with each field at
+most once and nothing else, is decoded here; every other request (and any that does not parse) is
+listed in `slow` (its position) for the protobuf path, which gives the exact semantics and errors.
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+cimport cython
+
+
+
+cdef object _malformed(str msg):
+    """MalformedFrames(msg) (imported here: engine.rpc imports this module while it initializes)."""
+    from logtide.engine.rpc.call_frames import MalformedFrames
+    return MalformedFrames(msg)
+
+DEF CALL_HEADER = 14      # u64 id, u16 method, u32 length
+DEF REPLY_HEADER = 12     # u64 id, u32 length
+
+
+cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
+    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
+    cdef int i
+    for i in range(8):
+        p[i] = <uint8_t>(v >> (8 * i))
+
+
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>v
+    p[1] = <uint8_t>(v >> 8)
+    p[2] = <uint8_t>(v >> 16)
+    p[3] = <uint8_t>(v >> 24)
+
+
+cdef inline int _varint_len(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _get_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, uint64_t* out) noexcept nogil:
+    """The position after the varint at pos, with its value in out; -1 when it is cut short or
+    longer than 10 bytes or past 64 bits."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while pos < end:
+        b = p[pos]
+        pos += 1
+        if shift == 63 and b > 1:
+            return -1
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = v
+            return pos
+        shift += 7
+        if shift > 63:
+            return -1
+    return -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def split_calls(bytes blob):
+    """[(method, ids, requests)] of every call frame in `blob`, grouped by method in order of first
+    appearance (within a group in blob order). MalformedFrames when the blob does not split."""
+    cdef const uint8_t* b = <const uint8_t*>PyBytes_AS_STRING(blob)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(blob)
+    cdef Py_ssize_t pos = 0
+    cdef uint64_t cid
+    cdef uint32_t n
+    cdef unsigned int m, last_m = 0x10000
+    cdef list out = []
+    cdef dict by_method = {}
+    cdef list ids = None
+    cdef list reqs = None
+    while pos < end:
+        if end - pos < CALL_HEADER:
+            raise _malformed(f"call frame at offset {pos}: {end - pos} bytes left, a header needs {CALL_HEADER}")
+        cid = _get64(b + pos)
+        m = b[pos + 8] | (b[pos + 9] << 8)
+        n = _get32(b + pos + 10)
+        if n > end - pos - CALL_HEADER:
+            raise _malformed(f"call frame {cid} at offset {pos}: length {n} runs "
+                                  f"{n - (end - pos - CALL_HEADER)} bytes past the end of the batch")
+        if m != last_m:
+            g = by_method.get(m)
+            if g is None:
+                ids, reqs = [], []
+                g = by_method[m] = (m, ids, reqs)
+                out.append(g)
+            else:
+                ids, reqs = g[1], g[2]
+            last_m = m
+        ids.append(cid)
+        reqs.append(PyBytes_FromStringAndSize(<const char*>b + pos + CALL_HEADER, n))
+        pos += CALL_HEADER + n
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def pack_replies(list ids, list responses):
+    """The reply frames of responses[k] (bytes) for call ids[k]."""
+    cdef Py_ssize_t k, count = PyList_GET_SIZE(ids)
+    cdef Py_ssize_t total = 0, pos = 0, n
+    cdef uint8_t* o
+    if PyList_GET_SIZE(responses) != count:
+        raise ValueError("pack_replies needs one response per id")
+    for r in responses:
+        if type(r) is not bytes:
+            raise TypeError(f"a response must be bytes, not {type(r).__name__}")
+        total += REPLY_HEADER + PyBytes_GET_SIZE(r)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t*>PyBytes_AS_STRING(out)
+    for k in range(count):
+        r = <bytes>PyList_GET_ITEM(responses, k)
+        n = PyBytes_GET_SIZE(r)
+        _put64(o + pos, <uint64_t>ids[k])
+        _put32(o + pos + 8, <uint32_t>n)
+        memcpy(o + pos + REPLY_HEADER, PyBytes_AS_STRING(r), n)
+        pos += REPLY_HEADER + n
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def pack_counter_replies(list ids, uint64_t first):
+    """Reply frames for ids[k] of a message whose only field is field 1 (uint64) = first + k
+    (proto3: a value of 0 is the empty message)."""
+    cdef Py_ssize_t k, count = PyList_GET_SIZE(ids)
+    cdef Py_ssize_t total = 0, pos = 0
+    cdef uint64_t v
+    cdef int vl
+    cdef uint8_t* o
+    if count and first + <uint64_t>(count - 1) < first:
+        raise OverflowError("pack_counter_replies: first + len(ids) passes 2**64")
+    for k in range(count):
+        v = first + <uint64_t>k
+        total += REPLY_HEADER + (1 + _varint_len(v) if v else 0)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t*>PyBytes_AS_STRING(out)
+    for k in range(count):
+        v = first + <uint64_t>k
+        _put64(o + pos, <uint64_t>ids[k])
+        if v == 0:
+            _put32(o + pos + 8, 0)
+            pos += REPLY_HEADER
+            continue
+        vl = _varint_len(v)
+        _put32(o + pos + 8, <uint32_t>(1 + vl))
+        pos += REPLY_HEADER
+        o[pos] = 0x08                      # field 1, varint
+        pos += 1
+        while v >= 0x80:
+            o[pos] = <uint8_t>(v & 0x7F) | 0x80
+            v >>= 7
+            pos += 1
+        o[pos] = <uint8_t>v
+        pos += 1
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def decode_appends(list ids, list requests, Py_ssize_t max_payload):
+    """(ids, payloads, replica_ids, types, slow) of the plain one-payload AppendRequests among
+    `requests` (see the module doc); `slow` lists the positions of all the others."""
+    cdef Py_ssize_t k, count = PyList_GET_SIZE(requests)
+    cdef Py_ssize_t pos, end, plen, pstart
+    cdef const uint8_t* b
+    cdef uint64_t key, v, rid, typ
+    cdef int seen
+    cdef bint ok
+    cdef list f_ids = [], payloads = [], rids = [], types = [], slow = []
+    if PyList_GET_SIZE(ids) != count:
+        raise ValueError("decode_appends needs one id per request")
+    for k in range(count):
+        r = <object>PyList_GET_ITEM(requests, k)
+        if type(r) is not bytes:
+            slow.append(k)
+            continue
+        b = <const uint8_t*>PyBytes_AS_STRING(r)
+        end = PyBytes_GET_SIZE(r)
+        pos = 0
+        seen = 0
+        rid = 0
+        typ = 0
+        pstart = -1
+        plen = 0
+        ok = True
+        while pos < end:
+            pos = _get_varint(b, pos, end, &key)
+            if pos < 0:
+                ok = False
+                break
+            if key == 0x0A and not (seen & 1):            # 1: payloads, length-delimited
+                pos = _get_varint(b, pos, end, &v)
+                if pos < 0 or v > <uint64_t>(end - pos):
+                    ok = False
+                    break
+                pstart, plen = pos, <Py_ssize_t>v
+                pos += plen
+                seen |= 1
+            elif key == 0x10 and not (seen & 2):          # 2: replica_id, uint64
+                pos = _get_varint(b, pos, end, &rid)
+                if pos < 0:
+                    ok = False
+                    break
+                seen |= 2
+            elif key == 0x18 and not (seen & 4):          # 3: type, uint32
+                pos = _get_varint(b, pos, end, &typ)
+                if pos < 0 or typ > 0xFFFFFFFF:
+                    ok = False
+                    break
+                seen |= 4
+            elif key == 0x20 and not (seen & 8):          # 4: raw, bool: only false stays here
+                pos = _get_varint(b, pos, end, &v)
+                if pos < 0 or v != 0:
+                    ok = False
+                    break
+                seen |= 8
+            else:
+                ok = False
+                break
+        if not ok or not (seen & 1) or plen > max_payload:
+            slow.append(k)
+            continue
+        f_ids.append(<object>PyList_GET_ITEM(ids, k))
+        payloads.append(PyBytes_FromStringAndSize(<const char*>b + pstart, plen))
+        rids.append(rid)
+        types.append(typ)
+    return f_ids, payloads, rids, types, slow

@@ -1,0 +1,172 @@
+"""_ext/call_slots.pyx (the pipeline client's queue and waiting callers in C) against a simple model:
+the frames a sender takes are the model's call frames in call order, split at the batch limit;
+every caller gets exactly the reply (or error object) delivered for its id, whatever the order and
+batching of the replies; a deadline ends a call with None and its late reply is dropped; a failure
+ends every call in flight, and the slots refuse new calls."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logtide._ext.call_slots import CallSlots
+from logtide.engine.rpc.call_frames import MalformedFrames, pack_call, pack_reply, unpack_calls
+from logtide.errors import RpcStreamBroken
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class ErrorReply:
+    """Stands in for a PipelinedReply: anything with an .id is delivered as it is."""
+
+    def __init__(self, id):
+        self.id = id
+
+
+def _start(slots: CallSlots, m: int, data: bytes, timeout: float, results: dict, k: int) -> threading.Thread:
+    """A caller thread; returns once its frame is queued (so ids follow the start order)."""
+    before = slots.pending + slots.calls
+    th = threading.Thread(target=lambda: results.__setitem__(k, slots.call(m, data, timeout)), daemon=True)
+    th.start()
+    end = time.monotonic() + 10
+    while slots.pending + slots.calls == before:
+        assert time.monotonic() < end
+        time.sleep(0.0005)
+    return th
+
+
+def _model_batches(frames: list[bytes], limit: int) -> list[bytes]:
+    out, cur = [], b""
+    for f in frames:
+        if cur and len(cur) + len(f) > limit:
+            out.append(cur)
+            cur = b""
+        cur += f
+    if cur:
+        out.append(cur)
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
+       st.integers(1, 200), st.randoms(use_true_random=False), st.booleans())
+def test_calls_batches_and_replies_match_the_model(calls, limit, rnd, handoff):
+    slots = CallSlots(0.001, 0.01, limit, 0.0002, handoff)
+    results: dict = {}
+    ths = [_start(slots, m, d, 20.0, results, k) for k, (m, d) in enumerate(calls)]
+    frames = [pack_call(k + 1, m, d) for k, (m, d) in enumerate(calls)]
+    got = []
+    while sum(len(unpack_calls(b)) for b in got) < len(calls):
+        blob = slots.take(5.0)
+        assert blob, "the sender got nothing although calls were queued"
+        got.append(blob)
+    assert got == _model_batches(frames, limit)
+    assert slots.take(0.0) == b"" and slots.batches == len(got) and slots.calls == len(calls)
+    # replies in a random order and random chunks; some calls answered with an error object, plus
+    # replies for ids nobody waits for (dropped)
+    answers = {}
+    for k in range(len(calls)):
+        answers[k + 1] = ErrorReply(k + 1) if rnd.random() < 0.25 else b"reply-%d-" % (k + 1) + calls[k][1]
+    order = list(answers)
+    rnd.shuffle(order)
+    settled = 0
+    while order:
+        n = rnd.randint(1, 4)
+        chunk, order = order[:n], order[n:]
+        frames_blob = b"".join(pack_reply(i, answers[i]) for i in chunk if isinstance(answers[i], bytes))
+        frames_blob += pack_reply(10_000 + len(order), b"nobody")
+        errors = [answers[i] for i in chunk if not isinstance(answers[i], bytes)] + [ErrorReply(20_000)]
+        settled += slots.deliver(frames_blob, errors)
+    for th in ths:
+        th.join(10)
+        assert not th.is_alive()
+    assert settled == len(calls) and slots.inflight == 0
+    for k in range(len(calls)):
+        assert results[k] is answers[k + 1] or results[k] == answers[k + 1]
+
+
+def test_a_malformed_reply_blob_settles_nobody():
+    slots = CallSlots()
+    results: dict = {}
+    th = _start(slots, 0, b"x", 0.3, results, 0)
+    good = pack_reply(1, b"ok")
+    for bad in (good[:-1], good + b"\x01", good[:5]):
+        with pytest.raises(MalformedFrames):
+            slots.deliver(bad)
+    th.join(5)
+    assert results[0] is None                     # nobody settled it: its deadline passed
+    assert slots.deliver(good) == 0 and slots.inflight == 0   # the late reply is dropped
+
+
+def test_deadline_then_other_calls_go_on():
+    slots = CallSlots()
+    results: dict = {}
+    t0 = time.monotonic()
+    a = _start(slots, 0, b"slow", 0.2, results, 0)
+    b = _start(slots, 0, b"fast", 10.0, results, 1)
+    assert slots.take(1.0) == pack_call(1, 0, b"slow") + pack_call(2, 0, b"fast")
+    a.join(5)
+    assert results[0] is None and 0.19 < time.monotonic() - t0 < 5
+    assert slots.deliver(pack_reply(1, b"late") + pack_reply(2, b"B")) == 1
+    b.join(5)
+    assert results[1] == b"B"
+
+
+def test_failure_ends_every_call_and_refuses_new_ones():
+    slots = CallSlots()
+    results: dict = {}
+    ths = [_start(slots, 0, b"%d" % k, 30.0, results, k) for k in range(5)]
+    slots.take(1.0)                                # three in flight, two more still queued
+    ths += [_start(slots, 1, b"q%d" % k, 30.0, results, 5 + k) for k in range(2)]
+    boom = RpcStreamBroken("gone")
+    t0 = time.monotonic()
+    slots.fail(boom)
+    for th in ths:
+        th.join(5)
+        assert not th.is_alive()
+    assert time.monotonic() - t0 < 2
+    assert all(results[k] is boom for k in range(7))
+    assert slots.failure is boom and slots.inflight == 0 and slots.pending == 0
+    assert slots.call(0, b"after", 5.0) is False   # refused, not queued: the caller opens a new stream
+    assert slots.take(1.0) is None
+    slots.fail(RpcStreamBroken("second"))         # the first failure sticks
+    assert slots.failure is boom
+
+
+def test_batch_waits_for_the_returning_callers_then_goes():
+    """After a batch of replies the next batch waits (up to the linger) for the callers that got them."""
+    slots = CallSlots(0.05, 0.5, 1 << 20, 0.0002, True)
+    stop = threading.Event()
+    per_thread = {}
+
+    def caller(t):
+        n = 0
+        while not stop.is_set():
+            r = slots.call(0, b"t%d" % t, 10.0)
+            assert r == b"r"
+            n += 1
+        per_thread[t] = n
+
+    ths = [threading.Thread(target=caller, args=(t,), daemon=True) for t in range(8)]
+    for th in ths:
+        th.start()
+    sizes = []
+    for _ in range(30):
+        blob = slots.take(5.0)
+        ids = [cid for cid, _, _ in unpack_calls(blob)]
+        sizes.append(len(ids))
+        if len(sizes) == 30:              # the last batch: its callers then leave
+            stop.set()
+        slots.deliver(b"".join(pack_reply(i, b"r") for i in ids))
+    # the remaining calls after stop: answer until every caller left
+    end = time.monotonic() + 10
+    while any(th.is_alive() for th in ths):
+        assert time.monotonic() < end
+        blob = slots.take(0.1)
+        if blob:
+            slots.deliver(b"".join(pack_reply(i, b"r") for i, _, _ in unpack_calls(blob)))
+    # once the callers are all in flight, each batch carries all eight of them
+    assert sizes[5:30].count(8) >= 20, sizes
