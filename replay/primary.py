@@ -26,7 +26,7 @@ import numpy as np
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
-from logtide.engine.group_commit import GroupCommitter
+from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
                             TruncatedSubscribeError)
 from logtide.replay.batch_replay import block_refs, replay_into_pool
@@ -124,7 +124,7 @@ class Primary:
         self.consistent_lsn = ctl.consistent_lsn
         self.recovered_records = self._recover(ctl)
         self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
-        self.committer: GroupCommitter[tuple] = GroupCommitter(self._write_group)
+        self.committer: RelayCommitter[tuple] = RelayCommitter(self._write_group)
         self._adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
@@ -210,9 +210,11 @@ class Primary:
         self._assigned_lsn = lsn
         return ticket
 
-    def _write_group(self, group: list[tuple]) -> None:
-        """The committer's flush: append the group's records with one fsync, then publish them in order."""
+    def _write_group(self, group: list[tuple], release) -> None:
+        """The committer's flush: append the group's records with one fsync, then publish them in
+        order. The previous group's writers are released just before the append (relay_commit.py)."""
         recs = [r for _, rs, _ in group for r in rs]
+        release()
         try:
             first = self.wal.append_many(recs)
         except BaseException:

@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from logtide import BTree
-from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import BatchLayout, ColumnBatch
@@ -33,6 +32,7 @@ from logtide.engine.logtail.logtail_table import Handle, LogtailTable
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
+from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
                             SchemaError, StreamClosedError, UnknownTableError, WriteConflictError)
 
@@ -188,7 +188,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
-        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group, chain=True)
+        self.committer: RelayCommitter[_Queued] = RelayCommitter(self._write_group)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -254,10 +254,12 @@ class TransactionNode:
         """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
         return self.committer.enqueue(_Queued(rec, publish))
 
-    def _write_group(self, group: list[_Queued]) -> None:
+    def _write_group(self, group: list[_Queued], release) -> None:
         """The committer's flush: encode the group's records (outside the commit lock), append them
-        with one `append_many` (one fsync), then publish them in ts order."""
+        with one `append_many` (one fsync), then publish them in ts order. The previous group's
+        committers are released just before the append (see relay_commit.py)."""
         payloads = [fmt.encode(q.rec) for q in group]
+        release()
         first = self.log.append_many(payloads)
         with self._cv:
             for k, q in enumerate(group):
