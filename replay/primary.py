@@ -248,6 +248,19 @@ class Primary:
         self._rel_blocks[rel] = n + 1
         return n, True
 
+    def _target_frame(self, rel: int, size: int) -> tuple[int, bool, int]:
+        """_target_block for one tuple, keeping the last block's frame pinned when the tuple goes
+        there: (block, new block?, pinned frame or -1 for a new block, which the caller pins)."""
+        n = self._rel_blocks.get(rel, 0)
+        if n:
+            f, _ = self.pool.pin((SPC, DB, rel, 0, n - 1), self._load)
+            page = self.pool.frames[f]
+            if not pg.is_new(page) and pg.fits(page, size):
+                return n - 1, False, f
+            self.pool.unpin(f)
+        self._rel_blocks[rel] = n + 1
+        return n, True, -1
+
     def _check(self, rel: int, data) -> bytes:
         if self._closed:
             raise LogtideError("the primary is closed")
@@ -263,22 +276,25 @@ class Primary:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
         data = self._check(rel, data)
         with self._wal_lock:
-            block, init = self._target_block(rel, len(data))
-            tag = rel_tag(rel, block)
-            with self.locks.page(tag):
-                f, _ = self.pool.pin(tag, self._load)
-                try:
+            block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)
+            tag = (SPC, DB, rel, 0, block)
+            try:
+                with self.locks.page_lock(tag):
+                    if f < 0:
+                        f, _ = self.pool.pin(tag, self._load)
                     page = self.pool.frames[f]
                     off = 1 if init else pg.nslots(page) + 1
                     lsn = self._assigned_lsn + 1
-                    rec = xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init)
+                    rec = xw.heap_insert(tag, off, data, self._next_xid(), lsn - 1, init)
                     if init:
                         pg.init(page)
                     pg.add(page, off, data)
                     pg.set_lsn(page, lsn)
                     self.pool.mark_dirty(f, lsn)
-                    ticket = self._queue(lsn, rec, [tag])
-                finally:
+                    ticket = self.committer.enqueue((lsn, [rec], [[tag]]))
+                    self._assigned_lsn = lsn
+            finally:
+                if f >= 0:
                     self.pool.unpin(f)
         self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
         return block, off
