@@ -10,10 +10,11 @@ What differs from a plain group committer is who wakes the writers of a flushed 
 Under the GIL, each woken writer takes the GIL to run its next transaction; woken as the group is
 settled they all compete with the next group's leader, whose append (the fsync the next group waits
 for) then starts only after some of them ran. Here the leader of a flushed group wakes the next
-leader only; the next leader, once its records are encoded, calls `release()` just before its
-append drops the GIL, which wakes the first writer of the previous group; each woken writer wakes
-the next one of its group as it resumes (a chain: one wake-up per writer, each when the one before
-it has the GIL). With no next leader the group's writers are woken at once by their leader.
+leader only. The first writer of the flushed group is woken just before the GIL is next given up:
+by the next leader, once its records are encoded, right before its append (`release()`), or by any
+writer about to sleep in `wait`, whichever comes first; each woken writer wakes the next one of its
+group as it resumes (a chain: one wake-up per writer, each when the one before it has the GIL).
+With no next leader the group's writers are woken at once by their leader.
 
 A failed flush fails its group and everything queued after it, and the committer stays failed:
 the caller's in-memory state may be ahead of its log. The writers of the group before it had
@@ -46,20 +47,6 @@ class _Waiter:
         self.successor: _Waiter | None = None   # the next writer of its group, woken by this one
 
 
-class _Release:
-    """Wakes the first settled writer of the previous group, once (the flush calls it just before
-    its append; the committer calls it after the flush in case the flush did not)."""
-    __slots__ = ("first",)
-
-    def __init__(self, first: _Waiter | None) -> None:
-        self.first = first
-
-    def __call__(self) -> None:
-        w, self.first = self.first, None
-        if w is not None:
-            w.lock.release()
-
-
 class RelayCommitter(Generic[T]):
     """Queue items in order with `enqueue`; `wait(ticket)` returns once the item's group is flushed.
 
@@ -76,7 +63,9 @@ class RelayCommitter(Generic[T]):
         self._queued = 0          # tickets handed out
         self._done = 0            # tickets flushed (a prefix: groups are flushed in order)
         self._leading = False
-        self._settled: _Waiter | None = None   # first writer of the last flushed group, still asleep
+        # the first writer of the last flushed group while it is still asleep (at most one): taken
+        # with list.pop, atomic under the GIL, by whoever releases it first
+        self._settled: list[_Waiter] = []
         self._failed: BaseException | None = None
         self.groups = 0           # groups flushed: items / groups = the group-commit factor
         self.items = 0
@@ -114,6 +103,7 @@ class RelayCommitter(Generic[T]):
                 self._leading = True
                 me = None
         if me is not None:
+            self._release()    # about to sleep (the GIL goes): the settled group may run now
             if not me.lock.acquire(timeout=self.timeout):
                 with self._mu:
                     gone = me not in self._waiters
@@ -130,11 +120,18 @@ class RelayCommitter(Generic[T]):
                 raise GroupCommitFailed(f"the group could not be flushed ({self._failed!r})") from self._failed
         self._lead()    # our item is queued, so the group we take includes it
 
+    def _release(self) -> None:
+        """Wake the settled group's first writer, unless someone did (it wakes the rest as a chain)."""
+        try:
+            w = self._settled.pop()
+        except IndexError:
+            return
+        w.lock.release()
+
     def _lead(self) -> None:
         with self._mu:
             batch, self._queue = self._queue, []
-            settled, self._settled = self._settled, None
-        release = _Release(settled)
+        release = self._release
         try:
             self._flush(batch, release)
         except BaseException as exc:
@@ -159,13 +156,13 @@ class RelayCommitter(Generic[T]):
             nxt = self._waiters.pop(0) if self._waiters else None
             if nxt is None:
                 self._leading = False
-            elif done:
-                self._settled = done[0]     # the next leader wakes them, just before its append
         for k in range(len(done) - 1):
             done[k].successor = done[k + 1]
         for w in done:
             w.state = _DONE
         if nxt is not None:
+            if done:
+                self._settled.append(done[0])   # woken before the next append or the next sleep
             nxt.state = _LEAD     # its item is queued: it flushes the next group
             nxt.lock.release()
         elif done:

@@ -104,8 +104,9 @@ def test_relay_committer_matches_serial_model(writers, per_writer, delay, calls_
 
 @pytest.mark.timeout(60)
 def test_relay_committer_wakes_a_group_behind_the_next_append():
-    """A flushed group's writer is woken by the next group's leader when it calls release (just
-    before its append), not when its own group's flush returns; with no next group, at once."""
+    """A flushed group's writer is not woken when its group's flush returns but just before the GIL
+    is next given up: by a writer about to sleep, or by the next leader's release (just before its
+    append); with no next group, at once."""
     gates = {2: threading.Event(), 3: threading.Event()}   # flush of the group ending at item k waits here
     before_release = threading.Event()
     leading = threading.Event()
@@ -144,11 +145,16 @@ def test_relay_committer_wakes_a_group_behind_the_next_append():
     lead.join(10)
     assert 2 in returned                                   # the leader itself returns at once
     time.sleep(0.05)
-    assert 1 not in returned and w1.is_alive()             # woken by the next group's release only
-    gates[3].set()
+    assert 1 not in returned and w1.is_alive()             # not woken when its group was settled
+    assert gc.enqueue(4) == 4
+    w4 = threading.Thread(target=waiter, args=(4,))        # a writer about to sleep wakes it
+    w4.start()
     w1.join(10)
+    assert not w1.is_alive() and returned[1] == [1, 2]     # woken before the next append
+    gates[3].set()
     w3.join(10)
-    assert returned[1][:2] == [1, 2] and returned[3] == [1, 2, 3]
+    w4.join(10)
+    assert returned[3][:3] == [1, 2, 3] and returned[4] == [1, 2, 3, 4]
 
     # no next group: the writers are woken when their group is flushed
     gc2 = RelayCommitter(lambda group, release: time.sleep(0.01))
