@@ -5,8 +5,9 @@ INSERT, synchronous_commit=on, fsync=on), started in a temporary directory by th
 Every write is acknowledged only once it is on disk: the TN and the primary log through a log
 service with fsync="always" (group commit), PostgreSQL flushes its WAL at each commit.
 Each system runs with 1, 4, 16 and 32 clients; the plot shows throughput against client count.
-Figures: writes per fsync (group-commit factor) and process CPU µs per write (all threads; the GIL
-lets about one core of it run at a time, so it bounds the throughput near 1e6 / that figure).
+Figures: writes per fsync (group-commit factor), process CPU µs per write (all threads; the GIL
+lets about one core of it run at a time, so it bounds the throughput near 1e6 / that figure) and
+context switches per write (wake-ups and GIL hand-offs).
 """
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def _per_client(clients: int) -> int:
 
 
 class _Cpu:
-    """Process CPU time (user + system, every thread) spent in the measured rounds."""
+    """Process CPU time (user + system, every thread) and context switches in the measured rounds."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.switches = 0
         self.items = 0
 
     def run(self, clients: int, fn, items: int) -> None:
@@ -59,10 +61,15 @@ class _Cpu:
         _in_threads(clients, fn)
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         self.seconds += (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        self.switches += (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw)
         self.items += items
 
     def us_per_item(self) -> float:
         return 1e6 * self.seconds / max(1, self.items)
+
+    def switches_per_item(self) -> float:
+        """Context switches (voluntary + involuntary, every thread) per write: wake-ups and GIL hand-offs."""
+        return self.switches / max(1, self.items)
 
 
 def _in_threads(clients: int, fn) -> None:
@@ -135,7 +142,7 @@ def test_tn_insert_txn(benchmark, items, tmp_path, clients):
         benchmark.pedantic(lambda: cpu.run(clients, client, per * clients), rounds=3, warmup_rounds=1)
         benchmark.extra_info["figures"] = {
             "commits_per_fsync": (tn.committer.items - n0) / max(1, tn.committer.groups - g0),
-            "cpu_us_per_commit": cpu.us_per_item()}
+            "cpu_us_per_commit": cpu.us_per_item(), "switches_per_commit": cpu.switches_per_item()}
     finally:
         tn.close()
         log.close()
@@ -155,7 +162,7 @@ def test_primary_insert(benchmark, items, tmp_path, clients):
         benchmark.pedantic(lambda: cpu.run(clients, backend, per * clients), rounds=3, warmup_rounds=1)
         benchmark.extra_info["figures"] = {
             "records_per_fsync": (primary.committer.items - n0) / max(1, primary.committer.groups - g0),
-            "cpu_us_per_insert": cpu.us_per_item()}
+            "cpu_us_per_insert": cpu.us_per_item(), "switches_per_insert": cpu.switches_per_item()}
     finally:
         primary.close()
 

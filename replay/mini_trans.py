@@ -60,6 +60,10 @@ class MiniTransLocks:
         finally:
             self.release_many(held)
 
+    def page_lock(self, tag) -> "_PageLock":
+        """page(tag) without a generator frame: a context manager over the page's stripe lock."""
+        return _PageLock(self, self._locks[self._stripe(tag)])
+
     @contextmanager
     def page(self, tag) -> Iterator[None]:
         """A reader's lock on one page while it replays it."""
@@ -71,3 +75,20 @@ class MiniTransLocks:
             yield
         finally:
             lock.release()
+
+
+class _PageLock:
+    """One page's stripe lock held as a context manager (counts a wait as page() does)."""
+    __slots__ = ("owner", "lock")
+
+    def __init__(self, owner: MiniTransLocks, lock) -> None:
+        self.owner = owner
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.owner.waits += 1
+            self.lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()

@@ -26,7 +26,7 @@ import numpy as np
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
-from logtide.engine.group_commit import GroupCommitter
+from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
                             TruncatedSubscribeError)
 from logtide.replay.batch_replay import block_refs, replay_into_pool
@@ -124,7 +124,7 @@ class Primary:
         self.consistent_lsn = ctl.consistent_lsn
         self.recovered_records = self._recover(ctl)
         self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
-        self.committer: GroupCommitter[tuple] = GroupCommitter(self._write_group)
+        self.committer: RelayCommitter[tuple] = RelayCommitter(self._write_group)
         self._adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
@@ -210,9 +210,11 @@ class Primary:
         self._assigned_lsn = lsn
         return ticket
 
-    def _write_group(self, group: list[tuple]) -> None:
-        """The committer's flush: append the group's records with one fsync, then publish them in order."""
+    def _write_group(self, group: list[tuple], release) -> None:
+        """The committer's flush: append the group's records with one fsync, then publish them in
+        order. The previous group's writers are released just before the append (relay_commit.py)."""
         recs = [r for _, rs, _ in group for r in rs]
+        release()
         try:
             first = self.wal.append_many(recs)
         except BaseException:
@@ -246,6 +248,19 @@ class Primary:
         self._rel_blocks[rel] = n + 1
         return n, True
 
+    def _target_frame(self, rel: int, size: int) -> tuple[int, bool, int]:
+        """_target_block for one tuple, keeping the last block's frame pinned when the tuple goes
+        there: (block, new block?, pinned frame or -1 for a new block, which the caller pins)."""
+        n = self._rel_blocks.get(rel, 0)
+        if n:
+            f, _ = self.pool.pin((SPC, DB, rel, 0, n - 1), self._load)
+            page = self.pool.frames[f]
+            if not pg.is_new(page) and pg.fits(page, size):
+                return n - 1, False, f
+            self.pool.unpin(f)
+        self._rel_blocks[rel] = n + 1
+        return n, True, -1
+
     def _check(self, rel: int, data) -> bytes:
         if self._closed:
             raise LogtideError("the primary is closed")
@@ -261,22 +276,25 @@ class Primary:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
         data = self._check(rel, data)
         with self._wal_lock:
-            block, init = self._target_block(rel, len(data))
-            tag = rel_tag(rel, block)
-            with self.locks.page(tag):
-                f, _ = self.pool.pin(tag, self._load)
-                try:
+            block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)
+            tag = (SPC, DB, rel, 0, block)
+            try:
+                with self.locks.page_lock(tag):
+                    if f < 0:
+                        f, _ = self.pool.pin(tag, self._load)
                     page = self.pool.frames[f]
                     off = 1 if init else pg.nslots(page) + 1
                     lsn = self._assigned_lsn + 1
-                    rec = xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init)
+                    rec = xw.heap_insert(tag, off, data, self._next_xid(), lsn - 1, init)
                     if init:
                         pg.init(page)
                     pg.add(page, off, data)
                     pg.set_lsn(page, lsn)
                     self.pool.mark_dirty(f, lsn)
-                    ticket = self._queue(lsn, rec, [tag])
-                finally:
+                    ticket = self.committer.enqueue((lsn, [rec], [[tag]]))
+                    self._assigned_lsn = lsn
+            finally:
+                if f >= 0:
                     self.pool.unpin(f)
         self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
         return block, off

@@ -203,3 +203,37 @@ def test_group_committer_flushes_each_item_once_in_order(fail_at, chain):
         # every writer ends on exactly one failed item: the failed group's, or one queued after it
         assert len(failed) == 32 and fail_at in failed and set(failed).isdisjoint(flushed)
         assert min(failed) == max(flushed, default=0) + 1     # the failed group starts after the last flushed
+
+
+@settings(max_examples=150, deadline=None)
+@given(gaps=st.lists(st.integers(1, 4), max_size=200), page=st.integers(1, 9),
+       chunks=st.lists(st.integers(1, 12), min_size=1, max_size=60), bad=st.booleans())
+def test_logtail_append_many_matches_one_append_per_handle(gaps, page, chunks, bad):
+    """A group's handles appended under one lock (append_many) give the same pages, ranges and
+    first ts as one append per handle; a group whose ts do not grow is refused whole."""
+    from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+    one, many = LogtailTable(page_size=page), LogtailTable(page_size=page)
+    ts, handles = 0, []
+    for g in gaps:
+        ts += g
+        handles.append(Handle(ts, {"t": [ts]}))
+    for h in handles:
+        one.append(h)
+    k, c = 0, 0
+    while k < len(handles):
+        n = chunks[c % len(chunks)]
+        many.append_many(handles[k:k + n])
+        k, c = k + n, c + 1
+    assert len(one) == len(many) == len(handles) and one.first_ts() == many.first_ts()
+    p1, b1, n1 = one.snapshot()
+    p2, b2, n2 = many.snapshot()
+    assert b1 == b2 and n1 == n2 and [p.ts for p in p1] == [p.ts for p in p2]
+    for lo in range(0, ts + 2, max(1, ts // 7)):
+        assert list(one.visit(lo, ts)) == list(many.visit(lo, ts))
+    if bad and handles:
+        before = len(many)
+        with pytest.raises(ValueError):
+            many.append_many([Handle(ts + 5, {}), Handle(ts + 5, {})])
+        with pytest.raises(ValueError):
+            many.append_many([Handle(ts, {})])
+        assert len(many) == before and many.snapshot()[1] == b2

@@ -93,3 +93,65 @@ def test_sixteen_backends_share_fsyncs(tmp_path):
     finally:
         p2.close()
         log.close()
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 2600), min_size=1, max_size=60), rels=st.lists(st.sampled_from([REL, REL + 1]),
+                                                                                      min_size=1, max_size=60))
+def test_single_insert_path_matches_the_batch_path(tmp_path_factory, sizes, rels):
+    """`insert` keeps the target page pinned from the fit check to the change (its own path); the
+    same tuples through `insert_many` one at a time (the general path) give the same tids, the same
+    pages and the same WAL."""
+    a_dir, b_dir = tmp_path_factory.mktemp("fast"), tmp_path_factory.mktemp("model")
+    fast = Primary(a_dir, checkpoint_interval=0)
+    model = Primary(b_dir, checkpoint_interval=0)
+    try:
+        blocks: dict[int, int] = {}
+        for k, size in enumerate(sizes):
+            rel = rels[k % len(rels)]
+            data = bytes([k % 251]) * size
+            tid = fast.insert(rel, data)
+            assert tid == model.insert_many(rel, [data])[0]
+            blocks[rel] = max(blocks.get(rel, 0), tid[0] + 1)
+        for rel, nb in blocks.items():
+            for block in range(nb):
+                tag = (1663, 5, rel, 0, block)
+                assert fast.read_page(tag)[0] == model.read_page(tag)[0]
+        assert fast.wal.read(1, 1 << 30) == model.wal.read(1, 1 << 30)
+    finally:
+        fast.close()
+        model.close()
+
+
+def test_page_lock_excludes_a_record_and_counts_the_wait():
+    """MiniTransLocks.page_lock (the insert path's) waits for a mini-transaction on its page as page() does."""
+    from logtide.replay.mini_trans import MiniTransLocks
+    locks = MiniTransLocks()
+    tag = (1663, 5, REL, 0, 3)
+    order = []
+
+    def page():
+        with locks.page_lock(tag):
+            order.append("page")
+
+    def record():
+        with locks.record([tag]):
+            order.append("record")
+    with locks.record([tag, (1663, 5, REL, 0, 4)]):
+        t = threading.Thread(target=page)
+        t.start()
+        time.sleep(0.05)
+        order.append("record done")
+    t.join(10)
+    assert order == ["record done", "page"] and locks.waits == 1
+    with locks.page_lock(tag):       # and a mini-transaction waits for it
+        t = threading.Thread(target=record)
+        t.start()
+        time.sleep(0.05)
+        order.append("page done")
+    t.join(10)
+    assert order[2:] == ["page done", "record"] and locks.waits == 2

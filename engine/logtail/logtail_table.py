@@ -48,6 +48,28 @@ class LogtailTable:
                 p.handles.append(h)
                 p.ts.append(h.ts)
 
+    def append_many(self, hs: list[Handle]) -> None:
+        """Add handles in ts order (a group of commits) under one lock; ts must grow."""
+        with self._lock:
+            last = self._pages[-1].ts[-1] if self._pages else None
+            for h in hs:
+                if last is not None and last >= h.ts:
+                    raise ValueError(f"logtail handle ts {h.ts} is not above {last}")
+                last = h.ts
+            k = 0
+            while k < len(hs):
+                if not self._pages or len(self._pages[-1].handles) >= self.page_size:
+                    h = hs[k]
+                    self._pages = self._pages + [Page(h)]
+                    self._born = self._born + [h.ts]
+                    k += 1
+                    continue
+                p = self._pages[-1]
+                take = hs[k:k + self.page_size - len(p.handles)]
+                p.ts.extend([h.ts for h in take])
+                p.handles.extend(take)
+                k += len(take)
+
     def snapshot(self):
         with self._lock:
             pages, born = self._pages, self._born

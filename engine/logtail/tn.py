@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from logtide import BTree
-from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import BatchLayout, ColumnBatch
@@ -33,6 +32,7 @@ from logtide.engine.logtail.logtail_table import Handle, LogtailTable
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
+from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
                             SchemaError, StreamClosedError, UnknownTableError, WriteConflictError)
 
@@ -41,6 +41,10 @@ SMALL_TXN_KEYS = 16     # up to this many keys a commit checks and reserves them
 _SYSTEM = [(BLOCK, np.int64), (OFFSET, np.int32), (TS, np.int64)]
 DELETE_LAYOUT = BatchLayout(_SYSTEM + [(PK, np.int64)])
 CHECKPOINT_PREFIX = "ckp-"
+_NO_INS: dict = {}            # read only: a table a transaction only deletes from
+_NO_DELS: frozenset = frozenset()
+_EMPTY_KEYS = np.empty(0, dtype=np.int64)
+_EMPTY_KEYS.setflags(write=False)
 
 
 @dataclass
@@ -50,11 +54,13 @@ class Checkpoint:
     name: str
 
 
-@dataclass
 class _Queued:
     """A log record waiting for its group, and what publishing it does."""
-    rec: Record
-    publish: object      # callable(rec) run under the commit lock once the record is durable
+    __slots__ = ("rec", "publish")
+
+    def __init__(self, rec: Record, publish) -> None:
+        self.rec = rec
+        self.publish = publish   # callable(rec) run under the commit lock once durable; None: a commit
 
 
 class TableState:
@@ -188,7 +194,7 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
-        self.committer: GroupCommitter[_Queued] = GroupCommitter(self._write_group, chain=True)
+        self.committer: RelayCommitter[_Queued] = RelayCommitter(self._write_group)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -254,16 +260,30 @@ class TransactionNode:
         """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
         return self.committer.enqueue(_Queued(rec, publish))
 
-    def _write_group(self, group: list[_Queued]) -> None:
+    def _write_group(self, group: list[_Queued], release) -> None:
         """The committer's flush: encode the group's records (outside the commit lock), append them
-        with one `append_many` (one fsync), then publish them in ts order."""
+        with one `append_many` (one fsync), then publish them in ts order. The previous group's
+        committers are released just before the append (see relay_commit.py)."""
         payloads = [fmt.encode(q.rec) for q in group]
+        release()
         first = self.log.append_many(payloads)
         with self._cv:
+            lsn_ts = self._lsn_ts
+            handles = []
             for k, q in enumerate(group):
-                self.last_lsn = first + k
-                self._lsn_ts.append((q.rec.ts, first + k))
-                q.publish(q.rec)
+                rec = q.rec
+                lsn_ts.append((rec.ts, first + k))
+                if q.publish is None:       # a commit: its handle joins the group's (one logtail call)
+                    handles.append(self._commit_handle(rec.ts, rec.batches))
+                else:
+                    if handles:
+                        self.logtail.append_many(handles)
+                        handles = []
+                    q.publish(rec)
+            if handles:
+                self.logtail.append_many(handles)
+            self.last_lsn = first + len(group) - 1
+            self.last_ts = max(self.last_ts, group[-1].rec.ts)
             if self._streams:       # the pusher: one wake-up (and one update message) per group
                 self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
 
@@ -273,17 +293,21 @@ class TransactionNode:
     def _commit(self, txn: Txn) -> int:
         # what the transaction writes, per table: its own data, gathered before the commit lock
         work = []
-        for table in sorted(set(txn.ins) | set(txn.dels)):
+        keys = 0
+        names = txn.ins.keys() | txn.dels.keys()
+        for table in (names if len(names) == 1 else sorted(names)):
             st = self._table(table)
-            ins, dels = txn.ins.get(table, {}), txn.dels.get(table, set())
+            ins, dels = txn.ins.get(table, _NO_INS), txn.dels.get(table, _NO_DELS)
             if not ins and not dels:
                 continue
             ins_cols = _gather(st.tdef, txn.batches.get(table, []), ins)
-            work.append((table, st, ins_cols, ins_cols[st.tdef.pk], dels))
+            ins_pks = ins_cols[st.tdef.pk]
+            keys += len(ins_pks) + len(dels)
+            work.append((table, st, ins_cols, ins_pks, dels))
         if not work:
             return self.last_ts
-        small = sum(len(w[3]) + len(w[4]) for w in work) <= SMALL_TXN_KEYS
-        with self._cv:
+        small = keys <= SMALL_TXN_KEYS
+        with self._lock:      # the commit lock (the condition's own: no Python frame to enter it)
             # check everything first: a conflict in any table leaves nothing reserved
             plans = [(_check_small if small else _check_many)(table, st, ins_pks, dels, txn.start_ts)
                      for table, st, _, ins_pks, dels in work]
@@ -307,7 +331,6 @@ class TransactionNode:
                     ins_ts = _filled(len(ins_pks), ts)
                     batches.append((table, INSERT, ColumnBatch(st.insert_layout, [
                         blocks, offs, ins_ts, *(ins_cols[c] for c in st.insert_layout.names[3:])])))
-                    st.next_block = max(st.next_block, int(blocks[-1]) + 1)
                     # reserved: later commits check against these keys as if this one had committed
                     if small:
                         for pk, b, o in zip(ins_pks.tolist(), blocks.tolist(), offs.tolist()):
@@ -316,12 +339,9 @@ class TransactionNode:
                     else:
                         st.pk_index.insert_many(ins_pks, blocks * BLOCK_ROWS + offs)
                         st.pk_ts.insert_many(ins_pks, ins_ts)
-            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), self._publish_record)
+            ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), None)   # published by _write_group
         self.committer.wait(ticket)   # durable (and published) before it is acknowledged
         return ts
-
-    def _publish_record(self, rec: Record) -> None:
-        self._publish_commit(rec.ts, rec.batches)
 
     def _apply_commit(self, ts: int, batches: list) -> None:
         """Recovery: a logged commit, reserved and published at once."""
@@ -341,14 +361,22 @@ class TransactionNode:
 
     def _publish_commit(self, ts: int, batches: list) -> None:
         """A durable commit becomes visible: in-memory rows, the logtail table, last_ts (in ts order)."""
-        h = Handle(ts)
+        self.logtail.append(self._commit_handle(ts, batches))
+        self.last_ts = ts
+
+    def _commit_handle(self, ts: int, batches: list) -> Handle:
+        """A durable commit's rows join the in-memory rows; its logtail handle (appended by the caller)."""
+        tables: dict = {}
         for table, kind, t in batches:
             st = self._table(table)
             e = Entry(kind, ts, t)
-            h.tables.setdefault(table, []).append(e)
+            es = tables.get(table)
+            if es is None:
+                tables[table] = [e]
+            else:
+                es.append(e)
             (st.mem_deletes if kind == DELETE else st.mem_inserts).append(e)
-        self.logtail.append(h)
-        self.last_ts = ts
+        return Handle(ts, tables)
 
     # ------------------------------------------------------------------ flush and checkpoint
 
@@ -683,6 +711,8 @@ def _check_small(table: str, st: TableState, ins_pks: np.ndarray, dels: set, sta
     for pk in ins_list:
         if pk_index.get(pk) is not None and pk not in dels:
             raise DuplicateKeyError(f"{table}: primary key {pk} exists")
+    if not del_list:
+        return _EMPTY_KEYS, _EMPTY_KEYS
     return np.array(del_list, dtype=np.int64), np.array(del_rowids, dtype=np.int64)
 
 
