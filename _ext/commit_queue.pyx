@@ -687,8 +687,11 @@ cdef class CommitQueue:
         return self._group(base)
 
     cdef void _publish_now(self, uint64_t lsn) noexcept nogil:
+        """Publish the flusher's last group, which it no longer holds: in the same step, so that an
+        appender it wakes finds the log idle (and may write itself) rather than a group in hand."""
         cdef lt_waiter* first
         lt_lock(&self.mu)
+        self.busy = False
         first = self._publish_locked(lsn)
         lt_unlock(&self.mu)
         _wake_chain(first, W_DURABLE)
@@ -812,6 +815,7 @@ cdef class CommitQueue:
                 self.groups += 1
                 self.records += n
                 self._set_durable_locked(last, self.sync_always, lt_now())
+                self.busy = False  # with the publication: see _publish_now
                 woken = self._publish_locked(last)
                 lt_unlock(&self.mu)
                 _wake_chain(woken, W_DURABLE)

@@ -78,7 +78,9 @@ class LogWriter:
         discard_prealloc(dirpath)
         self._prealloc_path = os.path.join(dirpath, PREALLOC_FILE)
         self._next_size = 0       # bytes of the prepared next segment file, 0 when none (under _mu)
-        self._wake_at = 0         # the flusher wakes the pre-allocation thread when the end reaches it (_mu)
+        # the flusher wakes the pre-allocation thread when the end reaches this mark (_mu); the
+        # thread's first run (below) sets it
+        self._wake_at = _NEVER
         self.prealloc_errors = 0  # failed pre-allocations (the writer then grows the file itself)
         self._prep_wake = threading.Event()
         self._preparer = threading.Thread(target=self._prepare_loop, name="logservice-prealloc", daemon=True)
