@@ -60,6 +60,9 @@ cdef extern from *:
         ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
         syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
     }
+    static inline void lt_futex_wait_forever(int* w, int val) {
+        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+    }
     static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
     static inline double lt_now(void) {
         struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -84,6 +87,7 @@ cdef extern from *:
     void lt_store64(uint64_t* w, uint64_t v) nogil
     void lt_store(int* w, int v) nogil
     void lt_futex_wait(int* w, int val, long long ns) nogil
+    void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
     double lt_now() nogil
     void lt_mutex_init(lt_mutex* m) nogil
@@ -108,7 +112,6 @@ DEF W_FAILED = 2
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
-DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
 
@@ -160,8 +163,10 @@ cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
 
 
 cdef inline void _sleep(lt_waiter* w) noexcept nogil:
+    # no timeout: the word changes before its wake (no wake is lost), and a timed wait arms and
+    # cancels a timer at every append
     while lt_load(&w.word) == W_WAITING:
-        lt_futex_wait(&w.word, W_WAITING, WAKE_CHECK_NS)
+        lt_futex_wait_forever(&w.word, W_WAITING)
 
 
 cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
