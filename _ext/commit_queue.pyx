@@ -788,7 +788,7 @@ cdef class CommitQueue:
         full), or KICKED, CLOSED, TIMEOUT (idle for `timeout`, or a batch sync due). OSError when a
         write or sync fails."""
         cdef int outcome = 0, err = 0
-        cdef uint64_t base, end, c, last
+        cdef uint64_t base = 0, end, c, last
         cdef Py_ssize_t n, i
         cdef lt_waiter* woken
         if self.idx == NULL:
