@@ -348,7 +348,9 @@ cdef class CommitQueue:
             self._refuse()
         if (self.direct and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
                 and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
-                and self.wend + size < self.roll_at and self.wend + size < self.mark_at):
+                and self.wend + size < self.roll_at and self.wend + size < self.mark_at
+                # a sync requested or due: the flusher needs the log, so queue
+                and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
             return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
         if _reserve(&self.fill, size, 1) < 0:
             lt_unlock(&self.mu)
@@ -595,7 +597,9 @@ cdef class CommitQueue:
             elif now >= wait_until:
                 outcome = 3
                 break
-            if self.batch_interval > 0 and self.unsynced_since > 0:
+            if self.batch_interval > 0 and self.unsynced_since > 0 and not self.solo:
+                # (a lone appender's write ends with a wake when anything waits for it; a due sync
+                # sends the next appender to the queue, which wakes this thread too)
                 wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
             seen = self.fl_word
             self.fl_sleeping = True
@@ -606,7 +610,6 @@ cdef class CommitQueue:
             lt_lock(&self.mu)
             self.fl_sleeping = False
         if outcome == 0:
-            self.kicked = False  # the caller checks for sync requests after every group too
             self.busy = True
             tmp = self.out
             self.out = self.fill
@@ -684,6 +687,9 @@ cdef class CommitQueue:
                 self._publish_now(publish)
             outcome = self._take(timeout, sync)
             if outcome == 0:
+                lt_lock(&self.mu)
+                self.kicked = False  # the caller checks for sync requests after every group too
+                lt_unlock(&self.mu)
                 err = self._write_at(fd, self.out.data, self.out.len, base, sync)
         if outcome != 0:
             return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
@@ -785,8 +791,8 @@ cdef class CommitQueue:
         end, fdatasync it (sync_always), index it, publish it and wake its waiters, all with the GIL
         released. Returns what needs the flusher's Python: a group as flush() returns it, not yet
         indexed nor published (it reaches the roll size or the pre-allocation mark, or the index is
-        full), or KICKED, CLOSED, TIMEOUT (idle for `timeout`, or a batch sync due). OSError when a
-        write or sync fails."""
+        full), or KICKED (a kick(), once the groups queued with it are published), CLOSED, TIMEOUT
+        (idle for `timeout`, or a batch sync due). OSError when a write or sync fails."""
         cdef int outcome = 0, err = 0
         cdef uint64_t base = 0, end, c, last
         cdef Py_ssize_t n, i
@@ -822,9 +828,14 @@ cdef class CommitQueue:
                 self._set_durable_locked(last, self.sync_always, lt_now())
                 self.busy = False  # with the publication: see _publish_now
                 woken = self._publish_locked(last)
+                if self.kicked:  # a sync() request: its caller waits for the flusher's Python
+                    self.kicked = False
+                    outcome = 1
                 lt_unlock(&self.mu)
                 _wake_chain(woken, W_DURABLE)
                 self._trim_out()
+                if outcome == 1:
+                    break
         if err:
             raise OSError(err, os.strerror(err))
         if outcome == 4:

@@ -230,3 +230,32 @@ def test_sigkill_keeps_every_acknowledged_append_of_a_lone_appender(tmp_path, fs
             assert sorted(got) == list(range(min(got), max(got) + 1))  # no gap
             missing = [lsn for lsn in acked if got.get(lsn) != acked[lsn]]
             assert not missing, f"round {round_}: acknowledged LSNs lost or changed: {missing[:5]}"
+
+
+@pytest.mark.parametrize("fsync", ["never", "batch"])
+def test_sync_returns_under_continuous_appends(tmp_path, fsync):
+    """sync() while appenders never let the log go idle (groups back to back in the flusher's loop,
+    and lone-appender writes): the request is served after the group it arrived with, not lost."""
+    import threading
+    from logtide.errors import LogServiceClosed
+    with LogService.open(tmp_path, fsync=fsync, truncation_interval=0) as svc:
+        stop = threading.Event()
+
+        def spin(t):
+            try:
+                while not stop.is_set():
+                    svc.append(b"s" * 64, replica_id=t)
+            except LogServiceClosed:
+                pass
+        ths = [threading.Thread(target=spin, args=(t,)) for t in range(3)]
+        for th in ths:
+            th.start()
+        try:
+            for _ in range(20):
+                target = svc.get_latest_lsn()
+                svc.sync()
+                assert svc.stats()["synced_lsn"] >= target
+        finally:
+            stop.set()
+            for th in ths:
+                th.join()
