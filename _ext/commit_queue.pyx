@@ -9,10 +9,17 @@ whose LSN is <= lsn: the waiter list is in LSN order (waiters register under the
 LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
 LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
 
+With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
+whole loop without the GIL (write, sync, index, publish, group after group), returning only what
+needs Python; and with `configure(direct=True)` (fsync="batch"/"never") an appender that finds the
+log idle writes and indexes its own record, without a thread hand-off.
+
     q = CommitQueue(next_lsn)
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
+    q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
+    q.run(timeout, publish) -> a group for Python (as flush) | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
 
 See docs/wal_format.md ("Durability") for the protocol.
