@@ -9,10 +9,17 @@ whose LSN is <= lsn: the waiter list is in LSN order (waiters register under the
 LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
 LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
 
+With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
+whole loop without the GIL (write, sync, index, publish, group after group), returning only what
+needs Python; and with `configure(direct=True)` (fsync="batch"/"never") an appender that finds the
+log idle writes and indexes its own record, without a thread hand-off.
+
     q = CommitQueue(next_lsn)
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
+    q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
+    q.run(timeout, publish) -> a group for Python (as flush) | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
 
 See docs/wal_format.md ("Durability") for the protocol.
@@ -60,6 +67,9 @@ cdef extern from *:
         ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
         syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
     }
+    static inline void lt_futex_wait_forever(int* w, int val) {
+        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+    }
     static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
     static inline double lt_now(void) {
         struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -84,6 +94,7 @@ cdef extern from *:
     void lt_store64(uint64_t* w, uint64_t v) nogil
     void lt_store(int* w, int v) nogil
     void lt_futex_wait(int* w, int val, long long ns) nogil
+    void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
     double lt_now() nogil
     void lt_mutex_init(lt_mutex* m) nogil
@@ -108,7 +119,6 @@ DEF W_FAILED = 2
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
-DEF WAKE_CHECK_NS = 1000000000   # a sleeping waiter re-checks its word at least once a second
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
 
@@ -160,8 +170,10 @@ cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
 
 
 cdef inline void _sleep(lt_waiter* w) noexcept nogil:
+    # no timeout: the word changes before its wake (no wake is lost), and a timed wait arms and
+    # cancels a timer at every append
     while lt_load(&w.word) == W_WAITING:
-        lt_futex_wait(&w.word, W_WAITING, WAKE_CHECK_NS)
+        lt_futex_wait_forever(&w.word, W_WAITING)
 
 
 cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
@@ -211,6 +223,23 @@ cdef class CommitQueue:
     cdef uint8_t* zeros
     cdef object user_slow           # append_user's general path (a weak method of the LogService)
     cdef Py_ssize_t user_max        # the largest payload append_user frames itself
+    # The bound segment (bind_index): run() and lone appenders write at wend and index there.
+    cdef uint64_t out_first         # the first LSN of the group in `out`
+    cdef bint busy                  # the flusher holds a group (from taking it to its next _take)
+    cdef bint solo                  # a lone appender is writing its own record (see _append)
+    cdef int wfd
+    cdef uint64_t wend              # the segment's logical end: where the next frame goes
+    cdef uint64_t* idx              # its frame offsets (a numpy array's data), icap entries
+    cdef Py_ssize_t icap
+    cdef uint64_t* icount           # its frame count (a numpy uint64[1] cell): entries below are final
+    cdef object idx_owner, cnt_owner
+    cdef uint64_t roll_at, mark_at  # an end reaching either goes through the flusher's Python
+    cdef uint64_t durable           # written and indexed (readers see up to here)
+    cdef uint64_t synced            # fdatasync'ed
+    cdef bint sync_always, direct
+    cdef double batch_interval, unsynced_since
+    cdef _Buf solo_buf
+    cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
 
     def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
                   double handoff_stall=0.0002):
@@ -222,6 +251,9 @@ cdef class CommitQueue:
         self.handoff = handoff
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
+        self.durable = self.synced = next_lsn - 1
+        self.wfd = -1
+        self.mark_at = self.roll_at = 1ULL << 63
         self.max_commit_delay = max_commit_delay
 
     def __dealloc__(self):
@@ -230,6 +262,8 @@ cdef class CommitQueue:
         free(self.out.data)
         free(self.out.starts)
         free(self.zeros)
+        free(self.solo_buf.data)
+        free(self.solo_buf.starts)
         lt_mutex_destroy(&self.mu)
         lt_mutex_destroy(&self.zmu)
 
@@ -319,6 +353,12 @@ cdef class CommitQueue:
         if self.state != Q_OPEN:
             lt_unlock(&self.mu)
             self._refuse()
+        if (self.direct and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
+                and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
+                and self.wend + size < self.roll_at and self.wend + size < self.mark_at
+                # a sync requested or due: the flusher needs the log, so queue
+                and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
+            return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
         if _reserve(&self.fill, size, 1) < 0:
             lt_unlock(&self.mu)
             raise MemoryError()
@@ -332,6 +372,60 @@ cdef class CommitQueue:
         hand = self._pop_ready_locked()
         lt_unlock(&self.mu)
         return self._wait(&w, wake, hand)
+
+    cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
+                               size_t dlen, size_t size) except? 0:
+        """The log is idle and needs no sync per append (fsync="batch"/"never"): write the record
+        here, without waking the flusher and waiting to be woken (two thread hand-offs, most of the
+        cost of such an append). Called with mu held, which it releases; meanwhile appenders queue
+        behind (solo) and the flusher waits for it."""
+        cdef uint64_t lsn = self.next_lsn
+        cdef uint64_t base = self.wend, c
+        cdef int err = 0
+        cdef bint was_synced = False, wake
+        cdef lt_waiter* woken = NULL
+        self.next_lsn += 1
+        self.solo = True
+        lt_unlock(&self.mu)
+        if _reserve(&self.solo_buf, size, 1) < 0:
+            err = -1
+        else:
+            put_frame(self.solo_buf.data, lsn, rtype, pre, plen, src, dlen)
+            with nogil:
+                err = self._write_at(self.wfd, self.solo_buf.data, size, base, False)
+        if err == 0:
+            c = lt_load64(self.icount)
+            self.idx[c + 1] = base + size  # idx[c] is the old end: where this frame starts
+            lt_store64(self.icount, c + 1)
+            self.wend = base + size
+        lt_lock(&self.mu)
+        self.solo = False
+        if err == 0:
+            was_synced = self.durable <= self.synced
+            self.groups += 1
+            self.records += 1
+            self.direct_writes += 1
+            self._set_durable_locked(lsn, False, lt_now())
+            woken = self._publish_locked(lsn)
+        # the flusher waits for this write when appends queued behind it, or a close, a sync request
+        # or a batch sync timer that now starts needs it
+        wake = self.fl_sleeping and (self.appends > 0 or self.state != Q_OPEN or self.kicked or err != 0
+                                     or (self.batch_interval > 0 and was_synced))
+        if wake:
+            self.fl_sleeping = False
+            self.fl_word += 1
+        lt_unlock(&self.mu)
+        if wake:
+            lt_futex_wake(&self.fl_word, 1)
+        if err == -1:
+            self.fail(MemoryError())
+            raise MemoryError()
+        if err:
+            exc = OSError(err, os.strerror(err))
+            self.fail(exc)
+            self._refuse()
+        _wake_chain(woken, W_DURABLE)
+        return lsn
 
     def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
         """Frame one record (data = prefix + payload) and return its LSN once it is published."""
@@ -462,110 +556,113 @@ cdef class CommitQueue:
 
     # -- the flusher --
 
-    def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
-        """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
-        sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
-        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
-        absorbs it), TIMEOUT. OSError when the
-        write or sync fails (the group's waiters are still queued: fail() settles them).
-
-        publish: an LSN to publish first, once the GIL is released (the flusher's previous group):
-        the appender woken then finds the GIL free instead of waiting for the flusher's Python."""
-        cdef double deadline = -1.0, now, t0
+    cdef int _take(self, double timeout, bint sync) noexcept nogil:
+        """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
+        (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
+        cdef double deadline = -1.0, now, wait_until
         cdef int seen
         cdef int outcome = 0
-        cdef Py_ssize_t n, i, appends
-        cdef uint64_t first
+        cdef Py_ssize_t appends
         cdef _Buf tmp
-        cdef int err = 0
-        cdef double wait_until
-        cdef size_t nbytes
         cdef lt_waiter* stalled
-        with nogil:
-            if publish:
-                lt_lock(&self.mu)
-                stalled = self._publish_locked(publish)
+        lt_lock(&self.mu)
+        self.busy = False
+        wait_until = lt_now() + timeout
+        while True:
+            now = lt_now()
+            stalled = self._take_stalled_locked(now)
+            if stalled != NULL:
                 lt_unlock(&self.mu)
                 _wake_chain(stalled, W_DURABLE)
-            lt_lock(&self.mu)
-            wait_until = lt_now() + timeout
-            while True:
-                now = lt_now()
-                stalled = self._take_stalled_locked(now)
-                if stalled != NULL:
-                    lt_unlock(&self.mu)
-                    _wake_chain(stalled, W_DURABLE)
-                    lt_lock(&self.mu)
-                    continue
-                if self.appends:
-                    if self.state != Q_OPEN or self.appends >= self.want:
-                        break
-                    if deadline < 0:  # commit delay, from the first sight of this group
-                        deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
-                    if now >= deadline:
-                        break
-                    wait_until = deadline
-                elif self.kicked:
-                    self.kicked = False
-                    outcome = 1
-                    break
-                elif self.state != Q_OPEN:
-                    outcome = 2
-                    stalled = self.ready  # the last appenders are settled before the flusher leaves
-                    self.ready = self.ready_tail = NULL
-                    lt_unlock(&self.mu)
-                    _wake_chain(stalled, W_DURABLE)
-                    lt_lock(&self.mu)
-                    break
-                elif now >= wait_until:
-                    outcome = 3
-                    break
-                seen = self.fl_word
-                self.fl_sleeping = True
-                if self.ready != NULL:
-                    wait_until = min(wait_until, self.handed + self.handoff_stall)
-                lt_unlock(&self.mu)
-                lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
                 lt_lock(&self.mu)
-                self.fl_sleeping = False
-            if outcome == 0:
-                self.kicked = False  # the caller checks for sync requests after every group too
-                tmp = self.out
-                self.out = self.fill
-                self.fill = tmp
-                self.fill.len = 0
-                self.fill.n = 0
-                appends = self.appends
-                self.appends = 0
-                first = self.next_lsn - <uint64_t>self.out.n
-                self.last_groups[0] = self.last_groups[1]
-                self.last_groups[1] = appends
-                # the next group waits for as many appends as the larger of the last two (only when
-                # syncing and appenders are concurrent: a lone appender never waits)
-                self.want = max(self.last_groups[0], self.last_groups[1]) if sync else 0
-                if self.want <= 1:
-                    self.want = 0
+                continue
+            if self.solo:  # a lone appender is writing its record itself: after it
+                pass
+            elif self._sync_due(now):
+                outcome = 3
+                break
+            elif self.appends:
+                if self.state != Q_OPEN or self.appends >= self.want:
+                    break
+                if deadline < 0:  # commit delay, from the first sight of this group
+                    deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                if now >= deadline:
+                    break
+                wait_until = deadline
+            elif self.kicked:
+                self.kicked = False
+                outcome = 1
+                break
+            elif self.state != Q_OPEN:
+                outcome = 2
+                stalled = self.ready  # the last appenders are settled before the flusher leaves
+                self.ready = self.ready_tail = NULL
+                lt_unlock(&self.mu)
+                _wake_chain(stalled, W_DURABLE)
+                lt_lock(&self.mu)
+                break
+            elif now >= wait_until:
+                outcome = 3
+                break
+            if self.batch_interval > 0 and self.unsynced_since > 0 and not self.solo:
+                # (a lone appender's write ends with a wake when anything waits for it; a due sync
+                # sends the next appender to the queue, which wakes this thread too)
+                wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
+            seen = self.fl_word
+            self.fl_sleeping = True
+            if self.ready != NULL:
+                wait_until = min(wait_until, self.handed + self.handoff_stall)
             lt_unlock(&self.mu)
-        if outcome != 0:
-            return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
-        n = self.out.n
-        with nogil:
-            if base + self.out.len <= lt_load64(&self.zeroed):  # inside the pre-allocated zeros
-                err = _pwrite_all(fd, self.out.data, self.out.len, base)
-            else:  # the file grows: keep a concurrent zero fill off these bytes
-                lt_lock(&self.zmu)
-                err = _pwrite_all(fd, self.out.data, self.out.len, base)
-                if not err and base + self.out.len > self.zeroed:
-                    lt_store64(&self.zeroed, base + self.out.len)
-                lt_unlock(&self.zmu)
-            if not err and sync:
-                t0 = lt_now()
-                if fdatasync(fd) != 0:
-                    err = lt_errno()
-                else:
-                    self.fsync_avg = 0.8 * self.fsync_avg + 0.2 * (lt_now() - t0)
-        if err:
-            raise OSError(err, os.strerror(err))
+            lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
+            lt_lock(&self.mu)
+            self.fl_sleeping = False
+        if outcome == 0:
+            self.busy = True
+            tmp = self.out
+            self.out = self.fill
+            self.fill = tmp
+            self.fill.len = 0
+            self.fill.n = 0
+            appends = self.appends
+            self.appends = 0
+            self.out_first = self.next_lsn - <uint64_t>self.out.n
+            self.last_groups[0] = self.last_groups[1]
+            self.last_groups[1] = appends
+            # the next group waits for as many appends as the larger of the last two (only when
+            # syncing and appenders are concurrent: a lone appender never waits)
+            self.want = max(self.last_groups[0], self.last_groups[1]) if sync else 0
+            if self.want <= 1:
+                self.want = 0
+        lt_unlock(&self.mu)
+        return outcome
+
+    cdef inline bint _sync_due(self, double now) noexcept nogil:
+        """fsync="batch": written records have waited batch_interval for their sync."""
+        return self.batch_interval > 0 and self.unsynced_since > 0 and now >= self.unsynced_since + self.batch_interval
+
+    cdef int _write_at(self, int fd, const uint8_t* data, size_t n, uint64_t base, bint sync) noexcept nogil:
+        """Write n bytes at file offset base (fdatasync when sync): 0, or the errno."""
+        cdef int err
+        cdef double t0
+        if base + n <= lt_load64(&self.zeroed):  # inside the pre-allocated zeros
+            err = _pwrite_all(fd, data, n, base)
+        else:  # the file grows: keep a concurrent zero fill off these bytes
+            lt_lock(&self.zmu)
+            err = _pwrite_all(fd, data, n, base)
+            if not err and base + n > self.zeroed:
+                lt_store64(&self.zeroed, base + n)
+            lt_unlock(&self.zmu)
+        if not err and sync:
+            t0 = lt_now()
+            if fdatasync(fd) != 0:
+                err = lt_errno()
+            else:
+                self.fsync_avg = 0.8 * self.fsync_avg + 0.2 * (lt_now() - t0)
+        return err
+
+    cdef object _group(self, uint64_t base):
+        """The group in `out` as flush() returns it; counts it and frees a huge buffer."""
+        cdef Py_ssize_t n = self.out.n, i
         cdef cnp.ndarray[cnp.uint64_t, ndim=1] starts = np.empty(n, dtype=np.uint64)
         cdef uint64_t* sp = <uint64_t*>starts.data
         for i in range(n):
@@ -573,11 +670,184 @@ cdef class CommitQueue:
         self.groups += 1
         self.records += n
         nbytes = self.out.len
+        self._trim_out()
+        return self.out_first, self.out_first + <uint64_t>n - 1, starts, nbytes
+
+    cdef inline void _trim_out(self) noexcept nogil:
         if self.out.cap > KEEP_BYTES:  # a huge append_many: do not keep its buffer for ever
             free(self.out.data)
             free(self.out.starts)
             memset(&self.out, 0, sizeof(_Buf))
-        return first, first + <uint64_t>n - 1, starts, nbytes
+
+    def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
+        """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
+        sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
+        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
+        absorbs it), TIMEOUT. OSError when the write or sync fails (the group's waiters are still
+        queued: fail() settles them). The caller indexes the group and publishes it.
+
+        publish: an LSN to publish first, once the GIL is released (the flusher's previous group):
+        the appender woken then finds the GIL free instead of waiting for the flusher's Python."""
+        cdef int outcome, err = 0
+        with nogil:
+            if publish:
+                self._publish_now(publish)
+            outcome = self._take(timeout, sync)
+            if outcome == 0:
+                lt_lock(&self.mu)
+                self.kicked = False  # the caller checks for sync requests after every group too
+                lt_unlock(&self.mu)
+                err = self._write_at(fd, self.out.data, self.out.len, base, sync)
+        if outcome != 0:
+            return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
+        if err:
+            raise OSError(err, os.strerror(err))
+        return self._group(base)
+
+    cdef void _publish_now(self, uint64_t lsn) noexcept nogil:
+        """Publish the flusher's last group, which it no longer holds: in the same step, so that an
+        appender it wakes finds the log idle (and may write itself) rather than a group in hand."""
+        cdef lt_waiter* first
+        lt_lock(&self.mu)
+        self.busy = False
+        first = self._publish_locked(lsn)
+        lt_unlock(&self.mu)
+        _wake_chain(first, W_DURABLE)
+
+    # -- the bound segment: the flusher's loop without Python, and lone appenders --
+
+    def bind_index(self, int fd, cnp.ndarray starts not None, cnp.ndarray count not None, uint64_t end,
+                   uint64_t roll_at) -> None:
+        """The segment run() (and a lone appender) writes: its fd, its frame index (uint64 `starts`,
+        entry k = the offset of its k-th frame, entry count = its logical end) and the uint64[1] cell
+        holding that count, which the queue advances after writing. Only the thread that holds the
+        log (the flusher between groups, with busy set) may call it. end: the logical end;
+        roll_at: the size at which the flusher's Python takes over (to roll the segment)."""
+        if starts.dtype != np.uint64 or count.dtype != np.uint64 or not starts.flags.c_contiguous \
+                or not count.flags.c_contiguous or count.shape[0] < 1 or starts.shape[0] < 1:
+            raise ValueError("bind_index takes C-contiguous uint64 arrays")
+        if (<uint64_t*>count.data)[0] >= <uint64_t>starts.shape[0]:
+            raise ValueError("the index is smaller than its count")
+        self.idx_owner, self.cnt_owner = starts, count
+        self.idx = <uint64_t*>starts.data
+        self.icap = starts.shape[0]
+        self.icount = <uint64_t*>count.data
+        self.wfd = fd
+        self.wend = end
+        self.roll_at = roll_at
+
+    def configure(self, bint sync_always, bint direct, double batch_interval) -> None:
+        """How run() and lone appenders behave: fdatasync every group (fsync="always"); let an
+        appender that finds the log idle write its record itself (fsync="batch"/"never"); a batch
+        sync falls due batch_interval seconds after the first unsynced write (0: never)."""
+        self.sync_always = sync_always
+        self.direct = direct
+        self.batch_interval = batch_interval
+
+    @property
+    def mark(self) -> int:
+        """A write whose end reaches this offset is handed to the flusher's Python (pre-allocation)."""
+        return self.mark_at
+
+    @mark.setter
+    def mark(self, uint64_t value) -> None:
+        self.mark_at = value
+
+    @property
+    def durable_lsn(self) -> int:
+        """The highest LSN written and indexed: what readers may see."""
+        return lt_load64(&self.durable)
+
+    @property
+    def synced_lsn(self) -> int:
+        """The highest LSN known fdatasync'ed."""
+        return lt_load64(&self.synced)
+
+    def set_durable(self, uint64_t lsn, bint synced) -> None:
+        """The flusher's Python indexed up to lsn (synced: and it is on disk)."""
+        lt_lock(&self.mu)
+        self._set_durable_locked(lsn, synced, lt_now())
+        lt_unlock(&self.mu)
+
+    cdef inline void _set_durable_locked(self, uint64_t lsn, bint synced, double now) noexcept nogil:
+        if lsn > self.durable:
+            if self.durable <= self.synced and not synced:
+                self.unsynced_since = now  # the batch sync timer starts
+            lt_store64(&self.durable, lsn)
+        if synced and lsn > self.synced:
+            lt_store64(&self.synced, lsn)
+            self.unsynced_since = 0.0
+
+    def note_synced(self, uint64_t lsn) -> None:
+        """Everything up to lsn is fdatasync'ed (a batch or requested sync)."""
+        lt_lock(&self.mu)
+        if lsn > self.synced:
+            lt_store64(&self.synced, lsn)
+        self.unsynced_since = 0.0 if self.synced >= self.durable else lt_now()
+        lt_unlock(&self.mu)
+
+    @property
+    def failure(self):
+        """The exception that failed the queue (a write or sync), or None."""
+        return self.failure
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def run(self, double timeout, uint64_t publish=0):
+        """The flusher's loop (bind_index first): take each group, write it to the bound segment at its
+        end, fdatasync it (sync_always), index it, publish it and wake its waiters, all with the GIL
+        released. Returns what needs the flusher's Python: a group as flush() returns it, not yet
+        indexed nor published (it reaches the roll size or the pre-allocation mark, or the index is
+        full), or KICKED (a kick(), once the groups queued with it are published), CLOSED, TIMEOUT
+        (idle for `timeout`, or a batch sync due). OSError when a write or sync fails."""
+        cdef int outcome = 0, err = 0
+        cdef uint64_t base = 0, end, c, last
+        cdef Py_ssize_t n, i
+        cdef lt_waiter* woken
+        if self.idx == NULL:
+            raise ValueError("run() needs bind_index() first")
+        with nogil:
+            if publish:
+                self._publish_now(publish)
+            while True:
+                outcome = self._take(timeout, self.sync_always)
+                if outcome != 0:
+                    break
+                n = self.out.n
+                base = self.wend
+                end = base + self.out.len
+                err = self._write_at(self.wfd, self.out.data, self.out.len, base, self.sync_always)
+                if err:
+                    break
+                c = lt_load64(self.icount)
+                if end >= self.roll_at or end >= self.mark_at or c + <uint64_t>n + 1 > <uint64_t>self.icap:
+                    outcome = 4
+                    break
+                for i in range(n):
+                    self.idx[c + i] = self.out.starts[i] + base
+                self.idx[c + n] = end
+                lt_store64(self.icount, c + n)  # release: readers see the entries before the count
+                self.wend = end
+                last = self.out_first + <uint64_t>n - 1
+                lt_lock(&self.mu)
+                self.groups += 1
+                self.records += n
+                self._set_durable_locked(last, self.sync_always, lt_now())
+                self.busy = False  # with the publication: see _publish_now
+                woken = self._publish_locked(last)
+                if self.kicked:  # a sync() request: its caller waits for the flusher's Python
+                    self.kicked = False
+                    outcome = 1
+                lt_unlock(&self.mu)
+                _wake_chain(woken, W_DURABLE)
+                self._trim_out()
+                if outcome == 1:
+                    break
+        if err:
+            raise OSError(err, os.strerror(err))
+        if outcome == 4:
+            return self._group(base)
+        return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
 
     # -- pre-allocation --
 

@@ -233,3 +233,43 @@ def test_queue_refuses_after_close_and_failure():
         CommitQueue(1).append_one(0, None, b"x")
     with pytest.raises(TypeError):
         CommitQueue(1).append_many(0, b"", [b"ok", 3])
+
+
+def test_run_writes_indexes_and_publishes_into_the_bound_segment(tmp_path):
+    """run() against a real file: groups land at the bound end, the offsets and count cell advance
+    in place, the durable LSN follows, and a group reaching the roll size comes back to Python
+    unindexed. A lone appender (direct mode) writes and indexes its record in its own call."""
+    import numpy as np
+    q = CommitQueue(1)
+    with pytest.raises(ValueError):
+        q.run(0.01)  # nothing bound
+    with pytest.raises(ValueError):
+        q.bind_index(0, np.zeros(4, dtype=np.int64), np.zeros(1, dtype=np.uint64), 0, 1 << 20)
+    fd = os.open(tmp_path / "seg", os.O_RDWR | os.O_CREAT, 0o644)
+    starts, count = np.zeros(64, dtype=np.uint64), np.zeros(1, dtype=np.uint64)
+    q.set_segment(fd, 0)
+    q.bind_index(fd, starts, count, 0, 4096)
+    q.configure(False, True, 0.0)
+    try:
+        assert q.append_one(0, b"", b"solo") == 1  # idle log: the appender writes itself
+        assert (q.direct_writes, int(count[0]), q.durable_lsn) == (1, 1, 1)
+        apps = [Appender(q, [b"g%d" % i]) for i in range(3)]
+        deadline = time.monotonic() + 30
+        while any(not a.done for a in apps):  # each may have written itself, or queued for run()
+            assert q.run(0.05) in (TIMEOUT, KICKED) and time.monotonic() < deadline
+        assert sorted(a.result for a in apps) == [2, 3, 4] and q.durable_lsn == 4 and int(count[0]) == 4
+        big = Appender(q, [b"x" * 5000])  # reaches the roll size: handed back unindexed
+        got = q.run(1.0)
+        while got == TIMEOUT and time.monotonic() < deadline:
+            got = q.run(0.05)
+        first, last, _, nbytes = got
+        assert (first, last, int(count[0]), q.durable_lsn) == (5, 5, 4, 4) and not big.done
+        q.publish(5)
+        big.thread.join(SETTLE)
+        assert big.result == 5
+        data = os.pread(fd, 1 << 16, 0)
+        found, _, _, _, _ = wal.scan(data, 0, 1, 4)
+        assert list(found[:4]) == list(starts[:4])  # the index holds the frames' real offsets
+    finally:
+        q.fail(RuntimeError("test over"))
+        os.close(fd)

@@ -55,8 +55,8 @@ FAULT = textwrap.dedent("""
     from logtide import LogService
     from logtide.errors import LogServiceFailed, LogServiceError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
-    path = sys.argv[1]
-    svc = LogService.open(path, segment_size=1 << 30)
+    path, fsync, nthreads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    svc = LogService.open(path, segment_size=1 << 30, fsync=fsync)
     for i in range(10):
         svc.append(b"ok%d" % i)
     size = 10 * (20 + 12 + 3)
@@ -68,9 +68,9 @@ FAULT = textwrap.dedent("""
                 svc.append(b"x" * 100)
         except LogServiceFailed as e:
             failures.append(type(e).__name__)
-    ths = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    ths = [threading.Thread(target=work, args=(t,)) for t in range(nthreads)]
     [t.start() for t in ths]; [t.join() for t in ths]
-    assert len(failures) == 8, failures          # every appender got the typed error, none hung
+    assert len(failures) == nthreads, failures   # every appender got the typed error, none hung
     try:
         svc.append(b"after")
         raise SystemExit("append after a failed write must fail")
@@ -78,17 +78,21 @@ FAULT = textwrap.dedent("""
         pass
     recs, _ = svc.read(1, 1 << 20)                # what was durable stays readable
     assert [r.payload for r in recs[:10]] == [b"ok%d" % i for i in range(10)], recs[:10]
-    print("latest", svc.get_latest_lsn(), flush=True)
+    print("direct", svc.stats()["direct_writes"], "latest", svc.get_latest_lsn(), flush=True)
     svc.close()
 """)
 
 
-def test_failed_write_fails_all_waiters_and_recovers(tmp_path):
+@pytest.mark.parametrize("fsync,nthreads", [("always", 8), ("never", 8), ("never", 1)])
+def test_failed_write_fails_all_waiters_and_recovers(tmp_path, fsync, nthreads):
+    """A failed write (EFBIG) fails the queue: with "never" a lone appender's own write fails it too."""
     path = str(tmp_path / "log")
-    p = subprocess.run([sys.executable, "-c", FAULT, path], capture_output=True, text=True, timeout=60,
-                       cwd=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", FAULT, path, fsync, str(nthreads)], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     latest = int(p.stdout.split()[-1])
+    if fsync == "never" and nthreads == 1:
+        assert int(p.stdout.split()[-3]) >= 10  # the lone appender wrote its records itself, the failed one too
     with LogService.open(path) as svc:  # reopen without the limit: a clean log, appends continue
         assert svc.get_latest_lsn() >= latest >= 10
         recs, _ = svc.read(1, 1 << 20)

@@ -6,6 +6,11 @@ it durable with one fdatasync(), indexes it in the segment, then wakes exactly t
 records it covered. `append` returns only once its records are durable (fsync="always"), or written
 to the OS (fsync="batch"/"never").
 
+The flusher's common case runs in the queue without the GIL (CommitQueue.run: write, sync, index,
+publish, group after group); it comes back to Python only to roll a segment, to wake the
+pre-allocation thread, to grow the index, and for syncs, close and failures. With fsync="batch" or
+"never", an appender that finds the log idle writes its record itself (no thread hand-off at all).
+
 A pre-allocation thread keeps zero bytes written (and synced) ahead of the write position and
 prepares the next segment file, so the flusher's fdatasync rarely has a file size or extent to
 update (see docs/wal_format.md, "Pre-allocation").
@@ -15,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 
 from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
 from logtide.engine.logservice.log_format import PREALLOC_FILE, PREFILL_MAX, PREFILL_MIN
@@ -61,20 +65,23 @@ class LogWriter:
         last = segments[-1]
         last.wfd = os.open(last.path, os.O_WRONLY | os.O_CREAT, 0o644)
         next_lsn = last.first_lsn + last.count
-        self.durable_lsn = next_lsn - 1  # highest LSN readers may see
-        self._synced_lsn = self.durable_lsn
         self._sync_wanted = False
-        self._failed: BaseException | None = None
+        self._flush_error: BaseException | None = None
         self._closed = False
-        self.queue = CommitQueue(next_lsn)
+        # the flusher wakes each group's appenders itself, GIL-free (docs/wal_format.md, "Wake-up")
+        self.queue = CommitQueue(next_lsn, handoff=False)
+        self.queue.configure(fsync == "always", fsync != "always", batch_sync_interval if fsync == "batch" else 0.0)
         # the flusher writes at the segment's logical end; past it the file holds only zeros (or
         # nothing): recovery cut anything else
         self.queue.set_segment(last.wfd, os.fstat(last.wfd).st_size)
+        self.queue.bind_index(last.wfd, *last.index_arrays(), last.size, segment_size)
         self.append_one = self.queue.append_one  # (rtype, prefix, payload) -> lsn: the hot path
         discard_prealloc(dirpath)
         self._prealloc_path = os.path.join(dirpath, PREALLOC_FILE)
         self._next_size = 0       # bytes of the prepared next segment file, 0 when none (under _mu)
-        self._wake_at = 0         # the flusher wakes the pre-allocation thread when the end reaches it (_mu)
+        # the flusher wakes the pre-allocation thread when the end reaches this mark (_mu); the
+        # thread's first run (below) sets it
+        self._wake_at = _NEVER
         self.prealloc_errors = 0  # failed pre-allocations (the writer then grows the file itself)
         self._prep_wake = threading.Event()
         self._preparer = threading.Thread(target=self._prepare_loop, name="logservice-prealloc", daemon=True)
@@ -82,6 +89,29 @@ class LogWriter:
         self._prep_wake.set()
         self._flusher = threading.Thread(target=self._flush_loop, name="logservice-flusher", daemon=True)
         self._flusher.start()
+
+    @property
+    def durable_lsn(self) -> int:
+        """The highest LSN readers may see (written, and synced with fsync="always")."""
+        return self.queue.durable_lsn
+
+    @property
+    def _synced_lsn(self) -> int:
+        return self.queue.synced_lsn
+
+    @property
+    def _failed(self) -> BaseException | None:
+        """What failed the log: the flusher's error, or a lone appender's (in the queue)."""
+        return self._flush_error or self.queue.failure
+
+    @property
+    def _wake_at(self) -> int:
+        return self.queue.mark
+
+    @_wake_at.setter
+    def _wake_at(self, value: int) -> None:
+        # the queue hands the group whose end reaches it to the flusher's Python
+        self.queue.mark = value
 
     @property
     def groups(self) -> int:
@@ -106,35 +136,33 @@ class LogWriter:
             self._flush_until_closed()
         except BaseException as exc:  # a failed write or sync: every waiter gets LogServiceFailed
             with self.cv:
-                self._failed = exc
+                self._flush_error = exc
                 self.cv.notify_all()
             self.queue.fail(exc)
 
     def _flush_until_closed(self) -> None:
         q, always, batch = self.queue, self.fsync == "always", self.fsync == "batch"
-        last_sync = time.monotonic()
-        pending = 0  # the last group's LSN, published by the next flush() once the GIL is released
+        pending = 0  # the last group's LSN, published by the next run() once the GIL is released
         while True:
-            seg = self.segments[-1]
-            unsynced = self._synced_lsn < self.durable_lsn
-            timeout = self._batch_interval if (batch and unsynced) else _IDLE_WAIT
-            got = q.flush(seg.wfd, always, seg.size, timeout, pending)
+            # the common case stays in there: groups written, synced, indexed and published in C
+            got = q.run(_IDLE_WAIT, pending)
             pending = 0
+            seg = self.segments[-1]
             if got is CLOSED:
+                if q.failure is not None:  # a lone appender's write failed
+                    raise q.failure
                 return
             if got is KICKED or got is TIMEOUT:
-                if self._sync_wanted or (got is TIMEOUT and batch and unsynced):
+                if self._sync_wanted or (got is TIMEOUT and batch):
                     self._sync(seg)
-                    last_sync = time.monotonic()
                 continue
+            # a group that rolls the segment, reaches the pre-allocation mark or fills the index
             first, last, starts, nbytes = got
             end = seg.size + nbytes
             rolled = self._roll(seg, last + 1) if end >= self.segment_size else None
             with self._mu:
                 seg.extend(starts, end)
-                self.durable_lsn = last
-                if always or rolled is not None:
-                    self._synced_lsn = last
+                q.set_durable(last, always or rolled is not None)
                 if rolled is not None:
                     self.segments.append(rolled)
                     # with the list, so the pre-allocation thread sees a segment and its generation together;
@@ -143,17 +171,18 @@ class LogWriter:
                 prepare = rolled is not None or end >= self._wake_at
                 if prepare:
                     self._wake_at = _NEVER  # until the pre-allocation thread sets the next mark
+                live = self.segments[-1]
+                q.bind_index(live.wfd, *live.index_arrays(), live.size, self.segment_size)
             if rolled is not None:
                 fd, seg.wfd = seg.wfd, -1
                 os.close(fd)
             if prepare:
                 self._prep_wake.set()
             pending = last
-            if self._sync_wanted or (batch and time.monotonic() - last_sync >= self._batch_interval):
+            if self._sync_wanted:
                 q.publish(pending)  # written: batch appenders need not wait for this sync
                 pending = 0
-                self._sync(self.segments[-1] if rolled is None else rolled)
-                last_sync = time.monotonic()
+                self._sync(self.segments[-1])
 
     def _sync(self, seg: Segment) -> None:
         """fdatasync what is written (fsync="batch"/"never", sync()), then tell sync() callers."""
@@ -161,15 +190,15 @@ class LogWriter:
         if self._synced_lsn < target:
             os.fdatasync(seg.wfd)
         with self.cv:
-            self._synced_lsn = max(self._synced_lsn, target)
+            self.queue.note_synced(target)
             self._sync_wanted = False
             self.cv.notify_all()
 
     def _roll(self, old: Segment, first_lsn: int) -> Segment:
         """Seal the full segment and start the next one, named by its first LSN: the prepared,
-        zero-filled file when the pre-allocation thread has one ready, else a new empty file."""
-        if self.fsync != "never":
-            os.fdatasync(old.wfd)
+        zero-filled file when the pre-allocation thread has one ready, else a new empty file. The
+        full segment is synced in every mode: sync() and the flusher sync only the newest file."""
+        os.fdatasync(old.wfd)
         new = Segment(self.dirpath, first_lsn)
         with self._mu:
             size, self._next_size = self._next_size, 0

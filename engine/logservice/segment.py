@@ -1,7 +1,9 @@
 """Segment: one log file named by its first LSN, with its LSN -> offset index.
 
 LSNs inside a segment are dense, so the index is an array: frame k (LSN first_lsn + k) starts at
-starts[k] and ends at starts[k + 1]; starts[count] is the end of the last good frame.
+starts[k] and ends at starts[k + 1]; starts[count] is the end of the last good frame. The count lives
+in a one-element array so that the log writer's Cython queue can index frames without the GIL
+(entries first, then the count: a reader that sees a count sees its entries).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from logtide.engine.logservice.log_format import segment_name
 
 
 class Segment:
-    __slots__ = ("first_lsn", "path", "count", "_starts", "_rfd", "wfd", "prefilled", "__weakref__")
+    __slots__ = ("first_lsn", "path", "_n", "_starts", "_rfd", "wfd", "prefilled", "__weakref__")
 
     def __init__(self, dirpath: str, first_lsn: int, starts: np.ndarray | None = None, end: int = 0) -> None:
         self.first_lsn = first_lsn
@@ -23,10 +25,20 @@ class Segment:
         if n:
             self._starts[:n] = starts
         self._starts[n] = end
-        self.count = n
+        self._n = np.array([n], dtype=np.uint64)
         self._rfd = -1
         self.wfd = -1
         self.prefilled = 0  # bytes of zeros a new segment file came with (the prepared next segment)
+
+    @property
+    def count(self) -> int:
+        """Frames indexed."""
+        return int(self._n[0])
+
+    def index_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole offset array (its capacity) and the count cell, for the writer's queue, which
+        appends entries in place while they fit (extend() replaces a full array by a larger one)."""
+        return self._starts, self._n
 
     @property
     def last_lsn(self) -> int:
@@ -45,14 +57,15 @@ class Segment:
     def extend(self, starts, end: int) -> None:
         """Index frames just written: their absolute offsets and the new end of the file."""
         n = len(starts)
-        need = self.count + n + 1
+        count = self.count
+        need = count + n + 1
         if need > len(self._starts):
             grown = np.empty(max(need, 2 * len(self._starts)), dtype=np.uint64)
-            grown[: self.count + 1] = self._starts[: self.count + 1]
+            grown[: count + 1] = self._starts[: count + 1]
             self._starts = grown
-        self._starts[self.count: self.count + n] = starts
-        self._starts[self.count + n] = end
-        self.count += n
+        self._starts[count: count + n] = starts
+        self._starts[count + n] = end
+        self._n[0] = count + n
 
     def offset_of(self, lsn: int) -> int:
         return int(self._starts[lsn - self.first_lsn])

@@ -357,12 +357,14 @@ class LogService(LogServiceClient):
         return self._config
 
     def stats(self) -> dict:
-        """Counters: flush groups so far (records / groups = the group-commit factor), segments,
-        failed pre-allocations."""
+        """Counters: writes so far (groups; records / groups = the group-commit factor), of which
+        direct_writes were a lone appender's own (fsync="batch"/"never"), segments, the latest and
+        the synced LSN, failed pre-allocations."""
         with self._cv:
-            return {"groups": self._writer.groups, "segments": len(self._segments),
-                    "latest_lsn": self._writer.durable_lsn, "first_lsn": self._segments[0].first_lsn,
-                    "prealloc_errors": self._writer.prealloc_errors}
+            q = self._writer.queue
+            return {"groups": self._writer.groups, "direct_writes": q.direct_writes, "segments": len(self._segments),
+                    "latest_lsn": self._writer.durable_lsn, "synced_lsn": q.synced_lsn,
+                    "first_lsn": self._segments[0].first_lsn, "prealloc_errors": self._writer.prealloc_errors}
 
     def sync(self) -> None:
         """Make every appended record durable now (for fsync="batch"/"never")."""
