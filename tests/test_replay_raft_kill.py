@@ -41,9 +41,17 @@ def _stop(p):
 
 
 def _pages(c, nblocks):
+    """{block: live items} of blocks 0.. up to the last block ever used, at least `nblocks`: an
+    unacknowledged write may have gone to a new block past every acknowledged row."""
     from logtide._ext import page as pg
     from logtide.replay.row_address import rel_tag
-    return {b: pg.items(c.ReadPage(tag=list(rel_tag(REL, b))).page) for b in range(nblocks)}
+    out, b = {}, 0
+    while True:
+        page = c.ReadPage(tag=list(rel_tag(REL, b))).page
+        if b >= nblocks and pg.nslots(page) == 0:
+            return out
+        out[b] = pg.items(page)
+        b += 1
 
 
 class Load:
@@ -115,7 +123,10 @@ def _check(c, load, nblocks):
     for old, d in moving.items():
         new_there = d in extra.values()
         old_there = live.get(old) == load.rows[old]
-        assert new_there != old_there, f"the update of {old} is half-visible (old {old_there}, new {new_there})"
+        assert new_there != old_there, (
+            f"the update of {old} is half-visible (old {old_there}, new {new_there}): at {old} now "
+            f"{live.get(old, b'nothing')[:24]!r}, its new data {d[:24]!r} at "
+            f"{[t for t, v in live.items() if v == d]}; {len(load.unknown)} writes of unknown outcome")
     return pages
 
 

@@ -82,7 +82,7 @@ class LogServiceServicer:
 
     def _group(self, ids: list, payloads: list, rids: list, rtype: int, parts: list, failed: list) -> None:
         try:
-            first = self.svc.append_each(payloads, rids, rtype)
+            first = self.svc.append_group(payloads, rids, rtype)
         except Exception as exc:  # noqa: BLE001 - nothing of the group was acknowledged
             failed.extend((i, exc) for i in ids)
             return

@@ -185,13 +185,13 @@ class LogService(LogServiceClient):
                                      f"{self._config.max_record_size} (with the 12-byte header)")
         return self._writer.append(rtype, prefix, payloads)
 
-    def append_each(self, payloads: list, replica_ids: list, type: int = USER_RECORD) -> int:
+    def append_group(self, payloads: list, replica_ids: list, type: int = USER_RECORD) -> int:
         """Append payloads[k] as a record of replica replica_ids[k], all as one group (consecutive
         LSNs, durable together); returns the first LSN. What a server does with the appends of many
         clients that arrive together."""
         self._check_open()
         if len(payloads) != len(replica_ids) or not payloads:
-            raise InvalidArgument("append_each needs as many replica ids as payloads, and at least one")
+            raise InvalidArgument("append_group needs as many replica ids as payloads, and at least one")
         rtype = self._type_arg(type)
         limit = self._config.max_record_size
         datas = []

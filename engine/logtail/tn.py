@@ -178,6 +178,8 @@ class TransactionNode:
     def __init__(self, log, store: ObjectStore, *, heartbeat_ms: float = 2.0, page_size: int = 256,
                  max_pull_rows: int = 1 << 20) -> None:
         self.log = log
+        # a log whose LSNs have gaps (the replicated one) names each record's LSN; else they are dense
+        self._append_each = getattr(log, "append_each", None)
         self.store = store
         self.heartbeat_s = heartbeat_ms / 1000.0
         self.max_pull_rows = max_pull_rows
@@ -266,13 +268,17 @@ class TransactionNode:
         committers are released just before the append (see relay_commit.py)."""
         payloads = [fmt.encode(q.rec) for q in group]
         release()
-        first = self.log.append_many(payloads)
+        if self._append_each is None:
+            first = self.log.append_many(payloads)
+            lsns = range(first, first + len(group))
+        else:
+            lsns = self._append_each(payloads)
         with self._cv:
             lsn_ts = self._lsn_ts
             handles = []
-            for k, q in enumerate(group):
+            for q, lsn in zip(group, lsns):
                 rec = q.rec
-                lsn_ts.append((rec.ts, first + k))
+                lsn_ts.append((rec.ts, lsn))
                 if q.publish is None:       # a commit: its handle joins the group's (one logtail call)
                     handles.append(self._commit_handle(rec.ts, rec.batches))
                 else:
@@ -282,7 +288,7 @@ class TransactionNode:
                     q.publish(rec)
             if handles:
                 self.logtail.append_many(handles)
-            self.last_lsn = first + len(group) - 1
+            self.last_lsn = lsns[-1]
             self.last_ts = max(self.last_ts, group[-1].rec.ts)
             if self._streams:       # the pusher: one wake-up (and one update message) per group
                 self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
