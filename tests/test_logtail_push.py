@@ -100,6 +100,12 @@ def test_oversize_pull_flushes_first(tmp_path):
 def test_checkpoint_truncates_logtail_and_reports_the_replayed_lsn(tn):
     for k in range(30):
         commit(tn, "a", [k])
+    # the checkpoint keeps what the push loop has not sent yet; with no stream open its heartbeat
+    # moves pushed_ts within a few ms (commits can outrun it)
+    end = time.monotonic() + 10
+    while tn.pushed_ts < tn.last_ts:
+        assert time.monotonic() < end, "the push loop's heartbeat never caught up"
+        time.sleep(0.002)
     before = len(tn.logtail)
     ckp = tn.checkpoint_now()
     assert len(tn.logtail) < before and tn.logtail.first_ts() > ckp.ts
