@@ -242,6 +242,17 @@ def _hammer(client, threads: int, stop: threading.Event, acked: list, failures: 
     return ths
 
 
+def _latest_after_restart(client, timeout: float = 15.0) -> int:
+    """The restarted server's latest LSN, once the client's next call reconnects."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return client.get_latest_lsn()
+        except RpcError:
+            assert time.monotonic() < end, "the client did not reconnect to the restarted server"
+            time.sleep(0.2)
+
+
 def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
     from logtide import connect_logservice
     port = _free_port()
@@ -281,14 +292,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
 
         # restarted on the same port and directory: the next call reconnects; nothing acknowledged is lost
         p = _serve(tmp_path / "log", port)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                latest = client.get_latest_lsn()
-                break
-            except RpcError:
-                assert time.monotonic() < end
-                time.sleep(0.2)
+        latest = _latest_after_restart(client)
         assert latest >= len(acked) and latest >= max(lsn for lsn, _, _ in acked)
         recs, _ = client.read(1, 1 << 30)
         by_lsn = {r.lsn: r.payload for r in recs}
@@ -328,14 +332,7 @@ def test_sigkill_mid_batch_under_32_callers(tmp_path):
         assert client._rpc.transport.stream.inflight == 0
 
         p = _serve(tmp_path / "log", port)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                latest = client.get_latest_lsn()
-                break
-            except RpcError:
-                assert time.monotonic() < end
-                time.sleep(0.2)
+        latest = _latest_after_restart(client)
         lsns = [lsn for lsn, _, _ in acked]
         assert len(set(lsns)) == len(lsns) and latest >= max(lsns)
         recs, _ = client.read(1, 1 << 30)
