@@ -86,6 +86,8 @@ class PipelinedCommitter(Generic[T]):
         with self._lock:
             if self._published >= ticket:
                 return
+            if self._failed is not None:    # a publication failed: its items and all after it fail
+                raise GroupCommitFailed(f"the group could not be published ({self._failed!r})") from self._failed
             pending = self._pending
             items, lsns = [], []
             while pending and pending[0][0] <= durable:
