@@ -105,6 +105,12 @@ class PipelinedCommitter(Generic[T]):
             self.groups += 1
             self.items += len(items)
 
+    def fail(self, exc: BaseException) -> None:
+        """Fail the committer (the caller found its state and its log apart): every later enqueue
+        and every wait not yet published raise GroupCommitFailed."""
+        if self._failed is None:
+            self._failed = exc
+
     def drain(self) -> None:
         """Return once everything queued so far is durable and published."""
         self.wait(self._queued)

@@ -217,8 +217,10 @@ class Primary:
             ticket = self.committer.enqueue(rec, (rec, tags))
             if ticket != lsn:
                 self._closed = True   # the page carries an LSN its record did not get
-                raise LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
+                exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
                                    f"{lsn}); stopping")
+                self.committer.fail(exc)
+                raise exc
         else:
             ticket = self.committer.enqueue((lsn, [rec], [tags]))
         self._assigned_lsn = lsn

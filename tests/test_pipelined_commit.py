@@ -131,3 +131,27 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
         log.close()
     with pytest.raises(LogServiceClosed):
         log.enqueue(b"late")
+
+
+def test_primary_stops_when_someone_else_appends_to_its_log(tmp_path):
+    """The primary stamps a page with the LSN it expects before the log gives one: a log appended to
+    by another writer gives another, and the primary stops (typed error) instead of logging a record
+    under an LSN its page does not carry."""
+    from logtide.errors import LogtideError
+    from logtide.replay.primary import Primary
+    log = LogService.open(tmp_path / "log", fsync="always", truncation_interval=0)
+    primary = Primary(tmp_path / "p", log=log, checkpoint_interval=0)
+    try:
+        assert primary.committer.__class__ is PipelinedCommitter
+        tid = primary.insert(16384, b"one")
+        assert primary.write_lsn == 1 and primary.get(16384, tid) == b"one"
+        log.append(b"intruder")
+        with pytest.raises(LogtideError, match="someone else"):
+            primary.insert(16384, b"two")
+        with pytest.raises(LogtideError):
+            primary.insert(16384, b"three")
+        with pytest.raises(GroupCommitFailed):
+            primary.committer.enqueue(b"x", (b"x", []))
+    finally:
+        primary.crash()       # as a killed process would leave it
+        log.close()
