@@ -32,9 +32,12 @@ class PipelinedCommitter(Generic[T]):
 
     `publish(items, lsns)` makes durable items visible, in LSN order; it runs under `lock` (the
     caller's, when publishing must exclude its writers; else the committer's own). Tickets are LSNs.
+    `on_fail(exc)` is called once when the committer fails (the caller stops taking writes).
     """
 
-    def __init__(self, log, publish: Callable[[list[T], list[int]], None], lock=None) -> None:
+    def __init__(self, log, publish: Callable[[list[T], list[int]], None], lock=None,
+                 on_fail: Callable[[BaseException], None] | None = None) -> None:
+        self._on_fail = on_fail   # told once, when the committer fails
         self._log_enqueue = log.enqueue
         self._log_wait = log.wait_durable
         self._publish = publish
@@ -57,7 +60,7 @@ class PipelinedCommitter(Generic[T]):
             lsn = self._log_enqueue(payload)
         except BaseException as exc:
             # the caller changed its state for this item already: nothing may commit after it
-            self._failed = exc
+            self.fail(exc)
             raise GroupCommitFailed(f"the log refused the record ({exc!r})") from exc
         self._pending.append((lsn, item))
         self._queued = lsn
@@ -81,7 +84,7 @@ class PipelinedCommitter(Generic[T]):
         try:
             durable = self._log_wait(ticket)
         except LogtideError as exc:
-            self._failed = exc
+            self.fail(exc)
             raise GroupCommitFailed(f"the group could not be flushed ({exc!r})") from exc
         with self._lock:
             if self._published >= ticket:
@@ -99,7 +102,7 @@ class PipelinedCommitter(Generic[T]):
             try:
                 self._publish(items, lsns)
             except BaseException as exc:
-                self._failed = exc
+                self.fail(exc)
                 raise
             self._published = lsns[-1]
             self.groups += 1
@@ -110,6 +113,8 @@ class PipelinedCommitter(Generic[T]):
         and every wait not yet published raise GroupCommitFailed."""
         if self._failed is None:
             self._failed = exc
+            if self._on_fail is not None:
+                self._on_fail(exc)
 
     def drain(self) -> None:
         """Return once everything queued so far is durable and published."""

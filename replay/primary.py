@@ -128,7 +128,7 @@ class Primary:
         if callable(getattr(log, "enqueue", None)) and callable(getattr(log, "wait_durable", None)):
             # the embedded log: a record goes into the log under the WAL insert lock, each writer
             # waits for durability alone, and the first of a durable group publishes it
-            self.committer = PipelinedCommitter(log, self._publish_group)
+            self.committer = PipelinedCommitter(log, self._publish_group, on_fail=self._stop_writes)
         else:   # a remote or replicated log: one group at a time (relay_commit.py)
             self.committer = RelayCommitter(self._write_group)
         self._pipelined = self.committer.__class__ is PipelinedCommitter
@@ -216,7 +216,7 @@ class Primary:
         if self._pipelined:
             ticket = self.committer.enqueue(rec, (rec, tags))
             if ticket != lsn:
-                self._closed = True   # the page carries an LSN its record did not get
+                # the page carries an LSN its record did not get
                 exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
                                    f"{lsn}); stopping")
                 self.committer.fail(exc)
@@ -225,6 +225,11 @@ class Primary:
             ticket = self.committer.enqueue((lsn, [rec], [tags]))
         self._assigned_lsn = lsn
         return ticket
+
+    def _stop_writes(self, exc: BaseException) -> None:
+        """The pipelined committer failed: pages may hold changes the log does not; stop (a restart
+        redoes the log)."""
+        self._closed = True
 
     def _publish_group(self, items: list[tuple], lsns: list[int]) -> None:
         """The pipelined committer's publication of durable records, in LSN order: LogIndex, meta

@@ -155,3 +155,26 @@ def test_primary_stops_when_someone_else_appends_to_its_log(tmp_path):
     finally:
         primary.crash()       # as a killed process would leave it
         log.close()
+
+
+def test_primary_stops_writes_when_its_log_fails(tmp_path):
+    """A log that refuses a record fails the committer, and the primary takes no further write (its
+    pages may hold a change the log does not)."""
+    from logtide.errors import LogtideError
+    from logtide.replay.primary import Primary
+    log = LogService.open(tmp_path / "log", fsync="always", truncation_interval=0)
+    primary = Primary(tmp_path / "p", log=log, checkpoint_interval=0)
+    try:
+        primary.insert(16384, b"one")
+        log.close()
+        with pytest.raises(GroupCommitFailed):
+            primary.insert(16384, b"two")
+        with pytest.raises(LogtideError, match="closed"):
+            primary.insert(16384, b"three")
+    finally:
+        primary.crash()
+    log2 = LogService.open(tmp_path / "log", truncation_interval=0)
+    try:
+        assert log2.get_latest_lsn() == 1
+    finally:
+        log2.close()
