@@ -1086,3 +1086,13 @@ cdef class CommitQueue:
         lt_unlock(&self.mu)
         self._wait(&w, False, hand)
         return lt_load64(&self.published)
+
+    def set_handoff(self, bint handoff) -> None:
+        """How publish wakes durable waiters from now on: one, each later one when an appender gives
+        up the GIL through this queue (True), or all at once by the flusher (False). Writers that
+        run much Python per record (the TN, the primary) gain from the first: woken at once they
+        would queue for the GIL. Safe at any time: waiters already handed on are still woken (by the
+        next waiter, or by the flusher after handoff_stall)."""
+        lt_lock(&self.mu)
+        self.handoff = handoff
+        lt_unlock(&self.mu)

@@ -137,6 +137,12 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         self.q.publish(lsn)
         self.published = max(self.published, lsn)
 
+    @rule(on=st.booleans())
+    def set_handoff(self, on):
+        """Switching how durable waiters are woken, at any time, changes none of the outcomes."""
+        self.q.set_handoff(on)
+        assert self.q.handoff == on
+
     @rule()
     def fail(self):
         self.q.fail(OSError(5, "I/O error"))

@@ -119,8 +119,25 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
         recs, _ = log.read(1, 1 << 20)
         assert [r.payload for r in recs] == [b"x"] + [b"p%d" % i for i in range(5)] + [b"ba"]
         assert recs[-1].replica_id == 3
+        # waking one at a time: every append and wait still returns, each with its own LSN
+        log.set_handoff(True)
+        got, lock = [], threading.Lock()
+
+        def appender(k):
+            for i in range(50):
+                lsn = log.append(b"h") if i % 2 else log.wait_durable(log.enqueue(b"h")) and 0
+                with lock:
+                    got.append(lsn)
+        ths = [threading.Thread(target=appender, args=(k,)) for k in range(8)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        assert not any(th.is_alive() for th in ths) and len(got) == 400
+        assert len({g for g in got if g}) == 200 and log.get_latest_lsn() == lsns[-1] + 401
+        log.set_handoff(False)
         with pytest.raises(InvalidArgument):
-            log.wait_durable(lsns[-1] + 2)                   # not handed out yet
+            log.wait_durable(log.get_latest_lsn() + 1)       # not handed out yet
         with pytest.raises(InvalidArgument):
             log.wait_durable(-1)
         with pytest.raises(InvalidArgument):
