@@ -993,3 +993,106 @@ cdef class CommitQueue:
             w = w.next
         lt_unlock(&self.mu)
         return n
+
+    # -- pipelined appends: queue now, wait for durability later (the TN's and the primary's group
+    # commit: they queue under their own ordering lock and wait without it). Added as a separate
+    # block: the append paths above are unchanged. --
+
+    cdef inline bint _count_append_locked(self) noexcept nogil:
+        """An append queued without a waiter: count it, and say whether the flusher must be woken."""
+        self.appends += 1
+        if self.fl_sleeping and (self.appends == 1 or self.appends >= self.want):
+            self.fl_sleeping = False
+            self.fl_word += 1
+            return True
+        return False
+
+    def enqueue_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
+        """Frame one record (data = prefix + payload) and queue it for the flusher without waiting:
+        its LSN. Calls made one after another get increasing LSNs in call order; wait_durable(lsn)
+        returns once the record is published. It shares groups with every other append."""
+        cdef const uint8_t[::1] view
+        cdef const uint8_t* src
+        cdef size_t dlen, size
+        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+        cdef uint64_t lsn
+        cdef bint wake
+        if PyBytes_CheckExact(payload):
+            src = <const uint8_t*>PyBytes_AS_STRING(payload)
+            dlen = PyBytes_GET_SIZE(payload)
+        else:
+            view = payload
+            dlen = view.shape[0]
+            src = &view[0] if dlen else NULL
+        if plen + dlen > 0xFFFFFFFF:
+            raise ValueError("a record's data does not fit a u32 length")
+        size = WAL_HEADER_SIZE + plen + dlen
+        lt_lock(&self.mu)
+        if self.state != Q_OPEN:
+            lt_unlock(&self.mu)
+            self._refuse()
+        if _reserve(&self.fill, size, 1) < 0:
+            lt_unlock(&self.mu)
+            raise MemoryError()
+        lsn = self.next_lsn
+        self.next_lsn += 1
+        put_frame(self.fill.data + self.fill.len, lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen,
+                  src, dlen)
+        self.fill.starts[self.fill.n] = self.fill.len
+        self.fill.n += 1
+        self.fill.len += size
+        wake = self._count_append_locked()
+        lt_unlock(&self.mu)
+        if wake:
+            lt_futex_wake(&self.fl_word, 1)
+        return lsn
+
+    def wait_durable(self, uint64_t lsn) -> int:
+        """Return once every record up to lsn is published (written, and synced with sync_always),
+        sleeping on a futex with the GIL released: the published LSN then (>= lsn).
+        LogServiceFailed when a write failed first; ValueError for an LSN not handed out yet."""
+        cdef lt_waiter w
+        cdef lt_waiter* p
+        cdef lt_waiter* hand
+        lt_lock(&self.mu)
+        if lsn <= self.published:
+            lsn = self.published
+            lt_unlock(&self.mu)
+            return lsn
+        if self.state == Q_FAILED:
+            lt_unlock(&self.mu)
+            self._refuse()
+        if lsn >= self.next_lsn:
+            lt_unlock(&self.mu)
+            raise ValueError(f"LSN {lsn} was not handed out (the next is {self.next_lsn})")
+        # the waiter list is in LSN order (publish detaches a prefix): appends link at the tail as
+        # they take their LSNs, this waiter comes later, so it goes where its LSN belongs
+        w.word = W_WAITING
+        w.lsn = lsn
+        if self.head == NULL or self.head.lsn > lsn:
+            w.next = self.head
+            self.head = &w
+            if self.tail == NULL:
+                self.tail = &w
+        else:
+            p = self.head
+            while p.next != NULL and p.next.lsn <= lsn:
+                p = p.next
+            w.next = p.next
+            p.next = &w
+            if w.next == NULL:
+                self.tail = &w
+        hand = self._pop_ready_locked()
+        lt_unlock(&self.mu)
+        self._wait(&w, False, hand)
+        return lt_load64(&self.published)
+
+    def set_handoff(self, bint handoff) -> None:
+        """How publish wakes durable waiters from now on: one, each later one when an appender gives
+        up the GIL through this queue (True), or all at once by the flusher (False). Writers that
+        run much Python per record (the TN, the primary) gain from the first: woken at once they
+        would queue for the GIL. Safe at any time: waiters already handed on are still woken (by the
+        next waiter, or by the flusher after handoff_stall)."""
+        lt_lock(&self.mu)
+        self.handoff = handoff
+        lt_unlock(&self.mu)

@@ -23,10 +23,10 @@ T = TypeVar("T")
 WAIT_TIMEOUT_S = 60.0
 
 
-_QUEUED, _DONE, _LEAD, _FAILED = 0, 1, 2, 3
+QUEUED, DONE, LEAD, FAILED = 0, 1, 2, 3
 
 
-class _Waiter:
+class Waiter:
     """A blocked writer: its ticket and a lock it sleeps on until it is settled (one wake-up)."""
     __slots__ = ("ticket", "lock", "state", "successor")
 
@@ -34,8 +34,8 @@ class _Waiter:
         self.ticket = ticket
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.state = _QUEUED
-        self.successor: _Waiter | None = None   # the next writer of its group, woken by this one
+        self.state = QUEUED
+        self.successor: Waiter | None = None   # the next writer of its group, woken by this one
 
 
 class GroupCommitter(Generic[T]):
@@ -56,7 +56,7 @@ class GroupCommitter(Generic[T]):
         self.chain = chain
         self._mu = threading.Lock()
         self._queue: list[T] = []
-        self._waiters: list[_Waiter] = []   # blocked writers, in ticket order
+        self._waiters: list[Waiter] = []   # blocked writers, in ticket order
         self._queued = 0          # tickets handed out
         self._done = 0            # tickets flushed (a prefix: groups are flushed in order)
         self._leading = False
@@ -91,12 +91,13 @@ class GroupCommitter(Generic[T]):
             if self._failed is not None:
                 raise GroupCommitFailed(f"the group could not be flushed ({self._failed!r})") from self._failed
             if self._leading:
-                me = _Waiter(ticket)
+                me = Waiter(ticket)
                 self._waiters.append(me)
             else:
                 self._leading = True
                 me = None
         if me is not None:
+            self._before_sleep()
             if not me.lock.acquire(timeout=self.timeout):
                 with self._mu:
                     gone = me not in self._waiters
@@ -105,28 +106,42 @@ class GroupCommitter(Generic[T]):
                 if not gone:
                     raise GroupCommitTimeout(f"not flushed within {self.timeout} s (the group in flight is stuck)")
                 me.lock.acquire()     # the leader settled us just now: take its word
-            if me.state == _DONE:
+            if me.state == DONE:
                 if me.successor is not None:
                     me.successor.lock.release()
                 return
-            if me.state == _FAILED:
+            if me.state == FAILED:
                 raise GroupCommitFailed(f"the group could not be flushed ({self._failed!r})") from self._failed
         self._lead()    # our item is queued, so the group we take includes it
+
+    # hooks for a subclass (relay_commit.py): what runs before a writer sleeps, the flush call, what
+    # runs after a flush (or its failure), and how a flushed group's writers are woken
+
+    def _before_sleep(self) -> None:
+        pass
+
+    def _run_flush(self, batch: list[T]) -> None:
+        self._flush(batch)
+
+    def _after_flush(self) -> None:
+        pass
 
     def _lead(self) -> None:
         with self._mu:
             batch, self._queue = self._queue, []
         try:
-            self._flush(batch)
+            self._run_flush(batch)
         except BaseException as exc:
+            self._after_flush()
             with self._mu:
                 self._failed = exc
                 self._leading = False
                 waiters, self._waiters = self._waiters, []
             for w in waiters:
-                w.state = _FAILED
+                w.state = FAILED
                 w.lock.release()
             raise
+        self._after_flush()
         with self._mu:
             self._done += len(batch)
             self.groups += 1
@@ -138,12 +153,16 @@ class GroupCommitter(Generic[T]):
             nxt = self._waiters.pop(0) if self._waiters else None
             if nxt is None:
                 self._leading = False
+        self._wake(done, nxt)
+
+    def _wake(self, done: list[Waiter], nxt: Waiter | None) -> None:
+        """Settle a flushed group's writers `done`, and hand leadership to `nxt` (None: nobody waits)."""
         for k, w in enumerate(done):
-            w.state = _DONE
+            w.state = DONE
             if self.chain and k + 1 < len(done):
                 w.successor = done[k + 1]
         if nxt is not None:
-            nxt.state = _LEAD     # its item is queued: it flushes the next group
+            nxt.state = LEAD     # its item is queued: it flushes the next group
             nxt.lock.release()
         for w in done[:1] if self.chain else done:
             w.lock.release()

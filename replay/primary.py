@@ -26,6 +26,7 @@ import numpy as np
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
+from logtide.engine.pipelined_commit import PipelinedCommitter
 from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
                             TruncatedSubscribeError)
@@ -124,7 +125,13 @@ class Primary:
         self.consistent_lsn = ctl.consistent_lsn
         self.recovered_records = self._recover(ctl)
         self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
-        self.committer: RelayCommitter[tuple] = RelayCommitter(self._write_group)
+        if callable(getattr(log, "enqueue", None)) and callable(getattr(log, "wait_durable", None)):
+            # the embedded log: a record goes into the log under the WAL insert lock, each writer
+            # waits for durability alone, and the first of a durable group publishes it
+            self.committer = PipelinedCommitter(log, self._publish_group, on_fail=self._stop_writes)
+        else:   # a remote or replicated log: one group at a time (relay_commit.py)
+            self.committer = RelayCommitter(self._write_group)
+        self._pipelined = self.committer.__class__ is PipelinedCommitter
         self._adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
@@ -206,9 +213,38 @@ class Primary:
     def _queue(self, lsn: int, rec: bytes, tags: list[tuple]) -> int:
         """Under the WAL insert lock and the page lock(s), once the page(s) carry the change: queue the
         record of LSN `lsn` (the next one); the ticket to wait on."""
-        ticket = self.committer.enqueue((lsn, [rec], [tags]))
+        if self._pipelined:
+            ticket = self.committer.enqueue(rec, (rec, tags))
+            if ticket != lsn:
+                # the page carries an LSN its record did not get
+                exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
+                                   f"{lsn}); stopping")
+                self.committer.fail(exc)
+                raise exc
+        else:
+            ticket = self.committer.enqueue((lsn, [rec], [tags]))
         self._assigned_lsn = lsn
         return ticket
+
+    def _stop_writes(self, exc: BaseException) -> None:
+        """The pipelined committer failed: pages may hold changes the log does not; stop (a restart
+        redoes the log)."""
+        self._closed = True
+
+    def _publish_group(self, items: list[tuple], lsns: list[int]) -> None:
+        """The pipelined committer's publication of durable records, in LSN order: LogIndex, meta
+        queue, write LSN."""
+        if len(items) == 1:
+            tags = items[0][1]
+            lsn_of_tags = lsns * len(tags)
+        else:
+            tags, lsn_of_tags = [], []
+            for (_, ts), lsn in zip(items, lsns):
+                tags.extend(ts)
+                lsn_of_tags.extend([lsn] * len(ts))
+        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsn_of_tags, dtype=np.uint64))
+        self.queue.push_many(lsns, [xw.wal_meta(rec) for rec, _ in items])
+        self.write_lsn = lsns[-1]
 
     def _write_group(self, group: list[tuple], release) -> None:
         """The committer's flush: append the group's records with one fsync, then publish them in
@@ -291,8 +327,7 @@ class Primary:
                     pg.add(page, off, data)
                     pg.set_lsn(page, lsn)
                     self.pool.mark_dirty(f, lsn)
-                    ticket = self.committer.enqueue((lsn, [rec], [[tag]]))
-                    self._assigned_lsn = lsn
+                    ticket = self._queue(lsn, rec, [tag])
             finally:
                 if f >= 0:
                     self.pool.unpin(f)
@@ -330,8 +365,12 @@ class Primary:
                         self.pool.unpin(f)
                 tags.append([tag])
                 tids.append((block, off))
-            self._assigned_lsn = base + len(recs)
-            ticket = self.committer.enqueue((base + 1, recs, tags))
+            if self._pipelined:
+                for i, rec in enumerate(recs):
+                    ticket = self._queue(base + 1 + i, rec, tags[i])
+            else:
+                self._assigned_lsn = base + len(recs)
+                ticket = self.committer.enqueue((base + 1, recs, tags))
         self.committer.wait(ticket)
         return tids
 

@@ -401,3 +401,39 @@ class LogService(LogServiceClient):
                 self.close()
         except Exception:
             pass
+
+    # --- pipelined appends: queue now, wait for durability later ----------------------------------
+    # (for a writer that orders its records under its own lock and must not hold that lock across
+    # the fsync: the TN's commits, the primary's WAL; a separate block, the append paths are unchanged)
+
+    def enqueue(self, payload: bytes, replica_id: int = 0) -> int:
+        """Queue one user record without waiting for it: its LSN. Calls made one after another get
+        increasing LSNs in call order, and share groups (fsyncs) with every other append.
+        `wait_durable(lsn)` returns once the record is as durable as `append` makes it."""
+        if self._closed:
+            raise LogServiceClosed("the log service is closed")
+        prefix = _PREFIXES.get(replica_id) if replica_id.__class__ is int else None
+        if prefix is None:
+            prefix = data_prefix(replica_id)  # validates
+        if not isinstance(payload, BYTES_LIKE):
+            raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
+        if memoryview(payload).nbytes > self._max_payload:
+            raise RecordTooLarge(f"record data of {memoryview(payload).nbytes + 12} bytes exceeds max_record_size "
+                                 f"{self._config.max_record_size}")
+        return self._writer.queue.enqueue_one(USER_RECORD, prefix, payload)
+
+    def wait_durable(self, lsn: int) -> int:
+        """Return once every record up to `lsn` (an LSN `enqueue` or an append returned) is durable:
+        the highest durable LSN then. LogServiceFailed when a write failed before."""
+        q = self._writer.queue
+        if lsn_arg("lsn", lsn) >= q.next:
+            raise InvalidArgument(f"LSN {lsn} was not handed out yet (the next is {q.next})")
+        return q.wait_durable(lsn)
+
+    def set_handoff(self, on: bool) -> None:
+        """How appenders whose records became durable are woken: one at a time, each as the one
+        before gives up the GIL (True; for writers with much Python work per record, such as the TN
+        and the primary, which turn it on for their log), or all at once by the flusher (False, the
+        default: best for plain appenders). Only speed changes, never what is durable or when an
+        append returns relative to its durability."""
+        self._writer.queue.set_handoff(bool(on))

@@ -32,6 +32,7 @@ from logtide.engine.logtail.logtail_table import Handle, LogtailTable
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
+from logtide.engine.pipelined_commit import PipelinedCommitter
 from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (DuplicateKeyError, KeyNotFoundError, LogtailError, MalformedMessageError,
                             SchemaError, StreamClosedError, UnknownTableError, WriteConflictError)
@@ -196,7 +197,13 @@ class TransactionNode:
         self.pushed_ts = 0                      # every handle <= it went to every subscriber
         self._streams: list[LocalStream] = []
         self._closed = False
-        self.committer: RelayCommitter[_Queued] = RelayCommitter(self._write_group)
+        if callable(getattr(log, "enqueue", None)) and callable(getattr(log, "wait_durable", None)):
+            # the embedded log: records are queued in the log under the commit lock, each committer
+            # waits for durability alone, and the first of a durable group publishes it
+            self.committer = PipelinedCommitter(log, self._publish_group, self._lock)
+        else:   # a remote or replicated log: one group at a time (relay_commit.py)
+            self.committer = RelayCommitter(self._write_group)
+        self._pipelined = self.committer.__class__ is PipelinedCommitter
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -260,6 +267,8 @@ class TransactionNode:
 
     def _queue(self, rec: Record, publish) -> int:
         """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
+        if self._pipelined:     # into the log now: log order is commit-lock order, which is ts order
+            return self.committer.enqueue(fmt.encode(rec), _Queued(rec, publish))
         return self.committer.enqueue(_Queued(rec, publish))
 
     def _write_group(self, group: list[_Queued], release) -> None:
@@ -274,24 +283,29 @@ class TransactionNode:
         else:
             lsns = self._append_each(payloads)
         with self._cv:
-            lsn_ts = self._lsn_ts
-            handles = []
-            for q, lsn in zip(group, lsns):
-                rec = q.rec
-                lsn_ts.append((rec.ts, lsn))
-                if q.publish is None:       # a commit: its handle joins the group's (one logtail call)
-                    handles.append(self._commit_handle(rec.ts, rec.batches))
-                else:
-                    if handles:
-                        self.logtail.append_many(handles)
-                        handles = []
-                    q.publish(rec)
-            if handles:
-                self.logtail.append_many(handles)
-            self.last_lsn = lsns[-1]
-            self.last_ts = max(self.last_ts, group[-1].rec.ts)
-            if self._streams:       # the pusher: one wake-up (and one update message) per group
-                self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
+            self._publish_group(group, lsns)
+
+    def _publish_group(self, group: list[_Queued], lsns) -> None:
+        """Under the commit lock: durable records become visible in ts order (in-memory rows,
+        logtail table, last_ts), one logtail call for a run of commits."""
+        lsn_ts = self._lsn_ts
+        handles = []
+        for q, lsn in zip(group, lsns):
+            rec = q.rec
+            lsn_ts.append((rec.ts, lsn))
+            if q.publish is None:       # a commit: its handle joins the group's (one logtail call)
+                handles.append(self._commit_handle(rec.ts, rec.batches))
+            else:
+                if handles:
+                    self.logtail.append_many(handles)
+                    handles = []
+                q.publish(rec)
+        if handles:
+            self.logtail.append_many(handles)
+        self.last_lsn = lsns[-1]
+        self.last_ts = max(self.last_ts, group[-1].rec.ts)
+        if self._streams:       # the pusher: one wake-up (and one update message) per group
+            self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
 
     def _publish_ts(self, rec: Record) -> None:
         self.last_ts = rec.ts

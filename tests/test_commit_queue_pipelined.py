@@ -1,0 +1,209 @@
+"""CommitQueue's pipelined appends (enqueue_one + wait_durable) against a model of the durable LSN.
+
+Records are queued without waiting (in any mix with blocking appends); waiter threads then wait
+for LSNs in any order, late or early. The test plays the flusher (flush to a real file, publish,
+fail, close). After every step: exactly the waiters whose LSN is published have returned (with the
+published LSN at least theirs), after a failure the others got LogServiceFailed, and the file holds
+every flushed frame in LSN order.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from logtide._ext import wal
+from logtide._ext.commit_queue import CLOSED, TIMEOUT, CommitQueue
+from logtide.errors import LogServiceClosed, LogServiceFailed
+
+SETTLE = 5.0          # seconds a durable waiter may take to return (a loaded CI machine)
+STALL = 0.0003        # > the queue's hand-off stall (0.2 ms): a flusher tick then wakes every durable waiter
+
+
+def _wait_for(cond, what: str, timeout: float = SETTLE) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.0005)
+
+
+class Waiter:
+    """wait_durable(lsn) on its own thread; result is the returned LSN or the exception."""
+
+    def __init__(self, q: CommitQueue, lsn: int, blocking_payload: bytes | None = None) -> None:
+        self.lsn = lsn
+        self.result = None
+        self.thread = threading.Thread(target=self._run, args=(q, blocking_payload), daemon=True)
+        self.thread.start()
+
+    def _run(self, q: CommitQueue, payload) -> None:
+        try:
+            self.result = q.append_one(7, b"PF", payload) if payload is not None else q.wait_durable(self.lsn)
+        except BaseException as exc:  # noqa: B902 - the model checks which error
+            self.result = exc
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+
+class PipelinedQueueMachine(RuleBasedStateMachine):
+    @initialize(start=st.sampled_from([1, 2, 2**40]), handoff=st.booleans())
+    def setup(self, start, handoff):
+        self.dir = tempfile.mkdtemp(prefix="cqp-")
+        self.fd = os.open(os.path.join(self.dir, "seg"), os.O_WRONLY | os.O_CREAT, 0o644)
+        self.start = start
+        self.q = CommitQueue(start, handoff=handoff)
+        self.next = start          # model: the next LSN handed out
+        self.queued_to = start - 1  # model: LSNs below this one are queued (taken or not)
+        self.written = 0           # bytes in the file
+        self.written_lsn = start - 1
+        self.published = start - 1
+        self.failed = False
+        self.closed = False
+        self.payloads = {}         # lsn -> payload, for the file check
+        self.waiters: list[Waiter] = []
+        self.blocking: list[Waiter] = []   # blocking appends mixed in (their own LSN)
+
+    def teardown(self):
+        if hasattr(self, "q"):
+            self.q.fail(RuntimeError("test over"))   # no thread is left behind
+            for w in self.waiters + self.blocking:
+                w.thread.join(SETTLE)
+            os.close(self.fd)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(size=st.integers(0, 300))
+    def enqueue(self, size):
+        p = os.urandom(size)
+        if self.failed or self.closed:
+            with pytest.raises(LogServiceFailed if self.failed else LogServiceClosed):
+                self.q.enqueue_one(7, b"PF", p)
+            return
+        lsn = self.q.enqueue_one(7, b"PF", p)
+        assert lsn == self.next
+        self.payloads[lsn] = p
+        self.next += 1
+
+    @precondition(lambda self: not self.failed and not self.closed)
+    @rule(size=st.integers(0, 40))
+    def blocking_append(self, size):
+        """A blocking append between pipelined ones: it takes the next LSN and waits like any waiter."""
+        p = os.urandom(size)
+        before = self.q.waiting()
+        w = Waiter(self.q, self.next, p)
+        _wait_for(lambda: self.q.waiting() == before + 1 or w.done, "the append to register")
+        self.payloads[self.next] = p
+        self.next += 1
+        self.blocking.append(w)
+
+    @precondition(lambda self: self.next > self.start)
+    @rule(pick=st.floats(0, 1))
+    def wait(self, pick):
+        """Wait for any LSN handed out so far: published, written, or still queued."""
+        lsn = self.start + round(pick * (self.next - 1 - self.start))
+        self.waiters.append(Waiter(self.q, lsn))
+
+    @rule()
+    def wait_for_an_lsn_not_handed_out(self):
+        with pytest.raises(LogServiceFailed if self.failed else ValueError):
+            self.q.wait_durable(self.next)
+
+    @precondition(lambda self: not self.failed)
+    @rule()
+    def flush(self):
+        got = self.q.flush(self.fd, False, self.written, 0.001)
+        if self.written_lsn == self.next - 1:
+            assert got in (CLOSED, TIMEOUT) if self.closed else got is TIMEOUT
+            return
+        first, last, starts, nbytes = got
+        assert (first, last) == (self.written_lsn + 1, self.next - 1)
+        assert len(starts) == last - first + 1 and int(starts[0]) == self.written
+        self.written += nbytes
+        self.written_lsn = last
+
+    @precondition(lambda self: not self.failed)
+    @rule(frac=st.floats(0, 1))
+    def publish(self, frac):
+        lo = self.published
+        lsn = lo + round(frac * (self.written_lsn - lo))
+        self.q.publish(lsn)
+        self.published = max(self.published, lsn)
+
+    @rule(on=st.booleans())
+    def set_handoff(self, on):
+        """Switching how durable waiters are woken, at any time, changes none of the outcomes."""
+        self.q.set_handoff(on)
+        assert self.q.handoff == on
+
+    @rule()
+    def fail(self):
+        self.q.fail(OSError(5, "I/O error"))
+        self.failed = True
+
+    @rule()
+    def close(self):
+        self.q.close()
+        self.closed = True
+
+    @invariant()
+    def exactly_the_durable_waiters_return(self):
+        if not hasattr(self, "q"):
+            return
+        time.sleep(STALL)
+        self.q.wake_stalled()  # what the flusher does each time it waits
+        for w in self.waiters + self.blocking:
+            if w.lsn <= self.published:
+                w.thread.join(SETTLE)
+                assert w.done, f"a wait for {w.lsn} still waits; {self.published} is published"
+                if w in self.blocking:
+                    assert w.result == w.lsn, w.result
+                else:
+                    assert isinstance(w.result, int) and w.lsn <= w.result <= self.published, w.result
+            elif self.failed:
+                w.thread.join(SETTLE)
+                assert w.done and isinstance(w.result, LogServiceFailed), w.result
+        time.sleep(0.002)
+        for w in self.waiters + self.blocking:
+            if w.lsn > self.published and not self.failed:
+                assert not w.done, f"a wait for {w.lsn} returned {w.result!r}; only {self.published} is published"
+        assert self.q.published_lsn == self.published
+
+    @invariant()
+    def the_file_holds_every_flushed_frame_in_order(self):
+        if not hasattr(self, "q") or not self.written:
+            return
+        with open(os.path.join(self.dir, "seg"), "rb") as f:
+            buf = f.read()
+        assert len(buf) == self.written
+        starts, types, lengths, end, status = wal.scan(buf, 0, self.start)
+        assert status == wal.OK and end == self.written
+        assert len(starts) == self.written_lsn - self.start + 1
+        recs = wal.decode(buf, starts, types, lengths, self.start, lambda lsn, t, data: (lsn, data))
+        assert all(data == b"PF" + self.payloads[lsn] for lsn, data in recs)
+
+
+TestPipelinedQueueModel = PipelinedQueueMachine.TestCase
+TestPipelinedQueueModel.settings = settings(max_examples=30, stateful_step_count=20, deadline=None)
+
+
+def test_wait_durable_of_a_published_lsn_returns_at_once():
+    q = CommitQueue(10)
+    a, b = q.enqueue_one(0, b"", b"a"), q.enqueue_one(0, b"", memoryview(b"bb"))
+    assert (a, b) == (10, 11)
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        assert q.flush(fd, False, 0, 1.0)[:2] == (10, 11)
+        q.publish(11)
+        assert q.wait_durable(10) == 11 and q.wait_durable(11) == 11
+    finally:
+        os.close(fd)
+    with pytest.raises(TypeError):
+        q.enqueue_one(0, b"", 3)
