@@ -310,7 +310,12 @@ cdef class CallSlots:
                 self.ready = w.next
                 if self.ready == NULL:
                     self.ready_tail = NULL
+                hand = self._pop_ready()        # it headed a stalled chain: pass the wake-up on
                 cs_unlock(&self.mu)
+                if hand != NULL:
+                    with nogil:
+                        cs_store(&hand.word, 1)
+                        cs_futex_wake(&hand.word, 1)
             else:
                 q = self.ready
                 while q != NULL and q.next != &w:
