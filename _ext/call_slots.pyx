@@ -8,10 +8,13 @@ one blob (the batch rule of docs/rpc.md: once every caller whose reply was just 
 called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
 thread `deliver()`s a ReplyBatch: one call splits the reply frames, settles the waiters by id and
 wakes them. Woken callers are handed on one at a time: the first is woken at once, the others are
-*ready*, and each caller that enters its next wait (and so releases the GIL) wakes the next ready
-one, so the callers of a batch do not all fight for the GIL at once; the sender thread wakes any
-ready callers left unclaimed for `stall_s` (a caller that did not call again). `fail(exc)` ends
-every call queued or in flight with `exc`.
+*ready*, and each caller, as soon as its futex wait returns and before it takes the GIL, wakes the
+next ready one. The wake-ups so cascade one kernel wake-up apart and the callers reach the GIL one
+after another (not all at once), while each one's wake-up latency overlaps the GIL wait and Python
+work of those before it. (A defence only, since every woken caller passes the wake-up on: the
+sender thread, whenever it runs, wakes ready callers left unclaimed for `stall_s`, and a settled
+caller nobody woke claims its outcome itself after RECHECK_S.)
+`fail(exc)` ends every call queued or in flight with `exc`.
 
     s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=True)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
@@ -131,6 +134,20 @@ cdef inline void _wake_chain(cs_waiter* w) noexcept nogil:
         cs_store(&w.word, 1)
         cs_futex_wake(&w.word, 1)
         w = nxt
+
+
+cdef inline void _settle(cs_waiter* w, object result, cs_waiter** head, cs_waiter** tail):
+    """Give waiter `w` its outcome (a new reference to `result`) and append it to the chain
+    head..tail of callers to wake."""
+    Py_INCREF(result)
+    w.result = <PyObject*>result
+    w.state = S_REPLY
+    w.next = NULL
+    if tail[0] == NULL:
+        head[0] = w
+    else:
+        tail[0].next = w
+    tail[0] = w
 
 
 cdef class CallSlots:
@@ -254,15 +271,11 @@ cdef class CallSlots:
         wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
         if wake_sender:
             self.snd_word += 1
-        hand = self._pop_ready()
         cs_unlock(&self.mu)
         end = now + timeout
-        with nogil:
-            if wake_sender:
+        if wake_sender:
+            with nogil:
                 cs_futex_wake(&self.snd_word, 1)
-            if hand != NULL:
-                cs_store(&hand.word, 1)
-                cs_futex_wake(&hand.word, 1)
         while True:
             with nogil:
                 while cs_load(&w.word) == 0:
@@ -272,6 +285,15 @@ cdef class CallSlots:
                     cs_futex_wait(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
                     if cs_load(&w.word) == 0 and cs_load(&w.state) != S_WAITING:
                         break                   # settled, and nobody woke it for RECHECK_S: claim it
+                if cs_load(&w.word) != 0:
+                    # woken: pass the wake-up on at once, before taking the GIL, so the next
+                    # caller's wake-up latency overlaps this one's GIL wait and Python work
+                    cs_lock(&self.mu)
+                    hand = self._pop_ready()
+                    cs_unlock(&self.mu)
+                    if hand != NULL:
+                        cs_store(&hand.word, 1)
+                        cs_futex_wake(&hand.word, 1)
             if cs_load(&w.word) != 0:
                 break
             cs_lock(&self.mu)
@@ -288,7 +310,12 @@ cdef class CallSlots:
                 self.ready = w.next
                 if self.ready == NULL:
                     self.ready_tail = NULL
+                hand = self._pop_ready()        # it headed a stalled chain: pass the wake-up on
                 cs_unlock(&self.mu)
+                if hand != NULL:
+                    with nogil:
+                        cs_store(&hand.word, 1)
+                        cs_futex_wake(&hand.word, 1)
             else:
                 q = self.ready
                 while q != NULL and q.next != &w:
@@ -414,12 +441,10 @@ cdef class CallSlots:
         cdef size_t pos = 0
         cdef uint64_t cid
         cdef uint32_t n
-        cdef cs_waiter* w
         cdef cs_waiter* head = NULL
         cdef cs_waiter* tail = NULL
         cdef cs_waiter* now_wake = NULL
         cdef Py_ssize_t settled = 0
-        cdef bint wake_sender = False
         while pos < end:                   # check first: a blob that does not split settles nothing
             if end - pos < REPLY_HEADER:
                 raise _malformed(f"reply frame at offset {pos}: {end - pos} bytes left, "
@@ -440,46 +465,29 @@ cdef class CallSlots:
                 n = cs_get32(b + pos + 8)
                 addr = table.pop(cid, None)
                 if addr is not None:
-                    data = PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n)
-                    w = <cs_waiter*><size_t>addr
-                    Py_INCREF(data)
-                    w.result = <PyObject*>data
-                    w.state = S_REPLY
-                    w.next = NULL
-                    if tail == NULL:
-                        head = w
-                    else:
-                        tail.next = w
-                    tail = w
+                    _settle(<cs_waiter*><size_t>addr,
+                            PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n), &head, &tail)
                     settled += 1
                 pos += REPLY_HEADER + n
             for cid_obj, e in err_ids:
                 addr = table.pop(cid_obj, None)
                 if addr is not None:
-                    w = <cs_waiter*><size_t>addr
-                    Py_INCREF(e)
-                    w.result = <PyObject*>e
-                    w.state = S_REPLY
-                    w.next = NULL
-                    if tail == NULL:
-                        head = w
-                    else:
-                        tail.next = w
-                    tail = w
+                    _settle(<cs_waiter*><size_t>addr, e, &head, &tail)
                     settled += 1
         except BaseException:
             # out of memory half way: the callers settled so far still get their replies
-            now_wake = self._settle_locked(head, tail, settled, &wake_sender)
+            now_wake = self._settle_locked(head, tail, settled)
             cs_unlock(&self.mu)
-            self._wake(now_wake, wake_sender)
+            with nogil:
+                _wake_chain(now_wake)
             raise
-        now_wake = self._settle_locked(head, tail, settled, &wake_sender)
+        now_wake = self._settle_locked(head, tail, settled)
         cs_unlock(&self.mu)
-        self._wake(now_wake, wake_sender)
+        with nogil:
+            _wake_chain(now_wake)
         return settled
 
-    cdef cs_waiter* _settle_locked(self, cs_waiter* head, cs_waiter* tail, Py_ssize_t settled,
-                                   bint* wake_sender) noexcept nogil:
+    cdef cs_waiter* _settle_locked(self, cs_waiter* head, cs_waiter* tail, Py_ssize_t settled) noexcept nogil:
         """Under the mutex: queue the settled chain head..tail; returns what to wake now."""
         cdef cs_waiter* now_wake = NULL
         if head == NULL:
@@ -496,16 +504,7 @@ cdef class CallSlots:
         else:
             self.ready_tail.next = head
             self.ready_tail = tail
-        if self.snd_sleeping and self.ready != NULL:
-            self.snd_word += 1             # the sender keeps the stall timer of the ready callers
-            wake_sender[0] = True
         return now_wake
-
-    cdef void _wake(self, cs_waiter* now_wake, bint wake_sender) noexcept:
-        with nogil:
-            if wake_sender:
-                cs_futex_wake(&self.snd_word, 1)
-            _wake_chain(now_wake)
 
     def fail(self, exc):
         """End every call queued or in flight with `exc` (the first failure sticks); later calls

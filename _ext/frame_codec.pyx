@@ -13,6 +13,14 @@ decode_appends reads log-service AppendRequests by hand (field 1 `payloads`, 2 `
 4 `raw`): a request of exactly one payload of at most max_payload bytes, not raw, with each field at
 most once and nothing else, is decoded here; every other request (and any that does not parse) is
 listed in `slow` (its position) for the protobuf path, which gives the exact semantics and errors.
+
+The client's side of the same two messages (the log service client's append path, without protobuf):
+
+    encode_append(payload, replica_id, type) -> the AppendRequest of one payload, byte for byte what
+                                               protobuf serializes; None for arguments it does not take
+                                               (the protobuf path then gives the exact errors)
+    decode_counter(reply) -> field 1 (uint64) of a reply that holds only that field; -1 for any other
+                             reply (the protobuf path parses it)
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -257,3 +265,67 @@ def decode_appends(list ids, list requests, Py_ssize_t max_payload):
         rids.append(rid)
         types.append(typ)
     return f_ids, payloads, rids, types, slow
+
+
+cdef inline Py_ssize_t _put_varint(uint8_t* o, Py_ssize_t pos, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        o[pos] = <uint8_t>(v & 0x7F) | 0x80
+        v >>= 7
+        pos += 1
+    o[pos] = <uint8_t>v
+    return pos + 1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def encode_append(payload, replica_id, rtype):
+    """The serialized AppendRequest(payloads=[payload], replica_id=replica_id, type=rtype): fields in
+    number order, zero scalars left out (proto3), as protobuf writes it. None unless payload is bytes,
+    replica_id an int in [0, 2**64) and rtype an int in [0, 2**32) (bool is not an int here)."""
+    cdef Py_ssize_t n, total, pos = 0
+    cdef uint64_t rid, typ
+    cdef uint8_t* o
+    if type(payload) is not bytes or type(replica_id) is not int or type(rtype) is not int:
+        return None
+    if replica_id < 0 or replica_id >= (1 << 64) or rtype < 0 or rtype >= (1 << 32):
+        return None
+    rid = replica_id
+    typ = rtype
+    n = PyBytes_GET_SIZE(payload)
+    total = 1 + _varint_len(<uint64_t>n) + n
+    if rid:
+        total += 1 + _varint_len(rid)
+    if typ:
+        total += 1 + _varint_len(typ)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t*>PyBytes_AS_STRING(out)
+    o[0] = 0x0A                                       # 1: payloads, length-delimited
+    pos = _put_varint(o, 1, <uint64_t>n)
+    memcpy(o + pos, PyBytes_AS_STRING(payload), n)
+    pos += n
+    if rid:
+        o[pos] = 0x10                                 # 2: replica_id
+        pos = _put_varint(o, pos + 1, rid)
+    if typ:
+        o[pos] = 0x18                                 # 3: type
+        pos = _put_varint(o, pos + 1, typ)
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def decode_counter(bytes reply):
+    """Field 1 (uint64) of a reply message that holds field 1 at most once and nothing else (the
+    empty message: 0); -1 for every other reply."""
+    cdef const uint8_t* b = <const uint8_t*>PyBytes_AS_STRING(reply)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(reply)
+    cdef Py_ssize_t pos
+    cdef uint64_t v = 0
+    if end == 0:
+        return 0
+    if b[0] != 0x08:
+        return -1
+    pos = _get_varint(b, 1, end, &v)
+    if pos != end:
+        return -1
+    return v

@@ -132,3 +132,25 @@ def test_bit_rot_reaches_the_client_as_corrupt_log_error(tmp_path):
         with pytest.raises(CorruptLogError, match=seg):
             c.read(1, 1 << 20)
         assert [r.lsn for r in c.read(7, 1 << 20)[0]][:1] == [7]  # the server keeps serving
+
+
+def test_append_fast_path_matches_the_protobuf_path(server):
+    """The client's C-encoded append (plain bytes payloads) and its protobuf path give the same
+    LSNs, records and typed errors."""
+    from logtide.errors import LogServiceClosed
+    with connect_logservice(server.address) as c:
+        assert c._pipe is not None                  # the fast path is in use
+        lsns = [c.append(b"fast", 5, 7), c.append(bytearray(b"slow"), 5, 7), c.append(b"", 0, 0),
+                c.append(b"big" * 100, (1 << 64) - 1, (1 << 32) - 1)]
+        assert lsns == [1, 2, 3, 4]
+        recs, _ = c.read(1, 1 << 20)
+        assert [(r.type, bytes(r.data)[-4:]) for r in recs[:2]] == [(7, b"fast"), (7, b"slow")]
+        for bad in ((b"x", -1, 0), (b"x", 1 << 64, 0), (b"x", True, 0), (b"x", 0, 1 << 32), (b"x", 0, -1),
+                    (b"x", 0, True), (b"x", 0, "7")):
+            with pytest.raises(InvalidArgument):
+                c.append(*bad)
+        with pytest.raises(RecordTooLarge):        # over the log's record limit: the server's error
+            c.append(b"x" * (64 << 10))
+        assert c.get_latest_lsn() == 4
+    with pytest.raises(LogServiceClosed):
+        c.append(b"after close")

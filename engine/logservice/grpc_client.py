@@ -6,6 +6,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide._ext import wal
+from logtide._ext.frame_codec import decode_counter, encode_append
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.grpc_service import LOGSERVICE
@@ -13,11 +14,14 @@ from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.rpc import RpcClient
-from logtide.engine.rpc.pipeline import PipelinedTransport
+from logtide.engine.rpc.pipeline import MAX_INLINE_REQUEST, PipelinedTransport
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
 from logtide.errors import CorruptLogError, InvalidArgument, LogServiceClosed
 
 _EMPTY = pb.Empty()
+_APPEND_PATH = LOGSERVICE.method("Append").path
+# a payload up to this size is encoded in C and sent as raw bytes (the request stays inline)
+_FAST_PAYLOAD = MAX_INLINE_REQUEST - 32
 
 
 class GrpcLogServiceClient(LogServiceClient):
@@ -33,6 +37,8 @@ class GrpcLogServiceClient(LogServiceClient):
             transport = PipelinedTransport(GrpcTransport(address, max_message_size=max_message_size,
                                                          timeout=timeout, connect_timeout=connect_timeout))
         self._rpc = RpcClient(LOGSERVICE, transport)
+        # the append fast path: request encoded and reply decoded in C, no protobuf objects
+        self._pipe = transport if isinstance(transport, PipelinedTransport) else None
         self._chunk = chunk_size
         self._closed = False
         self._config: LogServiceConfig | None = None
@@ -49,6 +55,15 @@ class GrpcLogServiceClient(LogServiceClient):
         return t
 
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
+        pipe = self._pipe
+        if pipe is not None and payload.__class__ is bytes and len(payload) <= _FAST_PAYLOAD:
+            data = encode_append(payload, replica_id, type)
+            if data is not None:            # else: arguments the protobuf path checks (and refuses)
+                if self._closed:
+                    raise LogServiceClosed("the log service client is closed")
+                reply = pipe.call_bytes(_APPEND_PATH, data)
+                lsn = decode_counter(reply)
+                return lsn if lsn >= 0 else pb.AppendResponse.FromString(reply).first_lsn
         if isinstance(payload, LogRecord):
             req = pb.AppendRequest(payloads=[bytes(payload.data)], type=self._type_arg(payload.type), raw=True)
         else:

@@ -160,22 +160,29 @@ class PipelinedTransport(Transport):
         data = request.SerializeToString()
         if len(data) > MAX_INLINE_REQUEST:
             return self.inner.unary(method, request, timeout)
+        return method.response_type.FromString(self.call_bytes(method.path, data, timeout))
+
+    def call_bytes(self, path: str, data: bytes, timeout: float | None = None) -> bytes:
+        """One pipelined unary call of `path` with serialized request `data` (at most
+        MAX_INLINE_REQUEST bytes): the serialized reply, or the call's typed error."""
         wait = timeout or self.deadline
         start = time.monotonic()
         while True:
-            stream = self._open(method.path)
-            r = stream.slots.call(stream.method_index(method.path), data, wait)
+            stream = self._stream
+            if stream is None or stream.slots.failure is not None:
+                stream = self._open(path)
+            r = stream.slots.call(stream.method_index(path), data, wait)
+            if r.__class__ is bytes:
+                return r
             if r is not False:
                 break
             if self._closed:                  # that stream broke before the call was queued: open another
-                raise RpcError(f"{method.path}: the client is closed")
-        if r.__class__ is bytes:
-            return method.response_type.FromString(r)
+                raise RpcError(f"{path}: the client is closed")
         if r is None:
-            raise DeadlineExceededError(f"{method.path}: no reply from {self.address} within {wait:g} s")
+            raise DeadlineExceededError(f"{path}: no reply from {self.address} within {wait:g} s")
         if isinstance(r, BaseException):
-            raise type(r)(f"{method.path}: {r} (after {time.monotonic() - start:.3f} s)") from None
-        raise from_status(code_of(r.code), r.error_type or None, r.details, method.path)
+            raise type(r)(f"{path}: {r} (after {time.monotonic() - start:.3f} s)") from None
+        raise from_status(code_of(r.code), r.error_type or None, r.details, path)
 
     def server_stream(self, method, request, timeout=None):
         return self.inner.server_stream(method, request, timeout)
