@@ -40,6 +40,10 @@ STATUS_INTERVAL = 0.005  # the published status is at most this old (a role chan
 # it goes out alone (under load the next proposal comes sooner: one APP and one APP_RESP per
 # follower saved per commit); followers apply at most this much later when the log goes quiet
 COMMIT_LINGER = 0.003
+# APPs in flight to one follower: while they are out, new entries gather in the leader's log and go
+# in the next APP, so a busy leader sends fewer, fuller messages (with 32 clients: ~3.5 -> 8-11
+# entries per follower Ready, leader CPU per append ~780 -> ~470 us); a lone client never fills it
+MAX_INFLIGHT = 2
 
 
 class Future:
@@ -86,7 +90,8 @@ class RaftNode:
         if snap.data:
             sm.recover_from_snapshot(io.BytesIO(snap.data))
         cfg = Config(node_id, election_tick=election_tick, heartbeat_tick=heartbeat_tick,
-                     seed=seed if seed is not None else int(time.time_ns() % (1 << 31)), lazy_commit=True)
+                     seed=seed if seed is not None else int(time.time_ns() % (1 << 31)), lazy_commit=True,
+                     max_inflight=MAX_INFLIGHT)
         self.raw = RawNode(cfg, storage, applied=applied)
         self.applied = applied
         self.commit = self.raw.raft.log.committed   # live, for status(): set before any request completes
