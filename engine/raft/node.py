@@ -21,7 +21,7 @@ from typing import Any
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
 from logtide.engine.raft.messages import ConfChange, ConfState
-from logtide.engine.raft.progress import SNAPSHOT
+from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
 from logtide.engine.raft.transport import RaftTransport
@@ -105,6 +105,7 @@ class RaftNode:
                 self.addresses[pid] = target
                 self.transport.set_peer(pid, target)
         self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
+        self._held: list[tuple[bytes, Future]] = []   # proposals held while no follower can take an APP
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
@@ -129,8 +130,12 @@ class RaftNode:
             self._thread.join(timeout=10)
         self.transport.close()
         err = RaftStopped(f"raft node {self.id} stopped")
-        for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+        for f in self._waiters():
             f.set(error=err)
+
+    def _waiters(self) -> list[Future]:
+        return list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait] \
+            + [f for _c, f in self._held]
 
     def _check(self) -> None:
         if self._failed is not None:
@@ -229,7 +234,7 @@ class RaftNode:
             self._failed = exc
             log.exception("raft node %d stopped on an error", self.id)
             err = RaftStopped(f"raft node {self.id} failed: {exc!r}")
-            for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+            for f in self._waiters():
                 f.set(error=err)
 
     def _loop(self) -> None:
@@ -251,6 +256,8 @@ class RaftNode:
                     break
             for item in items:
                 self._handle(item)
+            if self._held and not self._hold():
+                self._propose_held()
             now = time.monotonic()
             if now >= next_tick:
                 raw.tick()
@@ -280,19 +287,9 @@ class RaftNode:
                     except RaftError as exc:
                         log.warning("raft node %d: refused %r: %s", self.id, m, exc)
             elif kind == "prop":
-                f = item[2]
-                try:
-                    f.index, f.term = raw.propose(item[1])
-                    self._pending[f.index] = f
-                except ProposalDropped as exc:
-                    f.set(error=exc)
+                self._held.append((item[1], item[2]))  # proposed after this turn's messages (_hold)
             elif kind == "props":
-                for cmd, f in item[1]:
-                    try:
-                        f.index, f.term = raw.propose(cmd)
-                        self._pending[f.index] = f
-                    except ProposalDropped as exc:
-                        f.set(error=exc)
+                self._held.extend(item[1])
             elif kind == "read":
                 if len(item) > 2 and raw.raft.state != M.LEADER:  # leader_read_index: no forwarding
                     item[1].set(error=NotLeader(f"raft node {self.id} is not the leader", raw.raft.lead))
@@ -322,6 +319,26 @@ class RaftNode:
                     raw.report_unreachable(item[1])
         except RaftError as exc:
             log.warning("raft node %d: %s: %s", self.id, kind, exc)
+
+    def _hold(self) -> bool:
+        """Hold new proposals while this leader has followers and every one of them has its APP
+        window full: their entries could not be sent before an acknowledgement frees a slot anyway,
+        and proposed together then they take one Ready, one fsync and one APP per follower."""
+        r = self.raw.raft
+        if r.state != M.LEADER:
+            return False
+        others = [pr for i, pr in r.prs.items() if i != self.id and i in r.conf.voters]
+        return bool(others) and all(pr.state == REPLICATE and pr.inflights.full() for pr in others)
+
+    def _propose_held(self) -> None:
+        held, self._held = self._held, []
+        raw = self.raw
+        for cmd, f in held:
+            try:
+                f.index, f.term = raw.propose(cmd)
+                self._pending[f.index] = f
+            except ProposalDropped as exc:  # NotLeader too
+                f.set(error=exc)
 
     def _ready_once(self) -> None:
         raw = self.raw
