@@ -49,10 +49,11 @@ class Service(DiagnosticsServicer):
         return super().Ping(request, context)
 
 
-@pytest.fixture
-def served():
+@pytest.fixture(params=[False, True], ids=["reader", "inline"])
+def served(request):
     svc = Service()
     s = RpcServer("127.0.0.1:0", max_message_size=1 << 20)
+    s.pipeline.inline = request.param  # the stream's worker runs the batches itself (the replicated log's mode)
     s.add_service(DIAGNOSTICS, svc)
     s.start()
     yield s, svc

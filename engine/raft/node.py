@@ -21,7 +21,7 @@ from typing import Any
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
 from logtide.engine.raft.messages import ConfChange, ConfState
-from logtide.engine.raft.progress import SNAPSHOT
+from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
 from logtide.engine.raft.transport import RaftTransport
@@ -36,6 +36,14 @@ HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
 SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
 COMPACT_KEEP = 5000      # entries kept below the snapshot, so a briefly lagging follower needs no snapshot
 STATUS_INTERVAL = 0.005  # the published status is at most this old (a role change publishes at once)
+# a commit advance alone waits this long for an APP with entries to carry it to the followers before
+# it goes out alone (under load the next proposal comes sooner: one APP and one APP_RESP per
+# follower saved per commit); followers apply at most this much later when the log goes quiet
+COMMIT_LINGER = 0.003
+# APPs in flight to one follower: while they are out, new entries gather in the leader's log and go
+# in the next APP, so a busy leader sends fewer, fuller messages (with 32 clients: ~5 -> 7-11
+# entries per follower Ready, follower CPU per append ~195 -> ~100-150 us); a lone client never fills it
+MAX_INFLIGHT = 2
 
 
 class Future:
@@ -82,7 +90,8 @@ class RaftNode:
         if snap.data:
             sm.recover_from_snapshot(io.BytesIO(snap.data))
         cfg = Config(node_id, election_tick=election_tick, heartbeat_tick=heartbeat_tick,
-                     seed=seed if seed is not None else int(time.time_ns() % (1 << 31)))
+                     seed=seed if seed is not None else int(time.time_ns() % (1 << 31)), lazy_commit=True,
+                     max_inflight=MAX_INFLIGHT)
         self.raw = RawNode(cfg, storage, applied=applied)
         self.applied = applied
         self.commit = self.raw.raft.log.committed   # live, for status(): set before any request completes
@@ -96,6 +105,7 @@ class RaftNode:
                 self.addresses[pid] = target
                 self.transport.set_peer(pid, target)
         self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
+        self._held: list[tuple[bytes, Future]] = []   # proposals held while no follower can take an APP
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
@@ -120,8 +130,12 @@ class RaftNode:
             self._thread.join(timeout=10)
         self.transport.close()
         err = RaftStopped(f"raft node {self.id} stopped")
-        for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+        for f in self._waiters():
             f.set(error=err)
+
+    def _waiters(self) -> list[Future]:
+        return list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait] \
+            + [f for _c, f in self._held]
 
     def _check(self) -> None:
         if self._failed is not None:
@@ -220,15 +234,16 @@ class RaftNode:
             self._failed = exc
             log.exception("raft node %d stopped on an error", self.id)
             err = RaftStopped(f"raft node {self.id} failed: {exc!r}")
-            for f in list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait]:
+            for f in self._waiters():
                 f.set(error=err)
 
     def _loop(self) -> None:
         raw = self.raw
         next_tick = time.monotonic() + self.tick_interval
         self._publish_status()
+        commit_due = None  # when a commit no APP carried yet goes out alone (COMMIT_LINGER)
         while not self._stop.is_set():
-            wait = next_tick - time.monotonic()
+            wait = (next_tick if commit_due is None else min(next_tick, commit_due)) - time.monotonic()
             items = []
             try:
                 items.append(self._inbox.get(timeout=max(0.0, wait)) if wait > 0 else self._inbox.get_nowait())
@@ -241,14 +256,22 @@ class RaftNode:
                     break
             for item in items:
                 self._handle(item)
+            if self._held and not self._hold():
+                self._propose_held()
             now = time.monotonic()
             if now >= next_tick:
                 raw.tick()
                 next_tick += self.tick_interval
                 if next_tick < now:  # a long stall (slow disk): do not replay missed ticks in a burst
                     next_tick = now + self.tick_interval
+            if commit_due is not None and now >= commit_due:
+                raw.flush_commit()
             while raw.has_ready():
                 self._ready_once()
+            if not raw.commit_unsent:
+                commit_due = None
+            elif commit_due is None:
+                commit_due = now + COMMIT_LINGER
             if self._status_dirty or now - self._status_at >= STATUS_INTERVAL:
                 self._publish_status()
                 self._status_dirty, self._status_at = False, now
@@ -264,19 +287,9 @@ class RaftNode:
                     except RaftError as exc:
                         log.warning("raft node %d: refused %r: %s", self.id, m, exc)
             elif kind == "prop":
-                f = item[2]
-                try:
-                    f.index, f.term = raw.propose(item[1])
-                    self._pending[f.index] = f
-                except ProposalDropped as exc:
-                    f.set(error=exc)
+                self._held.append((item[1], item[2]))  # proposed after this turn's messages (_hold)
             elif kind == "props":
-                for cmd, f in item[1]:
-                    try:
-                        f.index, f.term = raw.propose(cmd)
-                        self._pending[f.index] = f
-                    except ProposalDropped as exc:
-                        f.set(error=exc)
+                self._held.extend(item[1])
             elif kind == "read":
                 if len(item) > 2 and raw.raft.state != M.LEADER:  # leader_read_index: no forwarding
                     item[1].set(error=NotLeader(f"raft node {self.id} is not the leader", raw.raft.lead))
@@ -306,6 +319,26 @@ class RaftNode:
                     raw.report_unreachable(item[1])
         except RaftError as exc:
             log.warning("raft node %d: %s: %s", self.id, kind, exc)
+
+    def _hold(self) -> bool:
+        """Hold new proposals while this leader has followers and every one of them has its APP
+        window full: their entries could not be sent before an acknowledgement frees a slot anyway,
+        and proposed together then they take one Ready, one fsync and one APP per follower."""
+        r = self.raw.raft
+        if r.state != M.LEADER:
+            return False
+        others = [pr for i, pr in r.prs.items() if i != self.id and i in r.conf.voters]
+        return bool(others) and all(pr.state == REPLICATE and pr.inflights.full() for pr in others)
+
+    def _propose_held(self) -> None:
+        held, self._held = self._held, []
+        raw = self.raw
+        for cmd, f in held:
+            try:
+                f.index, f.term = raw.propose(cmd)
+                self._pending[f.index] = f
+            except ProposalDropped as exc:  # NotLeader too
+                f.set(error=exc)
 
     def _ready_once(self) -> None:
         raw = self.raw

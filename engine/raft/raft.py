@@ -31,11 +31,14 @@ class Config:
     2*election_tick) ticks campaigns; heartbeat_tick: the leader's heartbeat interval.
     max_size_per_msg bounds the bytes of one APP (batching), max_inflight the APPs in flight to
     one follower (flow control). seed makes the randomized timeouts deterministic.
+    lazy_commit: a commit advance alone sends no APP at once; the followers learn the new commit
+    from the next APP that carries entries, from the heartbeat, or when the driver calls
+    flush_commit() (under load the next APP is moments away: one message round per commit saved).
     """
 
     def __init__(self, id: int, election_tick: int = 10, heartbeat_tick: int = 1, pre_vote: bool = True,
                  check_quorum: bool = True, max_size_per_msg: int = 1 << 20, max_inflight: int = 256,
-                 seed: int = 0, max_apply_size: int = 64 << 20) -> None:
+                 seed: int = 0, max_apply_size: int = 64 << 20, lazy_commit: bool = False) -> None:
         if not isinstance(id, int) or id <= 0:
             raise MalformedMessage(f"node id must be a positive int, got {id!r}")
         if heartbeat_tick <= 0 or election_tick <= heartbeat_tick:
@@ -49,6 +52,7 @@ class Config:
         self.max_inflight = max_inflight
         self.seed = seed
         self.max_apply_size = max_apply_size
+        self.lazy_commit = lazy_commit
 
 
 class Raft:
@@ -65,6 +69,7 @@ class Raft:
         self.read_only = ReadOnly()
         self.pending_reads: list[Message] = []
         self.bcast_pending = False
+        self.commit_unsent = False  # lazy_commit: the commit advanced since the last broadcast APP
         self.lead_transferee = 0
         self.heartbeat_elapsed = 0
         self.election_elapsed = 0
@@ -182,6 +187,7 @@ class Raft:
         self.read_only.reset()
         self.pending_reads = []
         self.bcast_pending = False
+        self.commit_unsent = False
         nxt = self.log.last_index() + 1
         for i, pr in self.prs.items():
             learner = pr.is_learner
@@ -411,6 +417,7 @@ class Raft:
         return True
 
     def bcast_append(self) -> None:
+        self.commit_unsent = False  # every APP carries the commit index
         for i in self.prs:
             if i != self.id:
                 self.send_append(i)
@@ -421,6 +428,20 @@ class Raft:
             self.bcast_pending = False
             if self.state == LEADER:
                 self.bcast_append()
+
+    def _commit_advanced(self) -> None:
+        """Tell the followers of a new commit index: now, or (lazy_commit) with the next APP."""
+        if self.cfg.lazy_commit:
+            self.commit_unsent = True
+        else:
+            self.bcast_pending = True
+
+    def flush_commit(self) -> None:
+        """lazy_commit: send the commit index that no APP carried yet (the driver's linger ended)."""
+        if self.commit_unsent:
+            self.commit_unsent = False
+            if self.state == LEADER:
+                self.bcast_pending = True
 
     def bcast_heartbeat(self, ctx: bytes | None = None) -> None:
         if ctx is None:
@@ -450,9 +471,9 @@ class Raft:
         pr = self.prs.get(self.id)
         if pr is not None and pr.maybe_update(self.log.stable_last_index()):
             if self.maybe_commit():
-                self.bcast_pending = True
+                self._commit_advanced()
         elif pr is None and self.maybe_commit():
-            self.bcast_pending = True
+            self._commit_advanced()
 
     def _leader_read_index(self, m: Message) -> None:
         if self.conf.voters <= {self.id}:
@@ -503,12 +524,13 @@ class Raft:
                     pr.become_replicate()
                 elif pr.state == REPLICATE:
                     pr.inflights.free_le(m.index)
-                if self.maybe_commit():
-                    self.bcast_pending = True
+                committed = self.maybe_commit()
+                if committed:
+                    self._commit_advanced()
                     if self.state != LEADER:
                         return
-                elif old_paused:
-                    self.send_append(m.frm)
+                if old_paused and (not committed or self.cfg.lazy_commit):
+                    self.send_append(m.frm)  # (an eager commit's broadcast covers it)
                 while self.send_append(m.frm, send_if_empty=False):
                     pass
                 if m.frm == self.lead_transferee and pr.match == self.log.last_index():

@@ -183,6 +183,16 @@ class RawNode:
         self._idle()
         self.raft.step(Message(M.SNAP_STATUS, frm=peer, reject=not ok))
 
+    def flush_commit(self) -> None:
+        """Config.lazy_commit: send the followers the commit index no APP carried yet."""
+        self._idle()
+        self.raft.flush_commit()
+
+    @property
+    def commit_unsent(self) -> bool:
+        """lazy_commit: the commit advanced and no APP told the followers yet."""
+        return self.raft.commit_unsent
+
     def compacted(self) -> None:
         """Storage was compacted: forget membership changes below its first index."""
         self._idle()
