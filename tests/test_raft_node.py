@@ -263,17 +263,28 @@ def test_status_never_shows_less_than_an_acknowledged_write(group):
     also from propose_many. (The streamed transport's node published its status at most every 5 ms
     and after the acks, so a status read just after an ack named an older commit 10-15% of the time:
     the kill tests then cut their final log below an acknowledged append and reported it missing.)"""
-    lead = group.leader()
-    node = group.nodes[lead]
     behind, wrong = [], []
+
+    def acked(call):
+        # an election under load (this group's 0.2-0.4 s timeouts) moves the leader: ask the new one,
+        # and read the status of the node that acknowledged
+        deadline = time.monotonic() + 20.0
+        while True:
+            node = group.nodes[group.leader()]
+            try:
+                return node, call(node)
+            except (NotLeader, ProposalDropped, RaftTimeout):
+                if time.monotonic() > deadline:
+                    raise
+
     for k in range(150):
-        idx, _ = node.propose(b"s%d" % k, timeout=5.0)
+        node, (idx, _) = acked(lambda n: n.propose(b"s%d" % k, timeout=5.0))
         st = node.status()
         if min(st["commit"], st["applied"], st["last_index"]) < idx:
             behind.append((idx, st["commit"], st["applied"], st["last_index"]))
     for k in range(30):
         cmds = [b"m%d-%d" % (k, j) for j in range(4)]
-        res = node.propose_many(cmds, timeout=5.0)
+        node, res = acked(lambda n: n.propose_many(cmds, timeout=5.0))
         idxs = [r[0] for r in res]
         if idxs != list(range(idxs[0], idxs[0] + 4)) or idxs[0] == 0 or [node.sm.items[r[1] - 1] for r in res] != cmds:
             wrong.append(idxs)
