@@ -53,15 +53,17 @@ cdef extern from *:
     #error "the log service's commit queue waits on Linux futexes"
     #endif
 
-    /* One waiting append: its last LSN and the futex word it sleeps on (0 waiting, 1 durable, 2 failed).
+    /* One waiting append: its last LSN, its outcome word (0 waiting, 1 durable, 2 failed) and the
+       futex it sleeps on: its group's shared word, or (shared == NULL) the outcome word itself.
        It lives on the waiting thread's stack and is linked into the queue's list, in LSN order. */
-    typedef struct lt_waiter { int word; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
+    typedef struct lt_waiter { int word; int* shared; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
 
     static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 
     static inline uint64_t lt_load64(uint64_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
     static inline void lt_store64(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
     static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+    static inline void lt_bump(int* w) { __atomic_add_fetch(w, 1, __ATOMIC_RELEASE); }
     static inline void lt_futex_wait(int* w, int val, long long ns) {
         struct timespec ts;
         ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
@@ -85,6 +87,7 @@ cdef extern from *:
     """
     ctypedef struct lt_waiter:
         int word
+        int* shared
         uint64_t lsn
         lt_waiter* next
     ctypedef struct lt_mutex:
@@ -93,6 +96,7 @@ cdef extern from *:
     uint64_t lt_load64(uint64_t* w) nogil
     void lt_store64(uint64_t* w, uint64_t v) nogil
     void lt_store(int* w, int v) nogil
+    void lt_bump(int* w) nogil
     void lt_futex_wait(int* w, int val, long long ns) nogil
     void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
@@ -172,19 +176,49 @@ cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
 cdef inline void _sleep(lt_waiter* w) noexcept nogil:
     # no timeout: the word changes before its wake (no wake is lost), and a timed wait arms and
     # cancels a timer at every append
-    while lt_load(&w.word) == W_WAITING:
-        lt_futex_wait_forever(&w.word, W_WAITING)
+    cdef int seen
+    if w.shared == NULL:
+        while lt_load(&w.word) == W_WAITING:
+            lt_futex_wait_forever(&w.word, W_WAITING)
+        return
+    # the group's word: read it before the outcome, so that a bump after that read fails the wait
+    while True:
+        seen = lt_load(w.shared)
+        if lt_load(&w.word) != W_WAITING:
+            return
+        lt_futex_wait_forever(w.shared, seen)
 
 
 cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
     """Settle a detached chain of waiters. Read next before the store: once its word is set, a
-    waiter may return and its stack frame be reused (a late futex wake there is only spurious)."""
+    waiter may return and its stack frame be reused (a late futex wake there is only spurious).
+    Waiters on a shared group word are woken by one FUTEX_WAKE per word, after every outcome is
+    set: one syscall for the whole group, so the flusher is not preempted once per waiter."""
     cdef lt_waiter* nxt
+    cdef int* sh
+    cdef int* words[2]
+    cdef int nwords = 0, k
     while w != NULL:
         nxt = w.next
+        sh = w.shared
         lt_store(&w.word, outcome)
-        lt_futex_wake(&w.word, 1)
+        if sh == NULL:
+            lt_futex_wake(&w.word, 1)
+        elif nwords > 0 and words[nwords - 1] == sh:
+            pass
+        elif nwords == 2 and words[0] == sh:
+            pass
+        elif nwords < 2:
+            words[nwords] = sh
+            nwords += 1
+        else:  # a third word in one chain (not in the queue's own use): wake the oldest now
+            lt_bump(words[0])
+            lt_futex_wake(words[0], 0x7FFFFFFF)
+            words[0], words[1] = words[1], sh
         w = nxt
+    for k in range(nwords):
+        lt_bump(words[k])
+        lt_futex_wake(words[k], 0x7FFFFFFF)
 
 
 cdef class CommitQueue:
@@ -204,6 +238,8 @@ cdef class CommitQueue:
     cdef object failure
     cdef int fl_word                # the flusher's futex word: bumped to wake it
     cdef bint fl_sleeping
+    cdef bint fl_timed              # the flusher's sleep ends by itself within the commit delay
+    cdef double fill_since          # when the first append of the filling group arrived
     cdef bint kicked
     cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
     cdef Py_ssize_t last_groups[2]
@@ -213,6 +249,10 @@ cdef class CommitQueue:
     cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
     cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
+    # the futex words the waiters of the filling group sleep on (without hand-off): one per group
+    # parity, since only the group in the flusher's hands and the one filling have waiters
+    cdef int gword[2]
+    cdef uint64_t fill_gen
     # Pre-allocation (see prefill): the current segment's fd and the file offset up to which it is
     # written (zeros or frames). The flusher writes below `zeroed` without zmu; a write that would
     # reach past it, and every zero fill, hold zmu, so zeros never land on frames.
@@ -288,13 +328,20 @@ cdef class CommitQueue:
         """Link w (LSN order) and say whether the flusher must be woken (after unlocking)."""
         w.word = W_WAITING
         w.next = NULL
+        # hand-off wakes waiters one at a time, so each sleeps on its own word
+        w.shared = NULL if self.handoff else &self.gword[self.fill_gen & 1]
         if self.tail == NULL:
             self.head = w
         else:
             self.tail.next = w
         self.tail = w
         self.appends += 1
-        if self.fl_sleeping and (self.appends == 1 or self.appends >= self.want):
+        if self.appends == 1:
+            self.fill_since = lt_now()
+        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
+        # group (want) looks again within the commit delay by itself, so the whole group costs it
+        # one wake, by the append that completes it
+        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
             self.fl_sleeping = False
             self.fl_word += 1
             return True
@@ -559,9 +606,10 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double deadline = -1.0, now, wait_until
+        cdef double now, wait_until, delay
         cdef int seen
         cdef int outcome = 0
+        cdef bint napped = False, timed
         cdef Py_ssize_t appends
         cdef _Buf tmp
         cdef lt_waiter* stalled
@@ -584,11 +632,10 @@ cdef class CommitQueue:
             elif self.appends:
                 if self.state != Q_OPEN or self.appends >= self.want:
                     break
-                if deadline < 0:  # commit delay, from the first sight of this group
-                    deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
-                if now >= deadline:
+                # commit delay, from the group's first append
+                wait_until = self.fill_since + min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                if now >= wait_until:
                     break
-                wait_until = deadline
             elif self.kicked:
                 self.kicked = False
                 outcome = 1
@@ -608,14 +655,23 @@ cdef class CommitQueue:
                 # (a lone appender's write ends with a wake when anything waits for it; a due sync
                 # sends the next appender to the queue, which wakes this thread too)
                 wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
+            timed = False
+            if self.appends == 0 and not self.solo and self.want > 1:
+                delay = min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                if napped or delay <= 0:
+                    self.want = 0  # a commit delay passed with nothing queued: the burst is over
+                else:  # expecting a group: look again within the delay rather than be woken by its first append
+                    wait_until = min(wait_until, now + delay)
+                    timed = napped = True
             seen = self.fl_word
             self.fl_sleeping = True
+            self.fl_timed = timed
             if self.ready != NULL:
                 wait_until = min(wait_until, self.handed + self.handoff_stall)
             lt_unlock(&self.mu)
             lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
-            self.fl_sleeping = False
+            self.fl_sleeping = self.fl_timed = False
         if outcome == 0:
             self.busy = True
             tmp = self.out
@@ -623,6 +679,7 @@ cdef class CommitQueue:
             self.fill = tmp
             self.fill.len = 0
             self.fill.n = 0
+            self.fill_gen += 1
             appends = self.appends
             self.appends = 0
             self.out_first = self.next_lsn - <uint64_t>self.out.n
