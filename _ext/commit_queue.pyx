@@ -2,11 +2,12 @@
 """CommitQueue: the log service's append queue and durable-LSN waiters, without Python on the wait path.
 
 Appenders frame their records straight into the queue's fill buffer (LSNs are assigned there, under
-a C mutex), register a waiter for their last LSN and sleep on that waiter's own futex with the GIL
-released. One flusher thread takes the whole fill buffer at once (`flush`), writes it with one
-write() and, with fsync="always", one fdatasync(), then `publish(lsn)` wakes exactly the waiters
-whose LSN is <= lsn: the waiter list is in LSN order (waiters register under the mutex in the order
-LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
+a C mutex), register a waiter for their last LSN and sleep, with the GIL released, on their group's
+futex word (one per group parity; with handoff=True on the waiter's own word). One flusher thread
+takes the whole fill buffer at once (`flush`), writes it with one write() and, with fsync="always",
+one fdatasync(), then `publish(lsn)` settles exactly the waiters whose LSN is <= lsn and wakes them
+with one FUTEX_WAKE per group word: the waiter list is in LSN order (waiters register under the
+mutex in the order LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
 LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
 
 With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
@@ -192,33 +193,36 @@ cdef inline void _sleep(lt_waiter* w) noexcept nogil:
 cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
     """Settle a detached chain of waiters. Read next before the store: once its word is set, a
     waiter may return and its stack frame be reused (a late futex wake there is only spurious).
-    Waiters on a shared group word are woken by one FUTEX_WAKE per word, after every outcome is
-    set: one syscall for the whole group, so the flusher is not preempted once per waiter."""
+    Waiters on a shared group word are woken with one FUTEX_WAKE per word, after every outcome in
+    the chain is set: one syscall for the whole group, so the flusher is not preempted per waiter."""
     cdef lt_waiter* nxt
     cdef int* sh
-    cdef int* words[2]
-    cdef int nwords = 0, k
+    cdef int* w0 = NULL
+    cdef int* w1 = NULL
     while w != NULL:
         nxt = w.next
         sh = w.shared
         lt_store(&w.word, outcome)
         if sh == NULL:
             lt_futex_wake(&w.word, 1)
-        elif nwords > 0 and words[nwords - 1] == sh:
-            pass
-        elif nwords == 2 and words[0] == sh:
-            pass
-        elif nwords < 2:
-            words[nwords] = sh
-            nwords += 1
-        else:  # a third word in one chain (not in the queue's own use): wake the oldest now
-            lt_bump(words[0])
-            lt_futex_wake(words[0], 0x7FFFFFFF)
-            words[0], words[1] = words[1], sh
+        elif sh != w0 and sh != w1:
+            if w0 == NULL:
+                w0 = sh
+            elif w1 == NULL:
+                w1 = sh
+            else:  # (a queue has two group words) wake it now rather than lose it
+                _wake_word(sh)
         w = nxt
-    for k in range(nwords):
-        lt_bump(words[k])
-        lt_futex_wake(words[k], 0x7FFFFFFF)
+    if w0 != NULL:
+        _wake_word(w0)
+    if w1 != NULL:
+        _wake_word(w1)
+
+
+cdef inline void _wake_word(int* word) noexcept nogil:
+    """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
+    lt_bump(word)
+    lt_futex_wake(word, 0x7FFFFFFF)
 
 
 cdef class CommitQueue:

@@ -217,6 +217,42 @@ def test_publish_wakes_a_prefix_only_in_lsn_order():
         os.close(fd)
 
 
+@pytest.mark.timeout(60)
+def test_group_words_wake_exactly_the_published_waiters():
+    """Without hand-off the waiters of a group share a futex word, one per group parity: groups 1
+    and 3 sleep on the same word. Publishing part of group 1 wakes that word, and the waiters whose
+    LSN is not published (the rest of group 1, all of group 3) must go back to sleep; group 2, on
+    the other word, must not return either."""
+    q = CommitQueue(1, handoff=False)
+    fd = os.open(os.devnull, os.O_WRONLY)
+    groups = []
+    try:
+        for g in range(3):
+            apps = []
+            for i in range(3):
+                before = q.waiting()
+                apps.append(Appender(q, [b"g%dr%d" % (g, i)]))
+                _wait_for(lambda: q.waiting() == before + 1, "registration")
+            first, last, _, _ = q.flush(fd, False, 0, 1.0)
+            assert (first, last) == (3 * g + 1, 3 * g + 3)
+            groups.append(apps)
+        waiters = [a for apps in groups for a in apps]
+        for k in (1, 3, 5, 6, 9):
+            q.publish(k)
+            for lsn, a in enumerate(waiters, start=1):
+                if lsn <= k:
+                    a.thread.join(SETTLE)
+                    assert a.done and a.result == lsn, (k, lsn, a.result)
+            time.sleep(0.005)  # a woken waiter whose LSN is above k had time to return wrongly
+            assert all(not a.done for a in waiters[k:]), k
+    finally:
+        q.fail(RuntimeError("test over"))
+        os.close(fd)
+    for a in waiters:
+        a.thread.join(SETTLE)
+        assert a.done
+
+
 def test_queue_refuses_after_close_and_failure():
     q = CommitQueue(5)
     q.close()
