@@ -243,7 +243,6 @@ cdef class CommitQueue:
     cdef int fl_word                # the flusher's futex word: bumped to wake it
     cdef bint fl_sleeping
     cdef bint fl_timed              # the flusher's sleep ends by itself within the commit delay
-    cdef double fill_since          # when the first append of the filling group arrived
     cdef bint kicked
     cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
     cdef Py_ssize_t last_groups[2]
@@ -340,8 +339,6 @@ cdef class CommitQueue:
             self.tail.next = w
         self.tail = w
         self.appends += 1
-        if self.appends == 1:
-            self.fill_since = lt_now()
         # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
         # group (want) looks again within the commit delay by itself, so the whole group costs it
         # one wake, by the append that completes it
@@ -610,7 +607,7 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double now, wait_until, delay
+        cdef double now, wait_until, delay, deadline = -1.0
         cdef int seen
         cdef int outcome = 0
         cdef bint napped = False, timed
@@ -636,10 +633,11 @@ cdef class CommitQueue:
             elif self.appends:
                 if self.state != Q_OPEN or self.appends >= self.want:
                     break
-                # commit delay, from the group's first append
-                wait_until = self.fill_since + min(self.max_commit_delay, 0.5 * self.fsync_avg)
-                if now >= wait_until:
+                if deadline < 0:  # commit delay, from the first sight of this group
+                    deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                if now >= deadline:
                     break
+                wait_until = deadline
             elif self.kicked:
                 self.kicked = False
                 outcome = 1
