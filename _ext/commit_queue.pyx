@@ -252,6 +252,7 @@ cdef class CommitQueue:
     cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
     cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
+    cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
     # the futex words the waiters of the filling group sleep on (without hand-off): one per group
     # parity, since only the group in the flusher's hands and the one filling have waiters
     cdef int gword[2]
@@ -665,6 +666,7 @@ cdef class CommitQueue:
                 else:  # expecting a group: look again within the delay rather than be woken by its first append
                     wait_until = min(wait_until, now + delay)
                     timed = napped = True
+                    self.naps += 1
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
