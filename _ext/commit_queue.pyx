@@ -84,6 +84,22 @@ cdef extern from *:
     static inline void lt_lock(lt_mutex* m) { pthread_mutex_lock(&m->mu); }
     static inline void lt_unlock(lt_mutex* m) { pthread_mutex_unlock(&m->mu); }
     static inline int lt_errno(void) { return errno; }
+
+    /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
+       cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
+       for at most `spin` seconds for it to clear before taking the GIL (see _wait). */
+    static int lt_py_busy;
+    static inline void lt_py_enter(double spin) {
+        double until = -1.0, now;
+        while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
+            now = lt_now();
+            if (until < 0) until = now + spin;
+            else if (now >= until) break;
+            __builtin_ia32_pause();
+        }
+        __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
+    }
+    static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
     static inline int lt_eintr(void) { return errno == EINTR; }
     """
     ctypedef struct lt_waiter:
@@ -107,6 +123,8 @@ cdef extern from *:
     void lt_lock(lt_mutex* m) nogil
     void lt_unlock(lt_mutex* m) nogil
     int lt_errno() nogil
+    void lt_py_enter(double spin) nogil
+    void lt_py_leave() nogil
     int lt_eintr() nogil
 
 cdef extern from "<unistd.h>" nogil:
@@ -124,6 +142,7 @@ DEF W_FAILED = 2
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
+DEF PY_SPIN = 5e-6               # seconds a woken appender waits at most for another to leave Python
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
 
@@ -383,8 +402,13 @@ cdef class CommitQueue:
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
             # this thread is giving up the GIL: the next durable appender can take it uncontended
+            lt_py_leave()
             _wake_chain(hand, W_DURABLE)
             _sleep(w)
+            # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
+            # finds another on its way into Python waits a moment for it to be back in a wait (a
+            # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
+            lt_py_enter(PY_SPIN)
         if w.word == W_FAILED:
             self._refuse()
         return w.lsn

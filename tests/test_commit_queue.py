@@ -253,6 +253,37 @@ def test_group_words_wake_exactly_the_published_waiters():
         assert a.done
 
 
+@pytest.mark.timeout(60)
+def test_flusher_naps_once_for_an_expected_group_then_sleeps_until_woken(tmp_path):
+    """After a synced group of 3 the flusher expects another (commit delay): with nothing queued it
+    naps once, for the delay, then stops expecting one; an append then wakes it as usual."""
+    q = CommitQueue(1, handoff=False)
+    fd = os.open(tmp_path / "seg", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        apps = []
+        for i in range(3):
+            before = q.waiting()
+            apps.append(Appender(q, [b"r%d" % i]))
+            _wait_for(lambda: q.waiting() == before + 1, "registration")
+        first, last, _, nbytes = q.flush(fd, True, 0, 1.0)
+        assert (first, last, q.naps) == (1, 3, 0)
+        q.publish(3)
+        for a in apps:
+            a.thread.join(SETTLE)
+        assert [a.result for a in apps] == [1, 2, 3]
+        assert q.flush(fd, True, nbytes, 0.05) is TIMEOUT
+        assert q.naps == 1  # one nap, then an unbounded sleep (up to the timeout)
+        late = Appender(q, [b"late"])
+        got = q.flush(fd, True, nbytes, 5.0)  # woken by the append, not by the timeout
+        assert got[:2] == (4, 4) and q.naps == 1
+        q.publish(4)
+        late.thread.join(SETTLE)
+        assert late.result == 4
+    finally:
+        q.fail(RuntimeError("test over"))
+        os.close(fd)
+
+
 def test_queue_refuses_after_close_and_failure():
     q = CommitQueue(5)
     q.close()

@@ -84,24 +84,3 @@ def test_groups_form_and_settle_like_the_model(tmp_path_factory, plan):
         assert {r.lsn: r.payload for r in recs} == got
 
 
-
-def test_concurrent_appenders_make_the_flusher_nap_for_groups(tmp_path):
-    """What the property relies on to reach the nap: with concurrent appenders the flusher expects
-    groups, naps for them (and the appends still share fsyncs)."""
-    with LogService.open(tmp_path, fsync="always", truncation_interval=0) as svc:
-        go = threading.Barrier(16)
-
-        def work(t):
-            go.wait()
-            for _ in range(20):
-                svc.append(b"x" * 64, replica_id=t)
-
-        threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(16)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(JOIN)
-            assert not th.is_alive(), "an append never returned"
-        assert svc.get_latest_lsn() == 320
-        st = svc.stats()
-        assert st["flusher_naps"] > 0 and st["groups"] < 320
