@@ -89,13 +89,20 @@ cdef extern from *:
        cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
        for at most `spin` seconds for it to clear before taking the GIL (see _wait). */
     static int lt_py_busy;
+    static inline void lt_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
     static inline void lt_py_enter(double spin) {
         double until = -1.0, now;
         while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
             now = lt_now();
             if (until < 0) until = now + spin;
             else if (now >= until) break;
-            __builtin_ia32_pause();
+            lt_cpu_relax();
         }
         __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
     }
