@@ -358,7 +358,9 @@ cdef class CommitQueue:
         """Link w (LSN order) and say whether the flusher must be woken (after unlocking)."""
         w.word = W_WAITING
         w.next = NULL
-        # hand-off wakes waiters one at a time, so each sleeps on its own word
+        # hand-off wakes waiters one at a time, so each sleeps on its own word. A group word is
+        # only for a waiter of the filling group (its LSN in `fill`): one linked for an LSN the
+        # flusher already holds must sleep on its own word (shared = NULL), which _wake_chain wakes
         w.shared = NULL if self.handoff else &self.gword[self.fill_gen & 1]
         if self.tail == NULL:
             self.head = w
