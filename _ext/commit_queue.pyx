@@ -2,11 +2,12 @@
 """CommitQueue: the log service's append queue and durable-LSN waiters, without Python on the wait path.
 
 Appenders frame their records straight into the queue's fill buffer (LSNs are assigned there, under
-a C mutex), register a waiter for their last LSN and sleep on that waiter's own futex with the GIL
-released. One flusher thread takes the whole fill buffer at once (`flush`), writes it with one
-write() and, with fsync="always", one fdatasync(), then `publish(lsn)` wakes exactly the waiters
-whose LSN is <= lsn: the waiter list is in LSN order (waiters register under the mutex in the order
-LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
+a C mutex), register a waiter for their last LSN and sleep, with the GIL released, on their group's
+futex word (one per group parity; with handoff=True on the waiter's own word). One flusher thread
+takes the whole fill buffer at once (`flush`), writes it with one write() and, with fsync="always",
+one fdatasync(), then `publish(lsn)` settles exactly the waiters whose LSN is <= lsn and wakes them
+with one FUTEX_WAKE per group word: the waiter list is in LSN order (waiters register under the
+mutex in the order LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
 LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
 
 With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
@@ -53,15 +54,17 @@ cdef extern from *:
     #error "the log service's commit queue waits on Linux futexes"
     #endif
 
-    /* One waiting append: its last LSN and the futex word it sleeps on (0 waiting, 1 durable, 2 failed).
+    /* One waiting append: its last LSN, its outcome word (0 waiting, 1 durable, 2 failed) and the
+       futex it sleeps on: its group's shared word, or (shared == NULL) the outcome word itself.
        It lives on the waiting thread's stack and is linked into the queue's list, in LSN order. */
-    typedef struct lt_waiter { int word; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
+    typedef struct lt_waiter { int word; int* shared; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
 
     static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 
     static inline uint64_t lt_load64(uint64_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
     static inline void lt_store64(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
     static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+    static inline void lt_bump(int* w) { __atomic_add_fetch(w, 1, __ATOMIC_RELEASE); }
     static inline void lt_futex_wait(int* w, int val, long long ns) {
         struct timespec ts;
         ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
@@ -81,10 +84,34 @@ cdef extern from *:
     static inline void lt_lock(lt_mutex* m) { pthread_mutex_lock(&m->mu); }
     static inline void lt_unlock(lt_mutex* m) { pthread_mutex_unlock(&m->mu); }
     static inline int lt_errno(void) { return errno; }
+
+    /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
+       cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
+       for at most `spin` seconds for it to clear before taking the GIL (see _wait). */
+    static int lt_py_busy;
+    static inline void lt_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+    static inline void lt_py_enter(double spin) {
+        double until = -1.0, now;
+        while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
+            now = lt_now();
+            if (until < 0) until = now + spin;
+            else if (now >= until) break;
+            lt_cpu_relax();
+        }
+        __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
+    }
+    static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
     static inline int lt_eintr(void) { return errno == EINTR; }
     """
     ctypedef struct lt_waiter:
         int word
+        int* shared
         uint64_t lsn
         lt_waiter* next
     ctypedef struct lt_mutex:
@@ -93,6 +120,7 @@ cdef extern from *:
     uint64_t lt_load64(uint64_t* w) nogil
     void lt_store64(uint64_t* w, uint64_t v) nogil
     void lt_store(int* w, int v) nogil
+    void lt_bump(int* w) nogil
     void lt_futex_wait(int* w, int val, long long ns) nogil
     void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
@@ -102,6 +130,8 @@ cdef extern from *:
     void lt_lock(lt_mutex* m) nogil
     void lt_unlock(lt_mutex* m) nogil
     int lt_errno() nogil
+    void lt_py_enter(double spin) nogil
+    void lt_py_leave() nogil
     int lt_eintr() nogil
 
 cdef extern from "<unistd.h>" nogil:
@@ -119,6 +149,7 @@ DEF W_FAILED = 2
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
+DEF PY_SPIN = 5e-6               # seconds a woken appender waits at most for another to leave Python
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
 
@@ -172,19 +203,52 @@ cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
 cdef inline void _sleep(lt_waiter* w) noexcept nogil:
     # no timeout: the word changes before its wake (no wake is lost), and a timed wait arms and
     # cancels a timer at every append
-    while lt_load(&w.word) == W_WAITING:
-        lt_futex_wait_forever(&w.word, W_WAITING)
+    cdef int seen
+    if w.shared == NULL:
+        while lt_load(&w.word) == W_WAITING:
+            lt_futex_wait_forever(&w.word, W_WAITING)
+        return
+    # the group's word: read it before the outcome, so that a bump after that read fails the wait
+    while True:
+        seen = lt_load(w.shared)
+        if lt_load(&w.word) != W_WAITING:
+            return
+        lt_futex_wait_forever(w.shared, seen)
 
 
 cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
     """Settle a detached chain of waiters. Read next before the store: once its word is set, a
-    waiter may return and its stack frame be reused (a late futex wake there is only spurious)."""
+    waiter may return and its stack frame be reused (a late futex wake there is only spurious).
+    Waiters on a shared group word are woken with one FUTEX_WAKE per word, after every outcome in
+    the chain is set: one syscall for the whole group, so the flusher is not preempted per waiter."""
     cdef lt_waiter* nxt
+    cdef int* sh
+    cdef int* w0 = NULL
+    cdef int* w1 = NULL
     while w != NULL:
         nxt = w.next
+        sh = w.shared
         lt_store(&w.word, outcome)
-        lt_futex_wake(&w.word, 1)
+        if sh == NULL:
+            lt_futex_wake(&w.word, 1)
+        elif sh != w0 and sh != w1:
+            if w0 == NULL:
+                w0 = sh
+            elif w1 == NULL:
+                w1 = sh
+            else:  # (a queue has two group words) wake it now rather than lose it
+                _wake_word(sh)
         w = nxt
+    if w0 != NULL:
+        _wake_word(w0)
+    if w1 != NULL:
+        _wake_word(w1)
+
+
+cdef inline void _wake_word(int* word) noexcept nogil:
+    """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
+    lt_bump(word)
+    lt_futex_wake(word, 0x7FFFFFFF)
 
 
 cdef class CommitQueue:
@@ -204,6 +268,7 @@ cdef class CommitQueue:
     cdef object failure
     cdef int fl_word                # the flusher's futex word: bumped to wake it
     cdef bint fl_sleeping
+    cdef bint fl_timed              # the flusher's sleep ends by itself within the commit delay
     cdef bint kicked
     cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
     cdef Py_ssize_t last_groups[2]
@@ -213,6 +278,11 @@ cdef class CommitQueue:
     cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
     cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
+    cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
+    # the futex words the waiters of the filling group sleep on (without hand-off): one per group
+    # parity, since only the group in the flusher's hands and the one filling have waiters
+    cdef int gword[2]
+    cdef uint64_t fill_gen
     # Pre-allocation (see prefill): the current segment's fd and the file offset up to which it is
     # written (zeros or frames). The flusher writes below `zeroed` without zmu; a write that would
     # reach past it, and every zero fill, hold zmu, so zeros never land on frames.
@@ -288,13 +358,20 @@ cdef class CommitQueue:
         """Link w (LSN order) and say whether the flusher must be woken (after unlocking)."""
         w.word = W_WAITING
         w.next = NULL
+        # hand-off wakes waiters one at a time, so each sleeps on its own word. A group word is
+        # only for a waiter of the filling group (its LSN in `fill`): one linked for an LSN the
+        # flusher already holds must sleep on its own word (shared = NULL), which _wake_chain wakes
+        w.shared = NULL if self.handoff else &self.gword[self.fill_gen & 1]
         if self.tail == NULL:
             self.head = w
         else:
             self.tail.next = w
         self.tail = w
         self.appends += 1
-        if self.fl_sleeping and (self.appends == 1 or self.appends >= self.want):
+        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
+        # group (want) looks again within the commit delay by itself, so the whole group costs it
+        # one wake, by the append that completes it
+        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
             self.fl_sleeping = False
             self.fl_word += 1
             return True
@@ -334,8 +411,13 @@ cdef class CommitQueue:
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
             # this thread is giving up the GIL: the next durable appender can take it uncontended
+            lt_py_leave()
             _wake_chain(hand, W_DURABLE)
             _sleep(w)
+            # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
+            # finds another on its way into Python waits a moment for it to be back in a wait (a
+            # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
+            lt_py_enter(PY_SPIN)
         if w.word == W_FAILED:
             self._refuse()
         return w.lsn
@@ -559,9 +641,10 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double deadline = -1.0, now, wait_until
+        cdef double now, wait_until, delay, deadline = -1.0
         cdef int seen
         cdef int outcome = 0
+        cdef bint napped = False, timed
         cdef Py_ssize_t appends
         cdef _Buf tmp
         cdef lt_waiter* stalled
@@ -608,14 +691,24 @@ cdef class CommitQueue:
                 # (a lone appender's write ends with a wake when anything waits for it; a due sync
                 # sends the next appender to the queue, which wakes this thread too)
                 wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
+            timed = False
+            if self.appends == 0 and not self.solo and self.want > 1:
+                delay = min(self.max_commit_delay, 0.5 * self.fsync_avg)
+                if napped or delay <= 0:
+                    self.want = 0  # a commit delay passed with nothing queued: the burst is over
+                else:  # expecting a group: look again within the delay rather than be woken by its first append
+                    wait_until = min(wait_until, now + delay)
+                    timed = napped = True
+                    self.naps += 1
             seen = self.fl_word
             self.fl_sleeping = True
+            self.fl_timed = timed
             if self.ready != NULL:
                 wait_until = min(wait_until, self.handed + self.handoff_stall)
             lt_unlock(&self.mu)
             lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
-            self.fl_sleeping = False
+            self.fl_sleeping = self.fl_timed = False
         if outcome == 0:
             self.busy = True
             tmp = self.out
@@ -623,6 +716,7 @@ cdef class CommitQueue:
             self.fill = tmp
             self.fill.len = 0
             self.fill.n = 0
+            self.fill_gen += 1
             appends = self.appends
             self.appends = 0
             self.out_first = self.next_lsn - <uint64_t>self.out.n

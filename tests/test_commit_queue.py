@@ -217,6 +217,73 @@ def test_publish_wakes_a_prefix_only_in_lsn_order():
         os.close(fd)
 
 
+@pytest.mark.timeout(60)
+def test_group_words_wake_exactly_the_published_waiters():
+    """Without hand-off the waiters of a group share a futex word, one per group parity: groups 1
+    and 3 sleep on the same word. Publishing part of group 1 wakes that word, and the waiters whose
+    LSN is not published (the rest of group 1, all of group 3) must go back to sleep; group 2, on
+    the other word, must not return either."""
+    q = CommitQueue(1, handoff=False)
+    fd = os.open(os.devnull, os.O_WRONLY)
+    groups = []
+    try:
+        for g in range(3):
+            apps = []
+            for i in range(3):
+                before = q.waiting()
+                apps.append(Appender(q, [b"g%dr%d" % (g, i)]))
+                _wait_for(lambda: q.waiting() == before + 1, "registration")
+            first, last, _, _ = q.flush(fd, False, 0, 1.0)
+            assert (first, last) == (3 * g + 1, 3 * g + 3)
+            groups.append(apps)
+        waiters = [a for apps in groups for a in apps]
+        for k in (1, 3, 5, 6, 9):
+            q.publish(k)
+            for lsn, a in enumerate(waiters, start=1):
+                if lsn <= k:
+                    a.thread.join(SETTLE)
+                    assert a.done and a.result == lsn, (k, lsn, a.result)
+            time.sleep(0.005)  # a woken waiter whose LSN is above k had time to return wrongly
+            assert all(not a.done for a in waiters[k:]), k
+    finally:
+        q.fail(RuntimeError("test over"))
+        os.close(fd)
+    for a in waiters:
+        a.thread.join(SETTLE)
+        assert a.done
+
+
+@pytest.mark.timeout(60)
+def test_flusher_naps_once_for_an_expected_group_then_sleeps_until_woken(tmp_path):
+    """After a synced group of 3 the flusher expects another (commit delay): with nothing queued it
+    naps once, for the delay, then stops expecting one; an append then wakes it as usual."""
+    q = CommitQueue(1, handoff=False)
+    fd = os.open(tmp_path / "seg", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        apps = []
+        for i in range(3):
+            before = q.waiting()
+            apps.append(Appender(q, [b"r%d" % i]))
+            _wait_for(lambda: q.waiting() == before + 1, "registration")
+        first, last, _, nbytes = q.flush(fd, True, 0, 1.0)
+        assert (first, last, q.naps) == (1, 3, 0)
+        q.publish(3)
+        for a in apps:
+            a.thread.join(SETTLE)
+        assert [a.result for a in apps] == [1, 2, 3]
+        assert q.flush(fd, True, nbytes, 0.05) is TIMEOUT
+        assert q.naps == 1  # one nap, then an unbounded sleep (up to the timeout)
+        late = Appender(q, [b"late"])
+        got = q.flush(fd, True, nbytes, 5.0)  # woken by the append, not by the timeout
+        assert got[:2] == (4, 4) and q.naps == 1
+        q.publish(4)
+        late.thread.join(SETTLE)
+        assert late.result == 4
+    finally:
+        q.fail(RuntimeError("test over"))
+        os.close(fd)
+
+
 def test_queue_refuses_after_close_and_failure():
     q = CommitQueue(5)
     q.close()
