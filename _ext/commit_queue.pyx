@@ -367,15 +367,7 @@ cdef class CommitQueue:
         else:
             self.tail.next = w
         self.tail = w
-        self.appends += 1
-        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
-        # group (want) looks again within the commit delay by itself, so the whole group costs it
-        # one wake, by the append that completes it
-        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
-            self.fl_sleeping = False
-            self.fl_word += 1
-            return True
-        return False
+        return self._count_append_locked()
 
     cdef lt_waiter* _pop_ready_locked(self) noexcept nogil:
         cdef lt_waiter* r = self.ready
@@ -1093,9 +1085,12 @@ cdef class CommitQueue:
     # block: the append paths above are unchanged. --
 
     cdef inline bint _count_append_locked(self) noexcept nogil:
-        """An append queued without a waiter: count it, and say whether the flusher must be woken."""
+        """Count a queued append (with or without a waiter), and say whether the flusher must be woken."""
         self.appends += 1
-        if self.fl_sleeping and (self.appends == 1 or self.appends >= self.want):
+        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
+        # group (want) looks again within the commit delay by itself, so the whole group costs it
+        # one wake, by the append that completes it
+        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
             self.fl_sleeping = False
             self.fl_word += 1
             return True
@@ -1163,6 +1158,7 @@ cdef class CommitQueue:
         # they take their LSNs, this waiter comes later, so it goes where its LSN belongs
         w.word = W_WAITING
         w.lsn = lsn
+        w.shared = NULL  # its LSN may be in a group the flusher already holds: its own word
         if self.head == NULL or self.head.lsn > lsn:
             w.next = self.head
             self.head = &w
