@@ -119,7 +119,8 @@ class Primary:
         self.consistent_lsn = 0
         self.truncated_lsn = log.get_truncated_lsn()   # LSNs at or below it may be gone (log and LogIndex)
         self.checkpoints = 0
-        self._closed = False
+        self._closed = False     # no more writes: closed, crashed, or stopped by a failed log write
+        self._released = False   # close()/crash() gave back the directory lock and the files
         ctl = read_control(self.dir)
         self._xid = ctl.next_xid
         self.consistent_lsn = ctl.consistent_lsn
@@ -668,7 +669,9 @@ class Primary:
     # ------------------------------------------------------------------ lifecycle
     def crash(self) -> None:
         """Stop without flushing anything (tests of promotion and recovery)."""
-        self._closed = True
+        if self._released:
+            return
+        self._closed = self._released = True
         self._stop.set()
         self.queue.close()
         if self._ckpt_thread:
@@ -678,17 +681,23 @@ class Primary:
         self._dir_lock.release()   # as the dead process's would be
 
     def close(self) -> None:
-        if self._closed:
+        """Make queued writes durable, checkpoint, and release the directory. A primary that
+        stopped on a failed log write checkpoints nothing (its pages may hold changes the log
+        does not; a restart redoes the log) but still releases everything."""
+        if self._released:
             return
-        if self.committer.failed is None:
+        stopped = self._closed or self.committer.failed is not None
+        self._closed = True       # no write starts from here on
+        if not stopped:
             self.committer.drain()   # writes already queued are made durable and acknowledged
         self._stop.set()
         if self._ckpt_thread:
             self._ckpt_thread.join()
         try:
-            self.checkpoint()
+            if not stopped:
+                self.checkpoint()
         finally:
-            self._closed = True
+            self._released = True
             self.queue.close()
             self.index.close()
             self.store.close()

@@ -195,3 +195,31 @@ def test_primary_stops_writes_when_its_log_fails(tmp_path):
         assert log2.get_latest_lsn() == 1
     finally:
         log2.close()
+
+
+def test_a_stopped_primary_still_closes_and_a_new_one_recovers(tmp_path):
+    """close() after the primary stopped on a failed log write releases the directory (a new
+    Primary opens it in the same process) and checkpoints nothing; the new primary recovers exactly
+    the acknowledged rows from the log."""
+    from logtide.errors import LogtideError
+    from logtide.replay.primary import Primary
+    log = LogService.open(tmp_path / "log", fsync="always", truncation_interval=0)
+    primary = Primary(tmp_path / "p", log=log, checkpoint_interval=0.01)
+    tid = primary.insert(16384, b"one")
+    log.close()
+    with pytest.raises(GroupCommitFailed):
+        primary.insert(16384, b"two")
+    primary.close()
+    primary.close()                          # a second close is a no-op
+    with pytest.raises(LogtideError, match="closed"):
+        primary.insert(16384, b"three")
+    log2 = LogService.open(tmp_path / "log", fsync="always", truncation_interval=0)
+    again = Primary(tmp_path / "p", log=log2, checkpoint_interval=0)   # the directory lock was released
+    try:
+        assert again.write_lsn == 1
+        assert again.get(16384, tid) == b"one"
+        assert again.insert(16384, b"four") is not None
+        assert again.write_lsn == 2
+    finally:
+        again.close()
+        log2.close()
