@@ -14,12 +14,15 @@ after another (not all at once), while each one's wake-up latency overlaps the G
 work of those before it. (A defence only, since every woken caller passes the wake-up on: the
 sender thread, whenever it runs, wakes ready callers left unclaimed for `stall_s`, and a settled
 caller nobody woke claims its outcome itself after RECHECK_S.)
-`fail(exc)` ends every call queued or in flight with `exc`.
+`fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
+client's CallLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
 
     s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=True)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
                                         the failure (an exception) | False (already failed: not queued)
     s.take(timeout=-1) -> frames blob | b"" (timeout) | None (failed)
+    s.poll() -> frames blob | None (failed) | seconds to wait at most (-1.0: until the eventfd)
+    s.open_notify() -> an eventfd written whenever a blocked take() would have been woken
     s.deliver(frames, errors) -> settled; s.fail(exc)
 
 Frames are those of engine/rpc/call_frames.py (little-endian):
@@ -31,6 +34,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
+from posix.unistd cimport close
 cimport cython
 
 
@@ -46,6 +50,7 @@ cdef extern from *:
     #include <time.h>
     #include <unistd.h>
     #include <stdint.h>
+    #include <sys/eventfd.h>
     #ifdef __linux__
     #include <linux/futex.h>
     #include <sys/syscall.h>
@@ -67,6 +72,10 @@ cdef extern from *:
         syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
     }
     static inline void cs_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+    /* the notify eventfd (see CallSlots.poll): it lives as long as the slots, so a write never hits another file */
+    static inline void cs_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
+    static inline void cs_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, 8); (void)r; }
+    static inline int cs_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
     static inline double cs_now(void) {
         struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -102,6 +111,9 @@ cdef extern from *:
     void cs_store(int* w, int v) nogil
     void cs_futex_wait(int* w, int val, double s) nogil
     void cs_futex_wake(int* w, int n) nogil
+    void cs_notify(int fd) nogil
+    void cs_drain(int fd) nogil
+    int cs_eventfd() nogil
     double cs_now() nogil
     void cs_mutex_init(cs_mutex* m) nogil
     void cs_mutex_destroy(cs_mutex* m) nogil
@@ -168,6 +180,7 @@ cdef class CallSlots:
     cdef double first_at, last_call
     cdef int snd_word           # the sender's futex word: bumped to wake it
     cdef bint snd_sleeping
+    cdef int notify_fd          # an eventfd also written to wake the sender (-1: none; see poll)
     cdef bint cbroken
     cdef object broken
     cdef readonly double linger_s, linger_max_s, stall_s
@@ -184,8 +197,11 @@ cdef class CallSlots:
         self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
         self.handoff = handoff
         self.broken = None
+        self.notify_fd = -1
 
     def __dealloc__(self):
+        if self.notify_fd >= 0:
+            close(self.notify_fd)
         free(self.pend)
         free(self.out)
         cs_mutex_destroy(&self.mu)
@@ -276,6 +292,8 @@ cdef class CallSlots:
         if wake_sender:
             with nogil:
                 cs_futex_wake(&self.snd_word, 1)
+                if self.notify_fd >= 0:
+                    cs_notify(self.notify_fd)
         while True:
             with nogil:
                 while cs_load(&w.word) == 0:
@@ -345,9 +363,7 @@ cdef class CallSlots:
         b"" when `timeout` (>= 0) passed with nothing queued; None once the slots failed."""
         cdef double now, until, lend, give_up
         cdef int word
-        cdef size_t cut = 0, pos, flen
-        cdef Py_ssize_t k
-        cdef void* p
+        cdef size_t cut = 0
         cdef bint broken = False, empty = False
         cdef cs_waiter* stalled = NULL
         give_up = cs_now() + timeout if timeout >= 0 else -1.0
@@ -392,36 +408,46 @@ cdef class CallSlots:
                 cs_lock(&self.mu)
                 self.snd_sleeping = False
             if not broken and not empty:
-                # whole frames up to max_batch_bytes (at least one)
-                cut = 0
-                k = 0
-                while cut < self.pend_len:
-                    flen = CALL_HEADER + cs_get32(self.pend + cut + 10)
-                    if cut and cut + flen > self.max_batch_bytes:
-                        break
-                    cut += flen
-                    k += 1
-                if cut > self.out_cap:
-                    p = realloc(self.out, cut)
-                    if p == NULL:
-                        cut = 0
-                    else:
-                        self.out, self.out_cap = <uint8_t*>p, cut
-                if cut:
-                    memcpy(self.out, self.pend, cut)
-                    memmove(self.pend, self.pend + cut, self.pend_len - cut)
-                    self.pend_len -= cut
-                    self.pend_n -= k
-                    if self.pend_n:
-                        self.first_at = cs_now()
-                    self.batches += 1
-                    self.calls += k
+                cut = self._cut_locked()
             cs_unlock(&self.mu)
             _wake_chain(stalled)
         if broken:
             return None
         if empty:
             return b""
+        return self._out_blob(cut)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef size_t _cut_locked(self) noexcept nogil:
+        """Under the mutex: move whole pending frames, up to max_batch_bytes (at least one), into
+        `out`; returns their size (0 only when no memory)."""
+        cdef size_t cut = 0, flen
+        cdef Py_ssize_t k = 0
+        cdef void* p
+        while cut < self.pend_len:
+            flen = CALL_HEADER + cs_get32(self.pend + cut + 10)
+            if cut and cut + flen > self.max_batch_bytes:
+                break
+            cut += flen
+            k += 1
+        if cut > self.out_cap:
+            p = realloc(self.out, cut)
+            if p == NULL:
+                return 0
+            self.out, self.out_cap = <uint8_t*>p, cut
+        if cut:
+            memcpy(self.out, self.pend, cut)
+            memmove(self.pend, self.pend + cut, self.pend_len - cut)
+            self.pend_len -= cut
+            self.pend_n -= k
+            if self.pend_n:
+                self.first_at = cs_now()
+            self.batches += 1
+            self.calls += k
+        return cut
+
+    cdef object _out_blob(self, size_t cut):
         if cut == 0:
             raise MemoryError("call stream: no memory for a batch")
         blob = PyBytes_FromStringAndSize(<char*>self.out, cut)
@@ -429,6 +455,68 @@ cdef class CallSlots:
             free(self.out)
             self.out, self.out_cap = NULL, 0
         return blob
+
+    def open_notify(self) -> int:
+        """An eventfd the slots write to whenever take() would have been woken: for a sender that
+        runs on an event loop and calls poll() instead of blocking in take(). Owned by the slots
+        (closed when they are freed)."""
+        if self.notify_fd < 0:
+            fd = cs_eventfd()
+            if fd < 0:
+                raise OSError("call stream: eventfd() failed")
+            self.notify_fd = fd
+        return self.notify_fd
+
+    def drain_notify(self) -> None:
+        """Reset the notify eventfd (after the event loop saw it readable)."""
+        if self.notify_fd >= 0:
+            with nogil:
+                cs_drain(self.notify_fd)
+
+    def poll(self):
+        """take() for an event loop, without blocking: the next batch of call frames (the same
+        batch rule) as one blob; None once the slots failed; else how many seconds at most to wait
+        before polling again (-1.0: only when open_notify()'s eventfd becomes readable), a call
+        that completes the batch rule writing that eventfd meanwhile."""
+        cdef double now, lend, wait = -1.0
+        cdef size_t cut = 0
+        cdef bint broken = False, send = False
+        cdef cs_waiter* stalled = NULL
+        with nogil:
+            cs_lock(&self.mu)
+            self.snd_sleeping = False
+            if self.cbroken:
+                broken = True
+            else:
+                now = cs_now()
+                if self.ready != NULL and now - self.handed >= self.stall_s:
+                    self.ready_tail.next = NULL
+                    stalled = self.ready          # callers that did not come back: wake the rest
+                    self.ready = self.ready_tail = NULL
+                    self.stalls += 1
+                if self.pend_n and self.returning == 0:
+                    send = True
+                elif self.pend_n:
+                    lend = min(self.first_at + self.linger_max_s, self.last_call + self.linger_s)
+                    if now >= lend:
+                        self.returning = 0     # those callers went on to other work
+                        self.epoch += 1
+                        send = True
+                    else:
+                        wait = lend - now
+                if send:
+                    cut = self._cut_locked()
+                else:
+                    if self.ready != NULL and (wait < 0 or self.handed + self.stall_s - now < wait):
+                        wait = max(0.0, self.handed + self.stall_s - now)
+                    self.snd_sleeping = True
+            cs_unlock(&self.mu)
+            _wake_chain(stalled)
+        if broken:
+            return None
+        if not send:
+            return wait
+        return self._out_blob(cut)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)

@@ -170,3 +170,100 @@ def test_batch_waits_for_the_returning_callers_then_goes():
             slots.deliver(b"".join(pack_reply(i, b"r") for i, _, _ in unpack_calls(blob)))
     # once the callers are all in flight, each batch carries all eight of them
     assert sizes[5:30].count(8) >= 20, sizes
+
+
+def _poll_sender(slots: CallSlots, n_calls: int, deadline: float = 10.0) -> list[bytes]:
+    """The event-loop sender's protocol: poll(); on a wait, sleep until the notify eventfd is
+    readable or the wait passed (select here, the CallLoop in the client)."""
+    import select
+    efd = slots.open_notify()
+    got: list[bytes] = []
+    end = time.monotonic() + deadline
+    while sum(len(unpack_calls(b)) for b in got) < n_calls:
+        assert time.monotonic() < end, "the sender got nothing although calls were queued"
+        r = slots.poll()
+        if r.__class__ is bytes:
+            got.append(r)
+            continue
+        assert r is not None and isinstance(r, float)
+        readable, _, _ = select.select([efd], [], [], r if r >= 0 else 1.0)
+        if readable:
+            slots.drain_notify()
+    return got
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
+       st.integers(1, 200))
+def test_poll_with_the_notify_eventfd_takes_the_same_batches_as_take(calls, limit):
+    slots = CallSlots(0.001, 0.01, limit, 0.0002, True)
+    slots.open_notify()
+    assert slots.poll() == -1.0                   # idle: wait for the eventfd only
+    results: dict = {}
+    ths = [_start(slots, m, d, 20.0, results, k) for k, (m, d) in enumerate(calls)]
+    frames = [pack_call(k + 1, m, d) for k, (m, d) in enumerate(calls)]
+    assert _poll_sender(slots, len(calls)) == _model_batches(frames, limit)
+    assert slots.deliver(b"".join(pack_reply(k + 1, b"r%d" % k) for k in range(len(calls)))) == len(calls)
+    for th in ths:
+        th.join(10)
+        assert not th.is_alive()
+    assert [results[k] for k in range(len(calls))] == [b"r%d" % k for k in range(len(calls))]
+
+
+def test_a_call_on_idle_slots_makes_the_notify_eventfd_readable():
+    import select
+    slots = CallSlots()
+    efd = slots.open_notify()
+    assert slots.open_notify() == efd             # one eventfd per slots
+    assert slots.poll() == -1.0
+    assert select.select([efd], [], [], 0)[0] == []
+    results: dict = {}
+    th = _start(slots, 2, b"hello", 10.0, results, 0)
+    assert select.select([efd], [], [], 5.0)[0] == [efd]
+    slots.drain_notify()
+    assert select.select([efd], [], [], 0)[0] == []
+    assert slots.poll() == pack_call(1, 2, b"hello")
+    slots.deliver(pack_reply(1, b"world"))
+    th.join(5)
+    assert results[0] == b"world"
+    slots.fail(RpcStreamBroken("gone"))
+    assert slots.poll() is None                   # failed: the loop tears the stream down
+
+
+def test_poll_waits_the_linger_for_returning_callers():
+    """After replies, poll() gives the time left of the linger while a caller that got one has not
+    called again, and the eventfd turns readable once it did: then both calls go in one batch."""
+    import select
+    slots = CallSlots(0.5, 2.0, 1 << 20, 0.0002, False)
+    efd = slots.open_notify()
+    results: dict = {}
+    second_go = threading.Event()
+
+    def caller(k):
+        results[k] = slots.call(0, b"a%d" % k, 10.0)
+        if k == 1:
+            second_go.wait(10)
+        results[k + 10] = slots.call(0, b"b%d" % k, 10.0)
+
+    ths = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(2)]
+    for th in ths:
+        th.start()
+    first = _poll_sender(slots, 2)
+    ids = [cid for b in first for cid, _, _ in unpack_calls(b)]
+    slots.deliver(b"".join(pack_reply(i, b"r") for i in ids))
+    end = time.monotonic() + 5
+    while slots.pending < 1:                   # caller 0 called again; caller 1 has not
+        assert time.monotonic() < end
+        time.sleep(0.001)
+    slots.drain_notify()
+    w = slots.poll()
+    assert w.__class__ is float and 0 < w <= 0.5, w
+    assert select.select([efd], [], [], 0)[0] == []
+    second_go.set()
+    assert select.select([efd], [], [], 5.0)[0] == [efd]   # the last returning caller called
+    second = slots.poll()
+    assert sorted(d for _, _, d in unpack_calls(second)) == [b"b0", b"b1"]
+    slots.deliver(b"".join(pack_reply(cid, b"s") for cid, _, _ in unpack_calls(second)))
+    for th in ths:
+        th.join(5)
+    assert results[10] == results[11] == b"s"

@@ -13,16 +13,21 @@ RECONNECT_MIN_MS = 50
 RECONNECT_MAX_MS = 500
 
 
-def replica_channel(address: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE):
-    import grpc
-    return grpc.insecure_channel(address, options=[
+def replica_channel_options(max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[tuple]:
+    """gRPC options of a channel to a replica: message limits, fast reconnects, its own connection."""
+    return [
         ("grpc.max_send_message_length", max_message_size),
         ("grpc.max_receive_message_length", max_message_size),
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_MIN_MS),
         ("grpc.min_reconnect_backoff_ms", RECONNECT_MIN_MS),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
         ("grpc.use_local_subchannel_pool", 1),
-    ])
+    ]
+
+
+def replica_channel(address: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE):
+    import grpc
+    return grpc.insecure_channel(address, options=replica_channel_options(max_message_size))
 
 
 class ReplicaTransport(GrpcTransport):
@@ -32,6 +37,7 @@ class ReplicaTransport(GrpcTransport):
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         super().__init__(address, max_message_size=max_message_size, timeout=timeout, connect_timeout=None)
         default = self._channel  # no call has used it yet: swap in the fast-reconnecting channel
+        self.channel_options = replica_channel_options(max_message_size)
         self._channel = replica_channel(address, max_message_size)
         default.close()
 

@@ -2,24 +2,29 @@
 
 A caller's call frame (id, method index, request bytes: engine/rpc/call_frames.py) is packed and
 waited for in C (`_ext/call_slots.pyx`, CallSlots): the caller sleeps on its own futex with the
-GIL released; gRPC's sender thread takes every queued frame as one CallBatch once the threads
-whose replies just came have called again; a reader thread hands each ReplyBatch to the slots,
+GIL released. The stream itself is a grpc.aio call on the process's CallLoop thread
+(engine/rpc/call_loop.py), shared by every stream of every client in the process: the loop takes
+every queued frame as one CallBatch once the threads whose replies just came have called again
+(the slots write an eventfd when a call lets a batch go), and hands each ReplyBatch to the slots,
 which settle the callers by id and wake them one after another. Each call has a deadline
 (DeadlineExceededError); a broken stream fails every call in flight on it (RpcStreamBroken) and
 the next call opens a new stream. Streaming methods and requests over MAX_INLINE_REQUEST bytes go
-as plain gRPC calls, unchanged.
+as plain gRPC calls on the synchronous channel, unchanged.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
 
 import grpc
+import grpc.aio
 
 from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc import pipeline_pb2 as pb
 from logtide.engine.rpc.call_frames import MAX_METHODS
+from logtide.engine.rpc.call_loop import CallLoop
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
 from logtide.engine.rpc.service import MethodDef
@@ -43,18 +48,31 @@ HANDOFF_STALL_S = 0.0002
 
 
 class CallStream:
-    """One open Pipeline.Calls stream: its CallSlots (queued calls, waiting callers) and its reader thread."""
+    """One open Pipeline.Calls stream: its CallSlots (queued calls, waiting callers), driven by the
+    process's CallLoop (engine/rpc/call_loop.py) over the transport's asyncio channel."""
 
-    def __init__(self, channel: grpc.Channel, address: str, max_reply_bytes: int) -> None:
+    def __init__(self, achannel: "AioChannel", address: str, max_reply_bytes: int) -> None:
         self.address = address
         self._max_reply = max_reply_bytes
         self.slots = CallSlots(LINGER_S, LINGER_MAX_S, MAX_BATCH_BYTES, HANDOFF_STALL_S)
         self._lock = threading.Lock()
         self._method_ids: dict[str, int] = {}  # method path -> its index in every batch's `methods`
         self._methods: list[str] = []
-        self._call = channel.stream_stream(PIPELINE_PATH)(self._requests())
-        self._reader = threading.Thread(target=self._read, name="rpc-pipeline-reply", daemon=True)
-        self._reader.start()
+        self._cl = achannel.loop
+        self._efd = self.slots.open_notify()
+        self._call = None
+        self._writing = False
+        self._timer = None
+        self._done = False
+        self._cl.run(self._open(achannel), f"opening the call stream to {address}")
+        self._cl.streams.add(self)
+
+    async def _open(self, achannel: "AioChannel") -> None:
+        loop = asyncio.get_running_loop()
+        self._call = achannel.channel(loop).stream_stream(PIPELINE_PATH)()
+        loop.add_reader(self._efd, self._on_notify)
+        loop.create_task(self._read())
+        self._pump()    # from now on a call that the batch rule lets go writes the eventfd
 
     @property
     def broken(self) -> BaseException | None:
@@ -89,24 +107,55 @@ class CallStream:
                     self._method_ids[path] = m
         return m
 
-    def _requests(self):
-        """The request side, run by gRPC's sender thread: every call queued meanwhile in one batch."""
-        take, max_reply = self.slots.take, self._max_reply
-        while True:
-            frames = take()
-            if frames is None:                  # the stream failed or was closed
-                return
-            # every method a frame of this batch names was added before the frame was queued
-            yield pb.CallBatch(max_reply_bytes=max_reply, methods=self._methods,
-                               frames=frames).SerializeToString()
+    # --- on the loop ------------------------------------------------------------------------------
 
-    def _read(self) -> None:
-        deliver = self.slots.deliver
+    def _on_notify(self) -> None:
+        self.slots.drain_notify()
+        self._pump()
+
+    def _pump(self) -> None:
+        """Send what the batch rule lets go now, else wake again when it may (or at the eventfd)."""
+        if self._writing or self._done:
+            return
+        r = self.slots.poll()
+        if r.__class__ is bytes:
+            self._writing = True
+            # every method a frame of this batch names was added before the frame was queued
+            msg = pb.CallBatch(max_reply_bytes=self._max_reply, methods=self._methods, frames=r).SerializeToString()
+            asyncio.get_running_loop().create_task(self._write(msg))
+        elif r is None:
+            self._teardown()
+        elif r >= 0:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(r, self._pump)
+
+    async def _write(self, msg: bytes) -> None:
         try:
-            for raw in self._call:
+            await self._call.write(msg)
+        except Exception as exc:  # noqa: BLE001 - the stream is gone (the reader reports why)
+            self.fail(RpcStreamBroken(f"the call stream to {self.address} broke while sending: "
+                                      f"{type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self._writing = False
+        self._pump()
+
+    async def _read(self) -> None:
+        deliver = self.slots.deliver
+        call = self._call
+        try:
+            while True:
+                raw = await call.read()
+                if raw is grpc.aio.EOF:
+                    err: BaseException = RpcStreamBroken(f"the call stream to {self.address} was ended by the server")
+                    break
                 batch = pb.ReplyBatch.FromString(raw)
                 deliver(batch.frames, batch.errors)
-            err: BaseException = RpcStreamBroken(f"the call stream to {self.address} was ended by the server")
+                if not self._writing:
+                    self._pump()    # the callers just woken may be ready (or stalled) by the next poll
+        except asyncio.CancelledError:
+            err = RpcStreamBroken(f"the call stream to {self.address} was closed")
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -114,15 +163,68 @@ class CallStream:
                                   f"{code.name if code else 'error'}: {details}")
         except Exception as exc:  # noqa: BLE001 - a reply that does not parse: the stream is unusable
             err = RpcStreamBroken(f"the call stream to {self.address} broke: {type(exc).__name__}: {exc}")
-        self.fail(err)
+        self.slots.fail(err)
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._efd)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+
+    async def shutdown(self) -> None:
+        """On the loop, at exit: end the stream."""
+        self.slots.fail(RpcStreamBroken(f"the call stream to {self.address} was closed at exit"))
+        self._teardown()
+
+    # --- from any thread --------------------------------------------------------------------------
 
     def fail(self, err: BaseException) -> None:
         """Break the stream: every call queued or in flight on it ends with `err`."""
         self.slots.fail(err)
+        if self._cl.in_loop():
+            self._teardown()
+        else:
+            self._cl.call_soon(self._teardown)
 
     def close(self, err: BaseException) -> None:
         self.fail(err)
-        self._call.cancel()
+
+
+class AioChannel:
+    """The transport's grpc.aio channel on the CallLoop (created there at the first stream)."""
+
+    def __init__(self, address: str, options: list) -> None:
+        self.address = address
+        self.options = options
+        self.loop = CallLoop.get()
+        self._channel = None
+        self.loop.streams.add(self)
+
+    async def shutdown(self) -> None:
+        """On the loop, at exit: close the channel."""
+        ch, self._channel = self._channel, None
+        if ch is not None:
+            await ch.close()
+
+    def channel(self, loop: asyncio.AbstractEventLoop):
+        """On the loop: the channel (made at the first call)."""
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=self.options)
+        return self._channel
+
+    def close(self) -> None:
+        ch, self._channel = self._channel, None
+        if ch is not None:
+            try:
+                self.loop.run(ch.close(), f"closing the channel to {self.address}")
+            except Exception:  # noqa: BLE001 - the loop is gone (interpreter shutdown): nothing to release
+                pass
 
 
 class PipelinedTransport(Transport):
@@ -134,6 +236,7 @@ class PipelinedTransport(Transport):
         self.deadline = deadline or inner.timeout or DEFAULT_DEADLINE_S
         self._lock = threading.Lock()
         self._stream: CallStream | None = None
+        self._achannel: AioChannel | None = None
         self._closed = False
 
     @property
@@ -149,8 +252,9 @@ class PipelinedTransport(Transport):
                     raise RpcError(f"{path}: the client is closed")
                 s = self._stream
                 if s is None or s.broken is not None:   # reconnect: a new stream on the channel
-                    s = self._stream = CallStream(self.inner.channel, self.address,
-                                                  self.inner.max_message_size)
+                    if self._achannel is None or self._achannel.loop is not CallLoop.get():
+                        self._achannel = AioChannel(self.address, self.inner.channel_options)
+                    s = self._stream = CallStream(self._achannel, self.address, self.inner.max_message_size)
         return s
 
     def unary(self, method: MethodDef, request: Any, timeout: float | None = None) -> Any:
@@ -197,6 +301,9 @@ class PipelinedTransport(Transport):
         with self._lock:
             self._closed = True
             s, self._stream = self._stream, None
+            ach, self._achannel = self._achannel, None
         if s is not None:
             s.close(RpcError("the client is closed"))
+        if ach is not None:
+            ach.close()
         self.inner.close()

@@ -225,10 +225,12 @@ class GrpcTransport(Transport):
         self._timeout = timeout
         self.timeout = timeout                  # the default per-call deadline (None: none)
         self.max_message_size = max_message_size
-        self._channel = grpc.insecure_channel(address, options=[
+        # also those of the call pipeline's asyncio channel to the same address (engine/rpc/call_loop.py)
+        self.channel_options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
-        ] + deadlines.client_options(keepalive, keepalive_timeout))
+        ] + deadlines.client_options(keepalive, keepalive_timeout)
+        self._channel = grpc.insecure_channel(address, options=self.channel_options)
         self._calls: dict[str, Any] = {}
         self._lock = threading.Lock()
         if connect_timeout:
