@@ -371,3 +371,55 @@ def test_meta_client_under_a_stopped_server(tmp_path):
         os.kill(p.pid, signal.SIGCONT)
         p.kill()
         p.wait()
+
+
+def test_a_frozen_server_does_not_stall_the_other_clients_of_the_process(tmp_path):
+    """Every call stream of the process runs on one event loop thread (engine/rpc/call_loop.py):
+    callers of a SIGSTOPped server end with DeadlineExceededError while another client's callers,
+    to a live server, go on being answered; thawed, the first server answers the same client again."""
+    from logtide import connect_logservice
+    pa, pb_ = _free_port(), _free_port()
+    frozen, live = _serve(tmp_path / "a", pa), _serve(tmp_path / "b", pb_)
+    ca = connect_logservice(f"127.0.0.1:{pa}", timeout=1.5)
+    cb = connect_logservice(f"127.0.0.1:{pb_}", timeout=10)
+    stop_a, stop_b = threading.Event(), threading.Event()
+    acked_a, acked_b, fail_a, fail_b = [], [], [], []
+    try:
+        ths_a = _hammer(ca, 8, stop_a, acked_a, fail_a)
+        ths_b = _hammer(cb, 8, stop_b, acked_b, fail_b)
+        time.sleep(0.5)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        n0 = len(acked_b)
+        time.sleep(2.5)                           # A's callers wait out their 1.5 s deadline meanwhile
+        during = len(acked_b) - n0
+        for th in ths_a:
+            th.join(10)
+        assert not any(th.is_alive() for th in ths_a)
+        assert len(fail_a) == 8 and all(isinstance(e, DeadlineExceededError) for _, e in fail_a)
+        assert max(t for t, _ in fail_a) - t0 < 1.5 + 3.0
+        assert not fail_b and during > 100, (during, fail_b[:1])
+        stop_b.set()
+        for th in ths_b:
+            th.join(10)
+        assert not fail_b
+        os.kill(frozen.pid, signal.SIGCONT)
+        end = time.monotonic() + 15
+        while True:                               # the thawed server answers the same client again
+            try:
+                lsn = ca.append(b"after")
+                break
+            except RpcError:
+                assert time.monotonic() < end
+                time.sleep(0.1)
+        assert acked_a and lsn > max(l for l, _, _ in acked_a)
+        assert sorted(lsn for lsn, _, _ in acked_b) == list(range(1, len(acked_b) + 1))
+    finally:
+        stop_a.set()
+        stop_b.set()
+        ca.close()
+        cb.close()
+        for p in (frozen, live):
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait()
