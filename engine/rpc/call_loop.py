@@ -92,6 +92,15 @@ class CallLoop:
             pass
 
 
+def _forget_after_fork() -> None:
+    # the parent's loop thread does not exist in the child, and a parent thread may have held the lock
+    CallLoop._lock = threading.Lock()
+    CallLoop._current = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _at_exit(cl: CallLoop) -> None:
     # threading's exit hooks run before non-daemon threads are joined and in reverse order of
     # registration, so this one runs before concurrent.futures joins the worker threads of servers

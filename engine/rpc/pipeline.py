@@ -69,7 +69,7 @@ class CallStream:
 
     async def _open(self, achannel: "AioChannel") -> None:
         loop = asyncio.get_running_loop()
-        self._call = achannel.channel(loop).stream_stream(PIPELINE_PATH)()
+        self._call = achannel.channel().stream_stream(PIPELINE_PATH)()
         loop.add_reader(self._efd, self._on_notify)
         loop.create_task(self._read())
         self._pump()    # from now on a call that the batch rule lets go writes the eventfd
@@ -212,7 +212,7 @@ class AioChannel:
         if ch is not None:
             await ch.close()
 
-    def channel(self, loop: asyncio.AbstractEventLoop):
+    def channel(self):
         """On the loop: the channel (made at the first call)."""
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=self.options)
