@@ -361,7 +361,7 @@ cdef class CallSlots:
         """The sender: wait for the next batch of call frames (the batch rule of the module doc) and
         return them as one blob of whole frames, at most max_batch_bytes unless one frame is larger;
         b"" when `timeout` (>= 0) passed with nothing queued; None once the slots failed."""
-        cdef double now, until, lend, give_up
+        cdef double now, until, due, give_up
         cdef int word
         cdef size_t cut = 0
         cdef bint broken = False, empty = False
@@ -374,22 +374,11 @@ cdef class CallSlots:
                     broken = True
                     break
                 now = cs_now()
-                if self.ready != NULL and now - self.handed >= self.stall_s:
-                    # callers that did not come back: wake the rest (the chain is appended to
-                    # `stalled`, woken once the mutex is released)
-                    self.ready_tail.next = stalled
-                    stalled = self.ready
-                    self.ready = self.ready_tail = NULL
-                    self.stalls += 1
-                if self.pend_n and self.returning == 0:
+                due = self._batch_due_locked(now, &stalled)
+                if due == 0:
                     break
-                if self.pend_n:
-                    lend = min(self.first_at + self.linger_max_s, self.last_call + self.linger_s)
-                    if now >= lend:
-                        self.returning = 0     # those callers went on to other work
-                        self.epoch += 1
-                        break
-                    until = lend
+                if due > 0:
+                    until = due
                 elif give_up >= 0:
                     if now >= give_up:
                         empty = True
@@ -416,6 +405,28 @@ cdef class CallSlots:
         if empty:
             return b""
         return self._out_blob(cut)
+
+    cdef double _batch_due_locked(self, double now, cs_waiter** stalled) noexcept nogil:
+        """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
+        now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
+        chain left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is
+        released (those callers did not come back)."""
+        cdef double lend
+        if self.ready != NULL and now - self.handed >= self.stall_s:
+            self.ready_tail.next = stalled[0]
+            stalled[0] = self.ready
+            self.ready = self.ready_tail = NULL
+            self.stalls += 1
+        if self.pend_n and self.returning == 0:
+            return 0
+        if self.pend_n:
+            lend = min(self.first_at + self.linger_max_s, self.last_call + self.linger_s)
+            if now >= lend:
+                self.returning = 0     # those callers went on to other work
+                self.epoch += 1
+                return 0
+            return lend
+        return -1
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -478,7 +489,7 @@ cdef class CallSlots:
         batch rule) as one blob; None once the slots failed; else how many seconds at most to wait
         before polling again (-1.0: only when open_notify()'s eventfd becomes readable), a call
         that completes the batch rule writing that eventfd meanwhile."""
-        cdef double now, lend, wait = -1.0
+        cdef double now, due, wait = -1.0
         cdef size_t cut = 0
         cdef bint broken = False, send = False
         cdef cs_waiter* stalled = NULL
@@ -489,24 +500,12 @@ cdef class CallSlots:
                 broken = True
             else:
                 now = cs_now()
-                if self.ready != NULL and now - self.handed >= self.stall_s:
-                    self.ready_tail.next = NULL
-                    stalled = self.ready          # callers that did not come back: wake the rest
-                    self.ready = self.ready_tail = NULL
-                    self.stalls += 1
-                if self.pend_n and self.returning == 0:
+                due = self._batch_due_locked(now, &stalled)
+                if due == 0:
                     send = True
-                elif self.pend_n:
-                    lend = min(self.first_at + self.linger_max_s, self.last_call + self.linger_s)
-                    if now >= lend:
-                        self.returning = 0     # those callers went on to other work
-                        self.epoch += 1
-                        send = True
-                    else:
-                        wait = lend - now
-                if send:
                     cut = self._cut_locked()
                 else:
+                    wait = due - now if due > 0 else -1.0
                     if self.ready != NULL and (wait < 0 or self.handed + self.stall_s - now < wait):
                         wait = max(0.0, self.handed + self.stall_s - now)
                     self.snd_sleeping = True

@@ -37,7 +37,8 @@ class CallLoop:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="rpc-call-loop", daemon=True)
-        self.streams: weakref.WeakSet = weakref.WeakSet()   # objects with .shutdown(), run on the loop
+        # the streams and channels on this loop, each with an async shutdown() run at exit
+        self.resources: weakref.WeakSet = weakref.WeakSet()
         self.thread.start()
         _at_exit(self)
 
@@ -76,7 +77,7 @@ class CallLoop:
             pass
 
     async def _shutdown(self) -> None:
-        for s in list(self.streams):
+        for s in list(self.resources):
             try:
                 await s.shutdown()
             except Exception:  # noqa: BLE001 - exiting: release what can be released

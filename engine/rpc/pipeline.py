@@ -65,7 +65,7 @@ class CallStream:
         self._timer = None
         self._done = False
         self._cl.run(self._open(achannel), f"opening the call stream to {address}")
-        self._cl.streams.add(self)
+        self._cl.resources.add(self)
 
     async def _open(self, achannel: "AioChannel") -> None:
         loop = asyncio.get_running_loop()
@@ -152,8 +152,7 @@ class CallStream:
                     break
                 batch = pb.ReplyBatch.FromString(raw)
                 deliver(batch.frames, batch.errors)
-                if not self._writing:
-                    self._pump()    # the callers just woken may be ready (or stalled) by the next poll
+                self._pump()    # arms the linger and stall timers for the callers just woken
         except asyncio.CancelledError:
             err = RpcStreamBroken(f"the call stream to {self.address} was closed")
         except grpc.RpcError as exc:
@@ -204,7 +203,7 @@ class AioChannel:
         self.options = options
         self.loop = CallLoop.get()
         self._channel = None
-        self.loop.streams.add(self)
+        self.loop.resources.add(self)
 
     async def shutdown(self) -> None:
         """On the loop, at exit: close the channel."""
