@@ -23,7 +23,7 @@ RATIOS = [
     Ratio("meta-service upsert on 3 Raft replicas vs on its embedded log (gRPC, 16 client threads)",
           "test_meta_upsert[replicated]", "test_meta_upsert[embedded]", None, 12),
     Ratio("primary single-tuple insert on 3 Raft replicas vs on its embedded log (gRPC, 16 backends)",
-          "test_primary_insert[replicated]", "test_primary_insert[embedded]", None, 12),
+          "test_primary_insert_by_log[replicated]", "test_primary_insert_by_log[embedded]", None, 12),
 ]
 
 CLIENTS = 16
@@ -81,7 +81,7 @@ def test_meta_upsert(benchmark, items, tmp_path, log_args):
 
 
 @pytest.mark.benchmark(group="replicated-callers")
-def test_primary_insert(benchmark, items, tmp_path, log_args):
+def test_primary_insert_by_log(benchmark, items, tmp_path, log_args):
     from logtide.engine.rpc import connect
     from logtide.replay.transport_grpc import REPLAY_NODE
     port_file = tmp_path / "primary.port"

@@ -45,6 +45,19 @@ def run_pytest(raw: Path, select: str | None, scale: float) -> int:
     return subprocess.call(cmd, cwd=HERE.parent, env=env)
 
 
+def by_name(raw_benchmarks: list[dict]) -> dict[str, dict]:
+    """pytest-benchmark's entries by test name: the ratios, plots and latest.json key on it, so one
+    name measured by two modules is refused rather than letting one silently replace the other."""
+    out: dict[str, dict] = {}
+    for b in raw_benchmarks:
+        seen = out.get(b["name"])
+        if seen is not None and seen.get("fullname") != b.get("fullname"):
+            raise ValueError(f"benchmark name {b['name']!r} is used by both {seen.get('fullname')} and "
+                             f"{b.get('fullname')}: rename one")
+        out[b["name"]] = b
+    return out
+
+
 def per_item(b: dict) -> float | None:
     items = b.get("extra_info", {}).get("items")
     if not items:
@@ -135,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             status = rc
     data = json.loads(raw.read_text())
     when = data.get("datetime")
-    benchmarks = {b["name"]: dict(b, when=when) for b in data["benchmarks"]}
+    benchmarks = {n: dict(b, when=when) for n, b in by_name(data["benchmarks"]).items()}
     latest = RESULTS / "latest.json"
     if args.select and latest.exists():
         earlier = json.loads(latest.read_text())

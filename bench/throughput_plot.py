@@ -8,8 +8,8 @@ def series(benchmarks: dict, prefix: str) -> list[tuple[int, float]]:
     """(clients, items per second) of every benchmark named `prefix[...]`, by client count."""
     out = []
     for name, b in benchmarks.items():
-        if not name.startswith(prefix + "["):
-            continue
+        if not (name.startswith(prefix + "[") and name[len(prefix) + 1:-1].isdigit()):
+            continue                   # other parameters of the same test are not client counts
         info = b.get("extra_info", {})
         if info.get("items") and info.get("clients"):
             out.append((int(info["clients"]), info["items"] / b["stats"]["min"]))

@@ -45,11 +45,11 @@ def bench_run(tmp_path):
         p = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, BENCH_SCALE="0.01"), capture_output=True,
                            text=True, timeout=timeout)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        benchmarks = {b["name"]: b for b in json.loads(raw.read_text())["benchmarks"]}
         sys.path.insert(0, str(root))
         try:
             import importlib
             from bench import report
+            benchmarks = report.by_name(json.loads(raw.read_text())["benchmarks"])
             ratios = [r for m in modules for r in getattr(importlib.import_module(f"bench.{m}"), "RATIOS", [])]
             rows = report.compute(benchmarks, ratios)
         finally:

@@ -6,7 +6,7 @@ import pytest
 @pytest.mark.timeout(300)
 def test_bench_replicated_callers_small_scale(bench_run):
     benchmarks, rows = bench_run("bench_replicated_callers", timeout=300)
-    assert {"test_meta_upsert[embedded]", "test_meta_upsert[replicated]", "test_primary_insert[embedded]",
-            "test_primary_insert[replicated]"} <= set(benchmarks)
+    assert {"test_meta_upsert[embedded]", "test_meta_upsert[replicated]", "test_primary_insert_by_log[embedded]",
+            "test_primary_insert_by_log[replicated]"} <= set(benchmarks)
     assert all(r["ratio"] is not None and r["ratio"] > 0 for r in rows), rows
     assert len(rows) == 2
