@@ -87,6 +87,12 @@ class RemoteError(RpcError):
 class RpcStreamBroken(RpcError):
     """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
 
+
+class ForkedProcessError(LogtideError, RuntimeError):
+    """gRPC was used in a process forked while its parent had gRPC clients or servers open, which
+    gRPC does not support. Not retryable: fork with none open, or start workers with 'spawn'."""
+
+
 class CorruptRecordError(CorruptionError):
     """A WAL record (PostgreSQL XLogRecord layout) failed its length, header or CRC-32C checks."""
 

@@ -22,6 +22,7 @@ import grpc
 import grpc.aio
 
 from logtide._ext.call_slots import CallSlots
+from logtide.engine.rpc import fork_guard
 from logtide.engine.rpc import pipeline_pb2 as pb
 from logtide.engine.rpc.call_frames import MAX_METHODS
 from logtide.engine.rpc.call_loop import CallLoop
@@ -207,6 +208,7 @@ class AioChannel:
 
     async def shutdown(self) -> None:
         """On the loop, at exit: close the channel."""
+        fork_guard.closed(self)
         ch, self._channel = self._channel, None
         if ch is not None:
             await ch.close()
@@ -215,9 +217,15 @@ class AioChannel:
         """On the loop: the channel (made at the first call)."""
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=self.options)
+            # open until closed, even if its client is dropped unclosed (its stream's task keeps it)
+            fork_guard.opened(self)
         return self._channel
 
+    def forked_copy(self) -> None:
+        """In a forked child: the parent's channel is left as it is (see fork_guard)."""
+
     def close(self) -> None:
+        fork_guard.closed(self)
         ch, self._channel = self._channel, None
         if ch is not None:
             try:
@@ -237,6 +245,8 @@ class PipelinedTransport(Transport):
         self._stream: CallStream | None = None
         self._achannel: AioChannel | None = None
         self._closed = False
+        self._forked = False
+        fork_guard.opened(self)
 
     @property
     def stream(self) -> CallStream | None:
@@ -246,6 +256,8 @@ class PipelinedTransport(Transport):
     def _open(self, path: str) -> CallStream:
         s = self._stream
         if s is None or s.broken is not None:
+            if self._forked:      # before the lock: a parent thread may have held it at the fork
+                raise fork_guard.refusal(path)
             with self._lock:
                 if self._closed:
                     raise RpcError(f"{path}: the client is closed")
@@ -296,7 +308,19 @@ class PipelinedTransport(Transport):
     def bidi(self, method, requests, timeout=None):
         return self.inner.bidi(method, requests, timeout)
 
+    def forked_copy(self) -> None:
+        """In a child forked with this client open: forget the parent's stream (it stays referenced
+        by fork_guard, untouched) so that the next call is refused (see fork_guard)."""
+        self._forked = True
+        self._parent_io = (self._stream, self._achannel)
+        self._stream = self._achannel = None
+
     def close(self) -> None:
+        fork_guard.closed(self)
+        if self._forked:
+            self._closed = True
+            self.inner.close()
+            return
         with self._lock:
             self._closed = True
             s, self._stream = self._stream, None

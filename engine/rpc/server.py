@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from logtide.engine.rpc import deadlines
+from logtide.engine.rpc import deadlines, fork_guard
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.pipeline_server import MAX_PIPELINE_STREAMS, PIPELINE_PATH, PipelineDispatcher
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
@@ -25,7 +25,9 @@ class RpcServer:
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_workers: int = 16, keepalive: float | None = None,
                  keepalive_timeout: float | None = None) -> None:
+        fork_guard.check(f"an RPC server on {address}")
         self._address = address
+        self._forked = False
         self.max_message_size = max_message_size
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
         # every unary method is also served on the call pipeline (docs/rpc.md, "Pipelined calls")
@@ -62,6 +64,7 @@ class RpcServer:
         if not port:
             raise RpcError(f"could not listen on {self._address}")
         self._server.start()
+        fork_guard.opened(self)
         self.port = port
         self.address = f"{host}:{port}"
         log.info("rpc server listening on %s", self.address)
@@ -69,10 +72,17 @@ class RpcServer:
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop accepting calls, let running ones finish for `grace` seconds, then cancel them."""
+        fork_guard.closed(self)
         if not self._stopped.is_set():
             self._stopped.set()
+            if self._forked:   # the parent's server, not this process's to stop
+                return
             self._server.stop(grace).wait()
             self.pipeline.close()
+
+    def forked_copy(self) -> None:
+        """In a child forked with this server running: it serves nothing here (see fork_guard)."""
+        self._forked = True
 
     def wait(self) -> None:
         self._server.wait_for_termination()

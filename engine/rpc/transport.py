@@ -7,7 +7,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, Iterable, Iterator
 
-from logtide.engine.rpc import deadlines
+from logtide.engine.rpc import deadlines, fork_guard
 from logtide.engine.rpc.error_mapping import from_rpc_error
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import DeadlineExceededError, InvalidRequest, LogtideError, RemoteError, RpcError
@@ -220,7 +220,9 @@ class GrpcTransport(Transport):
                  timeout: float | None = None, connect_timeout: float | None = 10.0,
                  keepalive: float | None = None, keepalive_timeout: float | None = None) -> None:
         import grpc
+        fork_guard.check(f"connecting to {address}")
         self._grpc = grpc
+        self._forked = False
         self.address = address
         self._timeout = timeout
         self.timeout = timeout                  # the default per-call deadline (None: none)
@@ -233,16 +235,19 @@ class GrpcTransport(Transport):
         self._channel = grpc.insecure_channel(address, options=self.channel_options)
         self._calls: dict[str, Any] = {}
         self._lock = threading.Lock()
+        fork_guard.opened(self)
         if connect_timeout:
             try:
                 grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
             except grpc.FutureTimeoutError:
-                self._channel.close()
+                self.close()
                 raise DeadlineExceededError(f"could not connect to {address} within {connect_timeout:g} s") from None
 
     def _callable(self, method: MethodDef):
         c = self._calls.get(method.path)
         if c is None:
+            if self._forked:
+                raise fork_guard.refusal(method.path)
             with self._lock:
                 factory = {"unary": self._channel.unary_unary, "server_stream": self._channel.unary_stream,
                            "client_stream": self._channel.stream_unary, "bidi": self._channel.stream_stream}
@@ -291,7 +296,14 @@ class GrpcTransport(Transport):
         return self._channel
 
     def close(self) -> None:
-        self._channel.close()
+        fork_guard.closed(self)
+        if not self._forked:      # a forked child leaves the parent's channel alone
+            self._channel.close()
+
+    def forked_copy(self) -> None:
+        """In a child forked with this transport open: refuse every call (see fork_guard)."""
+        self._forked = True
+        self._calls = {}
 
 
 def _serialize(method: MethodDef):
