@@ -86,3 +86,62 @@ def test_reader_position_survives_restart(tmp_path):
         svc.run_truncation()
         assert seg_files(tmp_path)[0] <= 51
         assert svc.read(51, 10)[0][0].lsn == 51
+
+
+def _logservice_threads():
+    import threading
+    return [t.name for t in threading.enumerate() if t.name.startswith("logservice-")]
+
+
+def test_a_service_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
+    """The worker holds the service weakly: dropping the last reference closes the service (its
+    threads end, the directory lock goes), also when that happens on the worker's own thread."""
+    import gc
+    import weakref
+    before = _logservice_threads()
+    for rnd in range(20):
+        svc = LogService.open(tmp_path, segment_size=2048, truncation_interval=0.001 if rnd else 0.05)
+        assert svc.append(b"round %d" % rnd) == rnd + 1
+        if rnd:
+            svc.truncate(rnd)    # the worker has segments to look at, so its rounds take a while
+        ref = weakref.ref(svc)
+        del svc              # the worker may be in a round, holding it: then it closes it there
+        assert wait_for(lambda: (gc.collect(), ref() is None)[1], timeout=5), "the dropped service stayed alive"
+    assert wait_for(lambda: _logservice_threads() == before, timeout=5), _logservice_threads()
+    with LogService.open(tmp_path) as svc:   # nothing of the dropped services holds the directory
+        assert svc.get_latest_lsn() == 20
+        assert svc.read(20, 100)[0][0].data.endswith(b"round 19")
+
+
+def test_the_worker_stops_itself_when_its_owner_goes_during_a_round():
+    """The last reference to the owner can go while the worker runs its step: the owner is then
+    finalized on the worker's thread, and its stop() must end the worker there (no self-join)."""
+    import threading
+    import weakref
+    from logtide.engine.logservice.truncation import TruncationWorker
+    entered, seen = threading.Event(), {}
+
+    class Owner:
+        def __init__(self):
+            self.worker = TruncationWorker(weakref.WeakMethod(self.step), 0.001)
+
+        def step(self):
+            entered.set()
+            time.sleep(0.2)     # main drops its reference meanwhile
+            return 0
+
+        def __del__(self):
+            seen["thread"] = threading.current_thread().name
+            try:
+                self.worker.stop()
+                seen["stopped"] = True
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                seen["stopped"] = exc
+
+    owner = Owner()
+    worker = owner.worker
+    assert entered.wait(5)
+    del owner
+    assert wait_for(lambda: "stopped" in seen, timeout=5)
+    assert seen == {"thread": "logservice-truncation", "stopped": True}
+    assert wait_for(lambda: not worker.is_alive(), timeout=5)

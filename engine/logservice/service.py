@@ -90,7 +90,8 @@ class LogService(LogServiceClient):
                                       offset=self._segments[-1].size)
             self._tso = TSO(self._sm.tso_limit, lambda limit: self._propose(command("reserve_tso", limit=limit)))
             self._closed = False
-            self._worker = TruncationWorker(self.run_truncation, truncation_interval) if truncation_interval > 0 else None
+            self._worker = (TruncationWorker(weakref.WeakMethod(self.run_truncation), truncation_interval)
+                            if truncation_interval > 0 else None)
         except BaseException:
             self._release()
             raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from typing import Callable
 
 from logtide.errors import LogtideError
@@ -16,9 +17,11 @@ log = logging.getLogger("logtide.logservice")
 
 
 class TruncationWorker:
-    """Runs `step` every `interval` seconds (and at once when poked) until stopped."""
+    """Runs `step` every `interval` seconds (and at once when poked) until stopped, or until its
+    owner is collected: `step` is held weakly (a weakref.WeakMethod), so the worker's thread does
+    not keep a service nobody closed alive, with its directory locked, for the process's life."""
 
-    def __init__(self, step: Callable[[], int], interval: float) -> None:
+    def __init__(self, step: "weakref.WeakMethod[Callable[[], int]]", interval: float) -> None:
         self._step = step
         self._interval = interval
         self._wake = threading.Event()
@@ -36,18 +39,27 @@ class TruncationWorker:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            step = self._step()
+            if step is None:     # the owner is gone (its __del__ closes it)
+                return
             try:
-                self.removed += self._step()
+                self.removed += step()
             except OSError as exc:  # a failed unlink is retried on the next round
                 log.warning("truncation worker: %r", exc)
             except LogtideError as exc:  # the service failed (e.g. its directory was removed): stop
                 log.error("truncation worker stops: %s", exc)
                 return
+            finally:
+                del step     # the owner may be dropped here, and closed (stop()) on this thread
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 def removable(segments: list, bound: int) -> int:
