@@ -12,6 +12,7 @@ import io
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -59,9 +60,7 @@ class MetaService:
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
-        self._queue: collections.deque = collections.deque()   # proposals waiting for the log
-        self._queue_cv = threading.Condition(threading.Lock())
-        self._stopping = False
+        self._pq = _Proposals()
         self._time_lock = threading.Lock()
         self._log = log
         self._own_log = own_log
@@ -80,7 +79,8 @@ class MetaService:
         self.leader = leader     # the address of the leader, named in every RPC reply
         self._proposer_thread = None
         if log is not None:
-            self._proposer_thread = threading.Thread(target=self._proposer, daemon=True, name="meta-proposer")
+            self._proposer_thread = threading.Thread(target=_proposer, args=(weakref.ref(self), self._pq),
+                                                     daemon=True, name="meta-proposer")
             self._proposer_thread.start()
 
     @classmethod
@@ -175,11 +175,12 @@ class MetaService:
                 t = self._stamp()
                 return self._sm.apply(self._sm.applied_index + 1, t, cmd)
         slot = _Slot(cmd)
-        with self._queue_cv:
-            if self._stopping:
+        pq = self._pq
+        with pq.cv:
+            if pq.stopping:
                 raise MetaClosedError("the meta-service is closed")
-            self._queue.append(slot)
-            self._queue_cv.notify()
+            pq.items.append(slot)
+            pq.cv.notify()
         if not slot.done.wait(APPLY_WAIT_S):
             raise MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s")
         if slot.error is not None:
@@ -188,32 +189,23 @@ class MetaService:
             self.snapshot(wait=False)
         return slot.reply
 
-    def _proposer(self) -> None:
-        """The one thread that writes the log: takes every queued proposal, appends them as one
-        group (consecutive LSNs, one fsync; on a replicated log, one append_each call
-        that the leader proposes as one batch), applies them in LSN order, then wakes each proposer. Proposals queue up while a
-        group is being synced, so batches grow with the load."""
-        while True:
-            with self._queue_cv:
-                while not self._queue and not self._stopping:
-                    self._queue_cv.wait()
-                if not self._queue:
-                    return
-                n = min(len(self._queue), MAX_GROUP)
-                batch = [self._queue.popleft() for _ in range(n)]
-            try:
-                if self._resync:
-                    self._catch_up({})
-                # on a replicated log the group's LSN order is the order its appends commit in, so it
-                # shares one time: log time never goes back
-                times = [self._stamp() for _ in batch] if self._dense else [self._stamp()] * len(batch)
-                self._write_group(batch, times)
-            except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
-                for s in batch:
-                    if s.reply is None and s.error is None:
-                        s.error = exc
+    def _run_group(self, batch) -> None:
+        """Append one group of queued proposals (consecutive LSNs, one fsync; on a replicated log,
+        one append_each call that the leader proposes as one batch), apply them in LSN order, then
+        wake each proposer (the proposer thread's work: see _proposer)."""
+        try:
+            if self._resync:
+                self._catch_up({})
+            # on a replicated log the group's LSN order is the order its appends commit in, so it
+            # shares one time: log time never goes back
+            times = [self._stamp() for _ in batch] if self._dense else [self._stamp()] * len(batch)
+            self._write_group(batch, times)
+        except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
             for s in batch:
-                s.done.set()
+                if s.reply is None and s.error is None:
+                    s.error = exc
+        for s in batch:
+            s.done.set()
 
     def _write_group(self, batch, times) -> None:
         """Append and apply one group, leaving each proposal its reply or error."""
@@ -325,11 +317,12 @@ class MetaService:
                     out.append(exc)
             return out
         slots = [_Slot(c) for c in cmds]
-        with self._queue_cv:
-            if self._stopping:
+        pq = self._pq
+        with pq.cv:
+            if pq.stopping:
                 raise MetaClosedError("the meta-service is closed")
-            self._queue.extend(slots)
-            self._queue_cv.notify()
+            pq.items.extend(slots)
+            pq.cv.notify()
         deadline = time.monotonic() + APPLY_WAIT_S
         out = []
         for s in slots:
@@ -410,10 +403,11 @@ class MetaService:
             self._closed = True
         self._hub.close_all()
         if self._log is not None:
-            with self._queue_cv:
-                self._stopping = True          # queued proposals still go through, new ones are refused
-                self._queue_cv.notify_all()
-            self._proposer_thread.join()
+            with self._pq.cv:
+                self._pq.stopping = True       # queued proposals still go through, new ones are refused
+                self._pq.cv.notify_all()
+            if threading.current_thread() is not self._proposer_thread:  # else: finalized on it (see _proposer)
+                self._proposer_thread.join()
             with self._snapshot_lock:
                 if self._own_log:
                     self._log.close()
@@ -426,6 +420,45 @@ class MetaService:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        # a service nobody closed: stop its proposer and release its directory
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - partly constructed, or interpreter shutdown
+            pass
+
+
+class _Proposals:
+    """The proposals waiting for the log, shared by a service and its proposer thread."""
+
+    def __init__(self) -> None:
+        self.items: collections.deque = collections.deque()
+        self.cv = threading.Condition(threading.Lock())
+        self.stopping = False
+
+
+def _proposer(ref: "weakref.ref[MetaService]", pq: _Proposals) -> None:
+    """The one thread that writes the log: it takes every queued proposal and has the service write
+    them as one group. Proposals queue up while a group is being synced, so groups grow with the
+    load. It holds the service only while a group is written, so a service nobody closed is still
+    collected (and closed by its __del__, possibly on this thread)."""
+    while True:
+        with pq.cv:
+            while not pq.items and not pq.stopping:
+                pq.cv.wait()
+            if not pq.items:
+                return
+            n = min(len(pq.items), MAX_GROUP)
+            batch = [pq.items.popleft() for _ in range(n)]
+        svc = ref()
+        if svc is None:   # cannot be while a proposer waits (it holds the service); refuse anyway
+            for s in batch:
+                s.error = MetaClosedError("the meta-service is closed")
+                s.done.set()
+            return
+        svc._run_group(batch)
+        del svc
 
 
 def _gapped(log) -> bool:
