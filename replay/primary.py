@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -137,7 +138,8 @@ class Primary:
         self._stop = threading.Event()
         self._ckpt_thread = None
         if start and checkpoint_interval > 0:
-            self._ckpt_thread = threading.Thread(target=self._checkpoint_loop, args=(checkpoint_interval,),
+            self._ckpt_thread = threading.Thread(target=_checkpoints, args=(weakref.ref(self), self._stop,
+                                                                            checkpoint_interval),
                                                  name="checkpointer", daemon=True)
             self._ckpt_thread.start()
 
@@ -659,13 +661,6 @@ class Primary:
             self.checkpoints += 1
             return self.consistent_lsn
 
-    def _checkpoint_loop(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.checkpoint()
-            except Exception:  # a failed checkpoint is retried; writes go on
-                log.exception("checkpoint failed")
-
     # ------------------------------------------------------------------ lifecycle
     def crash(self) -> None:
         """Stop without flushing anything (tests of promotion and recovery)."""
@@ -691,7 +686,7 @@ class Primary:
         if not stopped:
             self.committer.drain()   # writes already queued are made durable and acknowledged
         self._stop.set()
-        if self._ckpt_thread:
+        if self._ckpt_thread and threading.current_thread() is not self._ckpt_thread:  # else finalized there
             self._ckpt_thread.join()
         try:
             if not stopped:
@@ -711,8 +706,31 @@ class Primary:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # a primary nobody closed: make its writes durable and release its directory
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - partly constructed, or interpreter shutdown
+            pass
+
     def stats(self) -> dict:
         return {"write_lsn": self.write_lsn, "consistent_lsn": self.consistent_lsn,
                 "truncated_lsn": self.truncated_lsn, "checkpoints": self.checkpoints,
                 "pages_written": self.store.pages_written, "replicas": {k: vars(v) for k, v in self.replicas.items()},
                 "replicas_dropped": self.replicas_dropped, "dropped": dict(self.dropped)}
+
+
+def _checkpoints(ref: "weakref.ref[Primary]", stop: threading.Event, interval: float) -> None:
+    """The checkpointer thread: a checkpoint every `interval` seconds until stopped. It holds the
+    primary only during a checkpoint, so a primary nobody closed is still collected (and closed by
+    its __del__, possibly on this thread)."""
+    while not stop.wait(interval):
+        primary = ref()
+        if primary is None:
+            return
+        try:
+            primary.checkpoint()
+        except Exception:  # a failed checkpoint is retried; writes go on
+            log.exception("checkpoint failed")
+        finally:
+            del primary

@@ -112,3 +112,36 @@ def test_checkpoint_truncates_logtail_and_reports_the_replayed_lsn(tn):
     assert tn.log.readers()[READER_NAME] == ckp.lsn and tn.log.get_truncated_lsn() == ckp.lsn
     resp = tn.pull("a", 0, tn.last_ts)
     assert resp["checkpoint"] == ckp.name and resp["from_ts"] == ckp.ts
+
+
+def test_a_tn_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
+    """Its push thread holds it only while pushing: dropping the last reference closes it (queued
+    commits durable, push thread ended, its log closed), so the directory reopens in this process."""
+    import gc
+    import threading
+    import weakref
+    from logtide.errors import DuplicateKeyError
+    tn = TransactionNode.open(tmp_path, heartbeat_ms=2.0)
+    tn.create_table("a", COLS, "id")
+    committers = [threading.Thread(target=lambda k=k: [commit(tn, "a", [k * 10 + i]) for i in range(10)])
+                  for k in range(8)]
+    for t in committers:
+        t.start()
+    for t in committers:
+        t.join()
+    ref = weakref.ref(tn)
+    del tn
+    deadline = time.time() + 5
+    while ref() is not None and time.time() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert ref() is None, "the dropped TN stayed alive"
+    assert not [t.name for t in threading.enumerate() if t.name == "logtail-push"]
+    tn = TransactionNode.open(tmp_path, heartbeat_ms=2.0)
+    try:
+        for k in range(80):      # every acknowledged row is there: inserting it again conflicts
+            with pytest.raises(DuplicateKeyError):
+                commit(tn, "a", [k])
+    finally:
+        tn.close()
+        tn.log.close()

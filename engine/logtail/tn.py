@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,7 +208,8 @@ class TransactionNode:
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
-        self._pusher = threading.Thread(target=self._push_loop, name="logtail-push", daemon=True)
+        self._pusher = threading.Thread(target=_pusher, args=(weakref.ref(self), self._cv, self.heartbeat_s),
+                                        name="logtail-push", daemon=True)
         self._pusher.start()
 
     @classmethod
@@ -226,11 +228,19 @@ class TransactionNode:
             self._closed = True
             self._cv.notify_all()
             streams = list(self._streams)
-        self._pusher.join(timeout=5)
+        if threading.current_thread() is not self._pusher:   # else: finalized on it (see _pusher)
+            self._pusher.join(timeout=5)
         for s in streams:
             s.close()
         if getattr(self, "_owns_log", False):
             self.log.close()
+
+    def __del__(self) -> None:
+        # a TN nobody closed: its queued commits are made durable and its push thread ends
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - partly constructed, or interpreter shutdown
+            pass
 
     @property
     def stream_count(self) -> int:
@@ -649,24 +659,25 @@ class TransactionNode:
             if s in self._streams:
                 self._streams.remove(s)
 
-    def _push_loop(self) -> None:
-        while True:
-            with self._cv:
-                if self._closed:
-                    return
-                if self.last_ts <= self.pushed_ts:
-                    self._cv.wait(self.heartbeat_s)
-                if self._closed:
-                    return
-                if self.last_ts > self.pushed_ts:
-                    to_ts = self.last_ts
-                elif self.committer.pending() == 0:
-                    # heartbeat: an empty transaction that only takes a ts, moving every watermark;
-                    # only with nothing in flight, or a queued commit's ts would fall below it
-                    to_ts = self.log.get_tso_timestamp(1)
-                else:
-                    continue
-                self._push_to(to_ts)
+    def _push_idle(self) -> bool | None:
+        """Under _cv: None once closed, else whether nothing is waiting to be pushed."""
+        return None if self._closed else self.last_ts <= self.pushed_ts
+
+    def _push_round(self) -> bool:
+        """Under _cv, after the push thread's wait (see _pusher): push what is new, or a heartbeat.
+        False once the TN is closed."""
+        if self._closed:
+            return False
+        if self.last_ts > self.pushed_ts:
+            to_ts = self.last_ts
+        elif self.committer.pending() == 0:
+            # heartbeat: an empty transaction that only takes a ts, moving every watermark;
+            # only with nothing in flight, or a queued commit's ts would fall below it
+            to_ts = self.log.get_tso_timestamp(1)
+        else:
+            return True
+        self._push_to(to_ts)
+        return True
 
     def _push_to(self, to_ts: int) -> None:
         """Send (pushed_ts, to_ts] to every stream, one batch per table and kind. Holds _cv."""
@@ -687,6 +698,25 @@ class TransactionNode:
                               {t: es for t, es in per_table.items() if t in s.subscribed}))
             except StreamClosedError:
                 self._streams.remove(s)
+
+
+def _pusher(ref: "weakref.ref[TransactionNode]", cv: threading.Condition, heartbeat_s: float) -> None:
+    """The push thread: waits up to a heartbeat for commits, then pushes them (or a heartbeat),
+    until the TN is closed. It holds the TN only while it pushes, not while it waits, so a TN nobody
+    closed is still collected, and closed by its __del__, possibly on this thread."""
+    while True:
+        with cv:
+            tn = ref()
+            idle = None if tn is None else tn._push_idle()
+            del tn
+            if idle is None:
+                return
+            if idle:
+                cv.wait(heartbeat_s)
+            tn = ref()
+            if tn is None or not tn._push_round():
+                return
+            del tn
 
 
 def _check_many(table: str, st: TableState, ins_pks: np.ndarray, dels: set, start_ts: int):
