@@ -88,17 +88,12 @@ def test_reader_position_survives_restart(tmp_path):
         assert svc.read(51, 10)[0][0].lsn == 51
 
 
-def _logservice_threads():
-    import threading
-    return [t.name for t in threading.enumerate() if t.name.startswith("logservice-")]
-
-
 def test_a_service_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
     """The worker holds the service weakly: dropping the last reference closes the service (its
     threads end, the directory lock goes), also when that happens on the worker's own thread."""
-    import gc
     import weakref
-    before = _logservice_threads()
+    from lifetime import collected, thread_names, threads_back_to
+    before = thread_names("logservice-")
     for rnd in range(20):
         svc = LogService.open(tmp_path, segment_size=2048, truncation_interval=0.001 if rnd else 0.05)
         assert svc.append(b"round %d" % rnd) == rnd + 1
@@ -106,8 +101,8 @@ def test_a_service_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_p
             svc.truncate(rnd)    # the worker has segments to look at, so its rounds take a while
         ref = weakref.ref(svc)
         del svc              # the worker may be in a round, holding it: then it closes it there
-        assert wait_for(lambda: (gc.collect(), ref() is None)[1], timeout=5), "the dropped service stayed alive"
-    assert wait_for(lambda: _logservice_threads() == before, timeout=5), _logservice_threads()
+        assert collected(ref), "the dropped service stayed alive"
+    assert threads_back_to(before, "logservice-"), thread_names("logservice-")
     with LogService.open(tmp_path) as svc:   # nothing of the dropped services holds the directory
         assert svc.get_latest_lsn() == 20
         assert svc.read(20, 100)[0][0].data.endswith(b"round 19")

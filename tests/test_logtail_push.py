@@ -117,26 +117,16 @@ def test_checkpoint_truncates_logtail_and_reports_the_replayed_lsn(tn):
 def test_a_tn_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
     """Its push thread holds it only while pushing: dropping the last reference closes it (queued
     commits durable, push thread ended, its log closed), so the directory reopens in this process."""
-    import gc
-    import threading
     import weakref
+    from lifetime import collected, run_threads, thread_names
     from logtide.errors import DuplicateKeyError
     tn = TransactionNode.open(tmp_path, heartbeat_ms=2.0)
     tn.create_table("a", COLS, "id")
-    committers = [threading.Thread(target=lambda k=k: [commit(tn, "a", [k * 10 + i]) for i in range(10)])
-                  for k in range(8)]
-    for t in committers:
-        t.start()
-    for t in committers:
-        t.join()
+    run_threads(8, lambda k: [commit(tn, "a", [k * 10 + i]) for i in range(10)])
     ref = weakref.ref(tn)
     del tn
-    deadline = time.time() + 5
-    while ref() is not None and time.time() < deadline:
-        gc.collect()
-        time.sleep(0.01)
-    assert ref() is None, "the dropped TN stayed alive"
-    assert not [t.name for t in threading.enumerate() if t.name == "logtail-push"]
+    assert collected(ref), "the dropped TN stayed alive"
+    assert thread_names("logtail-push") == []
     tn = TransactionNode.open(tmp_path, heartbeat_ms=2.0)
     try:
         for k in range(80):      # every acknowledged row is there: inserting it again conflicts

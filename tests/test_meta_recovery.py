@@ -179,30 +179,15 @@ def test_corrupt_log_record_is_refused_not_skipped(tmp_path):
 
 def test_a_service_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
     """Its threads hold it weakly: dropping the last reference closes it (writes kept, lock gone)."""
-    import gc
-    import time
     import weakref
-
-    def meta_threads():
-        return sorted(t.name for t in threading.enumerate() if t.name.startswith(("meta-", "logservice-")))
-    before = meta_threads()
+    from lifetime import collected, run_threads, thread_names, threads_back_to
+    before = thread_names("meta-", "logservice-")
     for i in range(5):
         ms = MetaService.open(tmp_path / "meta")
-        writers = [threading.Thread(target=ms.upsert, args=(f"k{i}/{j}", b"v")) for j in range(8)]
-        for w in writers:
-            w.start()
-        for w in writers:
-            w.join()
+        run_threads(8, lambda j: ms.upsert(f"k{i}/{j}", b"v"))
         ref = weakref.ref(ms)
-        del ms, writers, w
-        end = time.monotonic() + 5
-        while ref() is not None and time.monotonic() < end:
-            gc.collect()
-            time.sleep(0.01)
-        assert ref() is None, "the dropped service stayed alive"
-    end = time.monotonic() + 5
-    while meta_threads() != before and time.monotonic() < end:
-        time.sleep(0.01)
-    assert meta_threads() == before
+        del ms
+        assert collected(ref), "the dropped service stayed alive"
+    assert threads_back_to(before, "meta-", "logservice-")
     with MetaService.open(tmp_path / "meta") as ms:
         assert sorted(k for k, _ in ms.list("k")) == sorted(f"k{i}/{j}" for i in range(5) for j in range(8))

@@ -84,10 +84,9 @@ def test_ro_and_primary_restarts_with_saved_logindex_tables(tmp_path):
 def test_a_primary_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_path):
     """Its checkpointer holds it only during a checkpoint: dropping the last reference closes it
     (writes durable, a checkpoint, the directory lock released), so the directory reopens here."""
-    import gc
     import threading
-    import time
     import weakref
+    from lifetime import collected, run_threads
     primary = Primary(tmp_path, pool_pages=256, checkpoint_interval=0.01)
     tids = {}
     lock = threading.Lock()
@@ -98,17 +97,9 @@ def test_a_primary_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_p
             tid = primary.insert(RELS[k % 2], data)
             with lock:
                 tids[(RELS[k % 2], tid)] = data
-    threads = [threading.Thread(target=backend, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(8, backend)
     ref = weakref.ref(primary)
     del primary
-    deadline = time.monotonic() + 5
-    while ref() is not None and time.monotonic() < deadline:
-        gc.collect()
-        time.sleep(0.01)
-    assert ref() is None, "the dropped primary stayed alive"
+    assert collected(ref), "the dropped primary stayed alive"
     with Primary(tmp_path, pool_pages=256) as again:
         assert {(rel, tid): again.get(rel, tid) for rel, tid in tids} == tids
