@@ -1,7 +1,6 @@
 """Callers of the log service run unchanged against the replicated one: a TN commits, flushes and
 checkpoints (truncate, reader reports) on `connect_logservice("h1:p1,h2:p2,h3:p3")`; after its
 leader replica is gone, a new TN rebuilt from the replicated log and the objects has every commit."""
-import socket
 import time
 
 import pytest
@@ -11,15 +10,7 @@ from logtide.engine.logservice.replicated import ReplicatedLogService
 from logtide.engine.logtail import ComputeNode, TransactionNode
 from logtide.engine.objectstore import ObjectStore
 
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from ports import free_ports
 
 
 @pytest.mark.timeout(120)

@@ -6,7 +6,6 @@ once, at the same LSN on every replica, no LSN ever held two records, and the re
 history is linearizable (lincheck)."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,20 +20,11 @@ from logtide.engine.logservice.replicated_client import NoLeaderError
 from logtide.engine.raft.lincheck import INF, UNKNOWN, LogModel, Operation, check_operations
 from logtide.errors import LogtideError
 
+from ports import free_ports  # noqa: E402
 from replica_logs import replica_logs, settled_leader  # noqa: E402
 
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
 TICK = "0.05"  # 0.5-1 s elections keep the rounds short; the defaults are 0.1 s x 10 ticks
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Cluster:
