@@ -89,8 +89,8 @@ class RpcStreamBroken(RpcError):
 
 
 class ForkedProcessError(LogtideError, RuntimeError):
-    """gRPC was used in a process forked while its parent had gRPC clients or servers open, which
-    gRPC does not support. Not retryable: fork with none open, or start workers with 'spawn'."""
+    """gRPC was used in a process forked from one that had already used gRPC, which gRPC does not
+    support. Not retryable: fork before the first client or server, or start workers with 'spawn'."""
 
 
 class CorruptRecordError(CorruptionError):

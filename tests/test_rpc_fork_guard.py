@@ -1,6 +1,7 @@
-"""gRPC after fork(): a child forked while its parent had gRPC clients open is refused at once with
-ForkedProcessError (it used to hang until its deadline, or for ever while connecting), the parent
-goes on unharmed, and a child forked with none open, or spawned, uses gRPC normally."""
+"""gRPC after fork(): a child forked from a process that had used gRPC is refused at once with
+ForkedProcessError (it used to hang until its deadline, or for ever while connecting), also when
+the parent had closed its clients; the parent goes on unharmed; a child forked before the first use
+of gRPC, or a spawned worker, uses gRPC normally."""
 from __future__ import annotations
 
 import json
@@ -82,7 +83,7 @@ def test_a_child_forked_with_a_client_open_is_refused_at_once_and_the_parent_goe
             t.join()
     for out in (inherited, fresh):
         assert out.get("error") == "ForkedProcessError", out
-        assert "spawn" in out["message"] and str(os.getpid()) in out["message"]
+        assert "spawn" in out["message"] and f"process {os.getpid()}" in out["message"]
         assert out["seconds"] < 5
     # the parent's client is untouched: its calls go on, in order, and nothing came from the children
     last = client.append(b"after the forks")
@@ -93,31 +94,55 @@ def test_a_child_forked_with_a_client_open_is_refused_at_once_and_the_parent_goe
     client.close()
 
 
-CLOSED_THEN_FORK = """
-import os, sys
+CHILD = """
+import json, os, sys, time
 from logtide import connect_logservice
-address = sys.argv[1]
-c = connect_logservice(address)
-c.append(b"parent")
-c.close()
+address, before = sys.argv[1], sys.argv[2]
+if before == "used":            # the parent uses gRPC and closes everything before it forks
+    c = connect_logservice(address)
+    c.append(b"parent")
+    c.close()
 pid = os.fork()
 if pid == 0:
     import signal
-    signal.alarm(30)
-    with connect_logservice(address) as child:
-        os._exit(0 if child.append(b"child") == 2 else 3)
+    signal.alarm(30)            # a hang ends here, as a wait status the parent reports
+    t0 = time.monotonic()
+    try:
+        with connect_logservice(address) as child:
+            out = {"result": child.append(b"child")}
+    except Exception as exc:
+        out = {"error": type(exc).__name__}
+    out["seconds"] = time.monotonic() - t0
+    print(json.dumps(out), flush=True)
+    os._exit(0)
 _, status = os.waitpid(pid, 0)
+if before == "unused":          # the parent may use gRPC after the fork
+    with connect_logservice(address) as c:
+        c.append(b"parent")
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def test_a_child_forked_with_every_client_closed_uses_grpc(server, tmp_path):
-    # in a fresh interpreter (outside the source tree): this test process may hold other tests' clients
-    p = subprocess.run([sys.executable, "-c", CLOSED_THEN_FORK, server], capture_output=True, text=True,
+def run_child(server, tmp_path, before):
+    # in a fresh interpreter (outside the source tree): this test process has used gRPC already
+    p = subprocess.run([sys.executable, "-c", CHILD, server, before], capture_output=True, text=True,
                        timeout=60, cwd=str(tmp_path))
-    assert p.returncode == 0, p.stderr[-2000:]
-    with connect_logservice(server) as again:
-        assert [r.data[12:] for r in again.read(1, 1 << 20)[0]] == [b"parent", b"child"]
+    assert p.returncode == 0 and p.stdout, (p.returncode, p.stderr[-2000:])
+    return json.loads(p.stdout)
+
+
+def test_a_child_forked_after_the_parent_closed_its_clients_is_still_refused(server, tmp_path):
+    out = run_child(server, tmp_path, "used")
+    assert out.get("error") == "ForkedProcessError" and out["seconds"] < 5, out
+    with connect_logservice(server) as c:
+        assert [r.data[12:] for r in c.read(1, 1 << 20)[0]] == [b"parent"]
+
+
+def test_a_child_forked_before_the_first_use_of_grpc_uses_it(server, tmp_path):
+    out = run_child(server, tmp_path, "unused")
+    assert out.get("result") == 1, out
+    with connect_logservice(server) as c:
+        assert sorted(r.data[12:] for r in c.read(1, 1 << 20)[0]) == [b"child", b"parent"]
 
 
 SPAWNED = """

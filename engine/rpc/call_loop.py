@@ -8,9 +8,10 @@ every stream had a sender thread, a reader thread and a channel poller that all 
 here one thread serves every stream of every client in the process, so a message costs one
 wake-up of this thread instead of several thread hand-offs (measured in docs/rpc.md).
 
-A forked child gets a loop of its own at its first call (threads do not survive fork). At
-interpreter exit the loop cancels every stream still open: a client nobody closed must not keep
-a server of the same process (whose worker threads exit waits for) serving its stream forever.
+A forked child gets a loop of its own at its first call (threads do not survive fork; fork_guard.py
+says when gRPC is usable there at all). At interpreter exit the loop cancels every stream still
+open: a client nobody closed must not keep a server of the same process (whose worker threads exit
+waits for) serving its stream forever.
 """
 from __future__ import annotations
 
