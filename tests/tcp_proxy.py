@@ -3,7 +3,8 @@
 `blackhole(True)` stops moving bytes in both directions on every connection, old and new (new ones
 are accepted and held): both ends see a silent peer, as in a network partition where TCP keeps
 retransmitting. `blackhole(False)` heals it: held bytes flow again. `retarget(addr)` sends new
-connections to another server (a restarted one on a new port).
+connections to another server (a restarted one on a new port). `mute_replies(True)` still
+delivers the client's bytes but holds the server's: a request lands, its answer never comes.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class TcpProxy:
         self._target = target
         self._open = threading.Event()      # set = traffic flows (not blackholed)
         self._open.set()
+        self._replies = threading.Event()   # set = server-to-client bytes flow
+        self._replies.set()
         self._closed = False
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
@@ -36,6 +39,12 @@ class TcpProxy:
         else:
             self._open.set()
 
+    def mute_replies(self, on: bool) -> None:
+        if on:
+            self._replies.clear()
+        else:
+            self._replies.set()
+
     def reset(self) -> None:
         """Close every connection through the proxy (the listener stays)."""
         with self._lock:
@@ -46,6 +55,7 @@ class TcpProxy:
     def close(self) -> None:
         self._closed = True
         self._open.set()
+        self._replies.set()
         _close(self._listener)
         self.reset()
 
@@ -71,13 +81,14 @@ class TcpProxy:
                 _close(client), _close(server)
                 return
             self._socks += [client, server]
-        for a, b in ((client, server), (server, client)):
-            threading.Thread(target=self._pump, args=(a, b), name="tcp-proxy-pump", daemon=True).start()
+        for a, b, gate in ((client, server, self._open), (server, client, self._replies)):
+            threading.Thread(target=self._pump, args=(a, b, gate), name="tcp-proxy-pump", daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, gate: threading.Event) -> None:
         try:
             while True:
                 self._open.wait()              # blackholed: read nothing, so nothing is delivered
+                gate.wait()
                 # wait for data without a socket timeout: the other direction's sendall on this same
                 # socket must block (not fail) while a stopped peer reads nothing
                 if not select.select([src], [], [], 0.1)[0]:
@@ -86,6 +97,7 @@ class TcpProxy:
                 if not data:
                     break
                 self._open.wait()
+                gate.wait()                    # bytes read before a mute are held too
                 dst.sendall(data)
         except (OSError, ValueError):   # closed by the other direction or by reset()
             pass

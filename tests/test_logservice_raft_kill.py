@@ -461,3 +461,67 @@ def test_tso_comes_from_a_leased_window_and_stays_increasing_across_a_leader_kil
         assert big >= ranges[-1][0] + ranges[-1][1]
     finally:
         c.close()
+
+
+def test_a_truncate_whose_answer_was_lost_succeeds_on_its_retry(cluster):
+    """The leader commits a truncate but its answer never reaches the client (a proxy holds the
+    replies): the client's retry finds its own truncation done and returns, where it used to fail
+    with InvalidTruncateLsn (the meta-service's snapshot hit this when its log's leader froze).
+    Truncating to or below the truncated LSN on purpose is still refused."""
+    from tcp_proxy import TcpProxy
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    from logtide.errors import InvalidTruncateLsn
+    lead = cluster.leader()
+    proxy = TcpProxy(cluster.addr(lead))
+    c = ReplicatedLogServiceClient([proxy.address] + [cluster.addr(i) for i in cluster.ports],
+                                   deadline=20.0, call_timeout=1.0)
+    try:
+        lsns = [c.append(b"r%d" % i) for i in range(10)]   # through the proxy, answers flowing
+        proxy.mute_replies(True)
+        c.truncate(lsns[5])                                 # lands; its answer is held; retried
+        assert c.get_truncated_lsn() == lsns[5]
+        with pytest.raises(InvalidTruncateLsn):
+            c.truncate(lsns[5])
+        with pytest.raises(InvalidTruncateLsn):
+            c.truncate(lsns[2])
+        c.truncate(lsns[8])
+        assert c.get_truncated_lsn() == lsns[8]
+    finally:
+        c.close()
+        proxy.close()
+
+
+def test_a_membership_change_whose_answer_was_lost_succeeds_on_its_retry(cluster):
+    """A change that cannot succeed (adding a member twice, removing a stranger) fails at once with
+    MembershipRefused, not after the client's whole deadline; one whose answer the proxy held is
+    found done by the client's retry, which returns the membership's log index."""
+    from tcp_proxy import TcpProxy
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    from logtide.engine.raft.errors import MembershipRefused
+    from logtide.engine.raft.messages import ADD_LEARNER, REMOVE
+    lead = cluster.leader()
+    c = ReplicatedLogServiceClient([cluster.addr(i) for i in cluster.ports], deadline=20.0, call_timeout=1.0)
+    proxy = TcpProxy(cluster.addr(lead))
+    muted = ReplicatedLogServiceClient([proxy.address] + [cluster.addr(i) for i in cluster.ports],
+                                       deadline=20.0, call_timeout=1.0)
+    try:
+        c.append(b"x")
+        t0 = time.monotonic()
+        with pytest.raises(MembershipRefused, match="already a member"):
+            c.change_membership(ADD_LEARNER, lead, cluster.addr(lead))
+        with pytest.raises(MembershipRefused, match="not a member"):
+            c.change_membership(REMOVE, 9)
+        assert time.monotonic() - t0 < 5
+        muted.append(b"y")                      # the stream through the proxy is up
+        proxy.mute_replies(True)
+        idx = muted.change_membership(ADD_LEARNER, 4, "127.0.0.1:1")   # lands; its answer is held
+        st = cluster.status(lead)
+        assert 4 in st["learners"] and st["conf_index"] == idx
+        with pytest.raises(MembershipRefused):
+            muted.change_membership(ADD_LEARNER, 4, "127.0.0.1:1")
+        assert c.change_membership(REMOVE, 4) > idx
+        assert 4 not in cluster.status(lead)["learners"]
+    finally:
+        muted.close()
+        c.close()
+        proxy.close()

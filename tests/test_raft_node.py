@@ -8,7 +8,7 @@ import pytest
 
 from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE, ConfChange
 from logtide.engine.raft.disk_storage import DiskStorage
-from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftTimeout
+from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftTimeout
 from logtide.engine.raft.node import RaftNode
 from logtide.engine.raft.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer
@@ -204,12 +204,22 @@ def test_learner_added_promoted_and_old_member_removed_under_load(tmp_path):
 
 def _change(g, cc, timeout=20.0):
     """Propose a membership change on the current leader, retrying while leadership moves (a new
-    leader refuses changes until it committed an entry of its term)."""
+    leader refuses changes until it committed an entry of its term). A refusal as already done
+    after an attempt that timed out means that attempt committed."""
     deadline = time.monotonic() + timeout
+    timed_out = False
     while True:
         try:
             return g.nodes[g.leader()].change_membership(cc, timeout=5)
-        except (NotLeader, ProposalDropped, RaftTimeout):
+        except MembershipRefused:
+            if timed_out:
+                return None
+            raise
+        except RaftTimeout:
+            timed_out = True
+            if time.monotonic() > deadline:
+                raise
+        except (NotLeader, ProposalDropped):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)

@@ -9,6 +9,7 @@ group stores it once and answers with the original LSN.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 import threading
@@ -22,11 +23,12 @@ from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig,
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.replicated import MAX_APPEND_MANY, REPLICATED_SERVICE
-from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
+from logtide.engine.raft import messages as M
+from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftStopped, RaftTimeout
 from logtide.engine.raft.channel import ReplicaTransport
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.pipeline import PipelinedTransport
-from logtide.errors import InvalidArgument, LogServiceClosed, LogServiceError, RpcError
+from logtide.errors import InvalidArgument, InvalidTruncateLsn, LogServiceClosed, LogServiceError, RpcError
 
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
 CALL_TIMEOUT = 2.0      # one RPC to one replica
@@ -74,7 +76,9 @@ class ReplicatedLogServiceClient(LogServiceClient):
                 return cand
         return min(cands, key=lambda a: self._down.get(a, 0.0))
 
-    def _call(self, name: str, req, deadline: float | None = None):
+    def _call(self, name: str, req, deadline: float | None = None, unsure: list | None = None):
+        """`unsure` collects each failed attempt: the request may have been applied all the same
+        (a reply lost on the way, a leader that stepped down with the entry in flight)."""
         if self._closed:
             raise LogServiceClosed("the log service client is closed")
         end = time.monotonic() + (deadline or self.deadline)
@@ -89,6 +93,8 @@ class ReplicatedLogServiceClient(LogServiceClient):
                 return out
             except NotLeader as exc:
                 last = exc
+                if unsure is not None:
+                    unsure.append(exc)
                 m = _LEADER_AT.search(str(exc))
                 hint = m.group(1) if m else None
                 # a follower names its leader until its election timeout passes, also a leader that
@@ -100,6 +106,8 @@ class ReplicatedLogServiceClient(LogServiceClient):
                 self._leader = self._next(addr)
             except (RpcError, RaftTimeout, RaftStopped, ProposalDropped, LogServiceClosed) as exc:
                 last = exc
+                if unsure is not None:
+                    unsure.append(exc)
                 if isinstance(exc, RpcError):
                     self._down[addr] = time.monotonic()
                 self._leader = self._next(addr)
@@ -181,7 +189,15 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return RecordBatch(first_lsn, np.array([r.type for r in run], dtype=np.uint32), offsets, lengths, buf, nxt)
 
     def truncate(self, lsn: int) -> None:
-        self._call("Truncate", pb.RLsn(lsn=lsn))
+        unsure: list = []
+        try:
+            self._call("Truncate", pb.RLsn(lsn=lsn), unsure=unsure)
+        except InvalidTruncateLsn:
+            # a failed attempt (its answer lost to a frozen or killed leader) may have committed:
+            # the retry then finds its own truncation done, which is success, not a move down
+            if unsure and self.get_truncated_lsn() >= lsn:
+                return
+            raise
 
     def get_truncated_lsn(self) -> int:
         return self._call("GetTruncatedLsn", pb.REmpty()).lsn
@@ -208,17 +224,29 @@ class ReplicatedLogServiceClient(LogServiceClient):
         self._call("UnregisterReader", pb.RReaderRequest(name=name))
 
     def readers(self) -> dict[str, int]:
-        import json
         return json.loads(self._call("Status", pb.REmpty()).json).get("readers", {})
 
     def status(self, address: str) -> dict:
         """One replica's role, term, leader, commit, applied and last index (no leader needed)."""
-        import json
         return json.loads(self._clients[address].invoke("Status", pb.REmpty()).json)
 
     def change_membership(self, op: int, node_id: int, address: str = "") -> int:
-        return self._call("ChangeMembership", pb.RMembershipRequest(op=op, node_id=node_id, address=address),
-                          deadline=2 * self.deadline)
+        """Add a learner, promote it to voter, or remove a member; returns the change's log index
+        (the index of the membership in force, when a retried attempt found the change done)."""
+        unsure: list = []
+        try:
+            return self._call("ChangeMembership", pb.RMembershipRequest(op=op, node_id=node_id, address=address),
+                              deadline=2 * self.deadline, unsure=unsure).lsn
+        except MembershipRefused:
+            # as for truncate: a retry refused as "already done" finds the lost attempt's work
+            if unsure:
+                st = json.loads(self._call("Status", pb.REmpty()).json)  # the leader's view
+                voters, learners = set(st.get("voters", ())), set(st.get("learners", ()))
+                done = {M.ADD_LEARNER: node_id in voters | learners, M.ADD_VOTER: node_id in voters,
+                        M.REMOVE: node_id not in voters | learners}.get(op, False)
+                if done:
+                    return int(st["conf_index"])
+            raise
 
     def close(self) -> None:
         self._closed = True

@@ -8,7 +8,12 @@ class RaftError(LogtideError):
 
 class ProposalDropped(RaftError):
     """A proposal was not appended: this node is not the leader, a transfer is running, or a
-    membership change is refused (one at a time, only after the leader committed in its term)."""
+    membership change must wait (one at a time, only after the leader committed in its term)."""
+
+
+class MembershipRefused(RaftError, InvalidArgument):
+    """A membership change that cannot succeed as asked, on any leader: the node is already a
+    member (or voter), is not a member, or is the last voter. Not retried, unlike ProposalDropped."""
 
 
 class NotLeader(ProposalDropped):

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
+from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
 from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
@@ -307,7 +307,7 @@ class RaftNode:
                 try:
                     f.index, f.term = raw.propose_conf_change(item[1])
                     self._pending[f.index] = f
-                except ProposalDropped as exc:
+                except (ProposalDropped, MembershipRefused) as exc:
                     f.set(error=exc)
             elif kind == "transfer":
                 raw.transfer_leader(item[1])

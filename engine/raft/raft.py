@@ -14,7 +14,8 @@ from __future__ import annotations
 import random
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import CompactedError, MalformedMessage, ProposalDropped, NotLeader, UnavailableError
+from logtide.engine.raft.errors import (CompactedError, MalformedMessage, MembershipRefused, NotLeader, ProposalDropped,
+                                        UnavailableError)
 from logtide.engine.raft.messages import ConfChange, ConfState, Entry, HardState, Message, ReadState, Snapshot
 from logtide.engine.raft.progress import PROBE, REPLICATE, SNAPSHOT, Progress
 from logtide.engine.raft.quorum import VOTE_LOST, VOTE_WON, committed_index, has_quorum, vote_result
@@ -371,16 +372,16 @@ class Raft:
             raise ProposalDropped("another membership change is not committed yet (one at a time)")
         conf = self.conf
         if cc.op == M.ADD_LEARNER and cc.node_id in conf.members():
-            raise ProposalDropped(f"node {cc.node_id} is already a member")
+            raise MembershipRefused(f"node {cc.node_id} is already a member")
         if cc.op == M.ADD_VOTER and cc.node_id in conf.voters:
-            raise ProposalDropped(f"node {cc.node_id} is already a voter")
+            raise MembershipRefused(f"node {cc.node_id} is already a voter")
         if cc.op == M.REMOVE:
             if cc.node_id not in conf.members():
-                raise ProposalDropped(f"node {cc.node_id} is not a member")
+                raise MembershipRefused(f"node {cc.node_id} is not a member")
             if conf.voters == {cc.node_id}:
-                raise ProposalDropped("cannot remove the last voter")
+                raise MembershipRefused("cannot remove the last voter")
         if cc.node_id == self.id and cc.op == M.REMOVE and len(conf.voters) == 1:
-            raise ProposalDropped("cannot remove the last voter")
+            raise MembershipRefused("cannot remove the last voter")
 
     def send_append(self, to: int, send_if_empty: bool = True) -> bool:
         pr = self.prs[to]

@@ -273,7 +273,7 @@ class RawNode:
         st = {"id": r.id, "role": M.ROLE_NAMES[r.state], "term": r.term, "lead": r.lead,
               "commit": r.log.committed, "applied": r.log.applied, "last_index": r.log.last_index(),
               "first_index": r.log.first_index(), "voters": sorted(r.conf.voters),
-              "learners": sorted(r.conf.learners)}
+              "learners": sorted(r.conf.learners), "conf_index": r.membership[-1][0]}
         if r.state == M.LEADER:
             st["progress"] = {i: {"match": pr.match, "next": pr.next, "learner": pr.is_learner}
                               for i, pr in sorted(r.prs.items())}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import ProposalDropped
+from logtide.engine.raft.errors import MembershipRefused, ProposalDropped
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
@@ -130,7 +130,7 @@ class SimNode:
                 raw.transfer_leader(item[1])
             elif kind == "snap_status":
                 raw.report_snapshot(item[1], item[2])
-        except ProposalDropped:
+        except (ProposalDropped, MembershipRefused):
             pass  # not the leader (any more), or a refused membership change: the client moves on
 
     def write_done(self, incarnation: int) -> None:
