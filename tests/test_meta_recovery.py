@@ -60,6 +60,29 @@ def test_snapshots_truncate_the_log_and_restart_loads_them(tmp_path):
         assert ms._sm.applied_index == before[2]
 
 
+def test_a_failing_periodic_snapshot_does_not_fail_the_write_that_triggered_it(tmp_path):
+    """The snapshot a writer takes after its write is best effort: while it cannot be written (its
+    temp path is a directory) writes still succeed and stay durable; once it can, the next write's
+    snapshot truncates the log, and a restart has every write."""
+    clock = ManualClock()
+    blocker = tmp_path / "m" / (SNAPSHOT_FILE + ".tmp")
+    with MetaService.open(tmp_path / "m", clock=clock, snapshot_every=5) as ms:
+        blocker.mkdir()
+        for i in range(20):
+            _, r = ms.upsert(f"s/{i}", b"v%d" % i)
+            assert r.data == b"v%d" % i
+        assert ms.snapshots_taken == 0 and ms._log.get_truncated_lsn() == 0
+        with pytest.raises(OSError):
+            ms.snapshot()                       # asked for explicitly, the failure is the caller's
+        blocker.rmdir()
+        ms.upsert("s/after", b"x")
+        assert ms.snapshots_taken == 1 and ms._log.get_truncated_lsn() == ms.applied_index
+        before = _state(ms)
+    with MetaService.open(tmp_path / "m", clock=clock, snapshot_every=5) as ms:
+        assert _state(ms) == before
+        assert {k for k, _ in ms.list("s/")} == {f"s/{i}" for i in range(20)} | {"s/after"}
+
+
 def test_explicit_snapshot_then_more_writes_then_restart(tmp_path):
     clock = ManualClock()
     with MetaService.open(tmp_path / "m", clock=clock) as ms:

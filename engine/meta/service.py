@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import io
+import logging
 import os
 import threading
 import time
@@ -26,8 +27,10 @@ from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import FLUSH_MARKER, WatchEvent, Watcher, WatchHub, check_filter
 from logtide.engine.statemachine import Entry
-from logtide.errors import CorruptionError, MetaClosedError, MetaError, MetaInvalidArgument
+from logtide.errors import (CorruptionError, InvalidTruncateLsn, LogtideError, MetaClosedError, MetaError,
+                            MetaInvalidArgument)
 
+logger = logging.getLogger(__name__)
 SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (docs/meta_format.md)
 LOG_DIR = "log"                     # the log-service directory holding every entry after it
 DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot lets the log be truncated)
@@ -186,7 +189,7 @@ class MetaService:
         if slot.error is not None:
             raise slot.error
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
-            self.snapshot(wait=False)
+            self._snapshot_after_write()
         return slot.reply
 
     def _run_group(self, batch) -> None:
@@ -248,6 +251,15 @@ class MetaService:
             self._last_time_ms = max(self._last_time_ms, self._sm.last_time_ms)
         self._resync = False
 
+    def _snapshot_after_write(self) -> None:
+        """The periodic snapshot, taken by a writer whose write is already durable and applied:
+        its failure (a full disk, a log group without a leader) must not make that write look
+        failed. The next write past the interval tries again."""
+        try:
+            self.snapshot(wait=False)
+        except (LogtideError, OSError) as exc:
+            logger.warning("meta-service snapshot failed, retried after a later write: %s", exc)
+
     def snapshot(self, wait: bool = True) -> Optional[int]:
         """Save the state to the snapshot file, then truncate the log up to it; returns its index.
 
@@ -276,7 +288,12 @@ class MetaService:
             os.replace(tmp, self._dir / SNAPSHOT_FILE)
             fsync_dir(self._dir)
             if index > self._log.get_truncated_lsn():
-                self._log.truncate(index)
+                try:
+                    self._log.truncate(index)
+                except InvalidTruncateLsn:
+                    if self._log.get_truncated_lsn() < index:
+                        raise
+                    # truncated past index meanwhile (by the cluster's truncation): done
             self._snapshot_index = index
             self.snapshots_taken += 1
             return index
@@ -331,7 +348,7 @@ class MetaService:
             else:
                 out.append(s.error if s.error is not None else s.reply)
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
-            self.snapshot(wait=False)
+            self._snapshot_after_write()
         return out
 
     # ------------------------------------------------------------------ reads (hide keys expired at local time)
