@@ -47,6 +47,8 @@ cdef class BTree:
     cdef object _val_obj(self, int64_t v)
     cdef object _at(self, Cursor* c)
     cdef _bulk_impl(self, cnp.ndarray keys, cnp.ndarray vals)
+    cdef tuple _span(self, int64_t* plo, int64_t* phi)
+    cdef Py_ssize_t _merge_rebuild(self, keys, values) except -1
     cdef int _enter(self) except -1
     cdef int _lock_write(self) except -1
     cdef int _check_write(self) except -1

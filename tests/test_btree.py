@@ -144,3 +144,34 @@ def test_memory_per_int64_entry_at_one_million():
     assert bulk.memory_bytes() / n <= per_entry
     print(f"\nBTree int64->int64 at 1M: {per_entry:.2f} bytes/entry (per-call random inserts), "
           f"{bulk.memory_bytes() / n:.2f} (bulk_load), depth {t.depth()}")
+
+
+from hypothesis import given, settings, strategies as hst  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(n0=hst.integers(0, 4000), m=hst.integers(0, 1200), span=hst.sampled_from([600, 5000, 1 << 40]),
+       width=hst.sampled_from([1, 2]), seed=hst.integers(0, 2**32 - 1))
+def test_insert_many_on_both_sides_of_the_merge_threshold(n0, m, span, width, seed):
+    """A batch into a filled int64 tree, below and above an eighth of its size (inserted one by one,
+    or merged and rebuilt): the same content as a dict, the same count of new keys, a snapshot
+    taken before unchanged, and a valid structure."""
+    rng = np.random.default_rng(seed)
+    shape = (n0,) if width == 1 else (n0, width)
+    t = BTree(width=width)
+    model = {}
+    base = rng.integers(-span, span, size=shape)
+    for k, v in zip(base.tolist(), rng.integers(-2**40, 2**40, n0).tolist()):
+        k = tuple(k) if width > 1 else k
+        t[k] = v
+        model[k] = v
+    snap, frozen = t.snapshot(), sorted(model.items())
+    keys = rng.integers(-span, span, size=(m,) if width == 1 else (m, width))
+    vals = rng.integers(-2**40, 2**40, m)
+    added = t.insert_many(keys, vals)
+    batch = [(tuple(k) if width > 1 else k, v) for k, v in zip(keys.tolist(), vals.tolist())]
+    assert added == len({k for k, _ in batch} - set(model))
+    model.update(batch)                         # the last value of a repeated key wins
+    assert list(t.range()) == sorted(model.items())
+    assert list(snap.range()) == frozen
+    t.check()
