@@ -12,7 +12,7 @@ from cpython.mem cimport PyMem_RawMalloc, PyMem_RawRealloc, PyMem_RawFree
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
                                PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK)
-from libc.stdint cimport int64_t, INT64_MIN, INT64_MAX
+from libc.stdint cimport int64_t, uint8_t, INT64_MIN, INT64_MAX
 from libc.string cimport memcpy, memmove
 
 from logtide.errors import ReadOnlySnapshotError
@@ -461,6 +461,45 @@ cdef BTNode* find_leaf(BTNode* nd, const int64_t* key, int kw) noexcept nogil:
         nd = nd.kids[ubound(nd.keys, nd.n - 1, key, kw)]
         pf_node(nd, kw)
     return nd
+
+
+cdef enum:
+    GET_GROUP = 16      # lookups walked down together by get_many
+
+
+cdef inline void pf_keys(const BTNode* nd, int kw) noexcept nogil:
+    """Prefetch the lines of a node's keys that a search reads (not its values or children)."""
+    cdef const char* p = <const char*>nd.keys
+    cdef int i, lines = <int>((<size_t>nd.n * kw * 8 + 63) // 64)
+    __builtin_prefetch(<const char*>nd)
+    for i in range(lines):
+        __builtin_prefetch(p + i * 64)
+
+
+cdef void tree_get_group(BTNode* root, const int64_t* keys, Py_ssize_t g, int kw, int64_t* vals,
+                         uint8_t* found, int64_t dflt) noexcept nogil:
+    """tree_get of g <= GET_GROUP keys walked down in lockstep: each level's node fetches for the
+    whole group are in flight together, instead of one cache miss after another."""
+    cdef BTNode* nds[GET_GROUP]
+    cdef Py_ssize_t i
+    cdef int j
+    cdef bint down = True
+    for i in range(g):
+        nds[i] = root
+    while down:
+        down = False
+        for i in range(g):
+            if not nds[i].leaf:
+                nds[i] = nds[i].kids[ubound(nds[i].keys, nds[i].n - 1, keys + i * kw, kw)]
+                pf_keys(nds[i], kw)
+                down = True
+    for i in range(g):
+        j = lbound(nds[i].keys, nds[i].n, keys + i * kw, kw)
+        if j < nds[i].n and kcmp(nds[i].keys + j * kw, keys + i * kw, kw) == 0:
+            vals[i] = nds[i].vals[j]
+            found[i] = 1
+        else:
+            vals[i] = dflt
 
 
 cdef inline bint tree_get(BTNode* root, const int64_t* key, int kw, int64_t* val) noexcept nogil:
@@ -1244,7 +1283,7 @@ cdef class BTree:
     @cython.wraparound(False)
     def get_many(self, keys, default=0):
         """(values, found) for a batch of keys; missing keys get default (int64 trees) or None."""
-        cdef Py_ssize_t n, i
+        cdef Py_ssize_t n, i, g
         cdef int kw = self.t.kw
         cdef int64_t* kp
         cdef int64_t* vp
@@ -1270,11 +1309,15 @@ cdef class BTree:
                     vp[i] = dflt
         else:
             with nogil:
-                for i in range(n):
-                    if tree_get(root, kp + i * kw, kw, vp + i):
-                        fp[i] = 1
-                    else:
+                if root == NULL:
+                    for i in range(n):
                         vp[i] = dflt
+                else:
+                    i = 0
+                    while i < n:
+                        g = n - i if n - i < GET_GROUP else GET_GROUP
+                        tree_get_group(root, kp + i * kw, g, kw, vp + i, fp + i, dflt)
+                        i += g
         if self.t.objvals:
             out = np.empty(n, dtype=object)
             for i in range(n):

@@ -155,7 +155,7 @@ from hypothesis import given, settings, strategies as hst  # noqa: E402
 def test_insert_many_on_both_sides_of_the_merge_threshold(n0, m, span, width, seed):
     """A batch into a filled int64 tree, below and above an eighth of its size (inserted one by one,
     or merged and rebuilt): the same content as a dict, the same count of new keys, a snapshot
-    taken before unchanged, and a valid structure."""
+    taken before unchanged, and a valid structure; get_many then agrees with the dict."""
     rng = np.random.default_rng(seed)
     shape = (n0,) if width == 1 else (n0, width)
     t = BTree(width=width)
@@ -175,3 +175,9 @@ def test_insert_many_on_both_sides_of_the_merge_threshold(n0, m, span, width, se
     assert list(t.range()) == sorted(model.items())
     assert list(snap.range()) == frozen
     t.check()
+    # get_many walks its probes down in groups: present and absent keys, more than one group
+    probes = rng.integers(-span, span, size=(200,) if width == 1 else (200, width))
+    got, found = t.get_many(probes, default=-7)
+    for k, v, f in zip(probes.tolist(), got.tolist(), found.tolist()):
+        k = tuple(k) if width > 1 else k
+        assert (f, v) == ((True, model[k]) if k in model else (False, -7))
