@@ -476,13 +476,21 @@ cdef inline void pf_keys(const BTNode* nd, int kw) noexcept nogil:
         __builtin_prefetch(p + i * 64)
 
 
+cdef inline bint leaf_get(const BTNode* nd, const int64_t* key, int kw, int64_t* val) noexcept nogil:
+    """The value of key in this leaf, if it holds the key."""
+    cdef int j = lbound(nd.keys, nd.n, key, kw)
+    if j < nd.n and kcmp(nd.keys + j * kw, key, kw) == 0:
+        val[0] = nd.vals[j]
+        return True
+    return False
+
+
 cdef void tree_get_group(BTNode* root, const int64_t* keys, Py_ssize_t g, int kw, int64_t* vals,
                          uint8_t* found, int64_t dflt) noexcept nogil:
     """tree_get of g <= GET_GROUP keys walked down in lockstep: each level's node fetches for the
     whole group are in flight together, instead of one cache miss after another."""
     cdef BTNode* nds[GET_GROUP]
     cdef Py_ssize_t i
-    cdef int j
     cdef bint down = True
     for i in range(g):
         nds[i] = root
@@ -494,25 +502,16 @@ cdef void tree_get_group(BTNode* root, const int64_t* keys, Py_ssize_t g, int kw
                 pf_keys(nds[i], kw)
                 down = True
     for i in range(g):
-        j = lbound(nds[i].keys, nds[i].n, keys + i * kw, kw)
-        if j < nds[i].n and kcmp(nds[i].keys + j * kw, keys + i * kw, kw) == 0:
-            vals[i] = nds[i].vals[j]
+        if leaf_get(nds[i], keys + i * kw, kw, vals + i):
             found[i] = 1
         else:
             vals[i] = dflt
 
 
 cdef inline bint tree_get(BTNode* root, const int64_t* key, int kw, int64_t* val) noexcept nogil:
-    cdef BTNode* nd
-    cdef int j
     if root == NULL:
         return False
-    nd = find_leaf(root, key, kw)
-    j = lbound(nd.keys, nd.n, key, kw)
-    if j < nd.n and kcmp(nd.keys + j * kw, key, kw) == 0:
-        val[0] = nd.vals[j]
-        return True
-    return False
+    return leaf_get(find_leaf(root, key, kw), key, kw, val)
 
 
 cdef void inner_remove(BTNode* p, int i, int kw) noexcept nogil:

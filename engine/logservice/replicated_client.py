@@ -241,10 +241,9 @@ class ReplicatedLogServiceClient(LogServiceClient):
             # as for truncate: a retry refused as "already done" finds the lost attempt's work
             if unsure:
                 st = json.loads(self._call("Status", pb.REmpty()).json)  # the leader's view
-                voters, learners = set(st.get("voters", ())), set(st.get("learners", ()))
-                done = {M.ADD_LEARNER: node_id in voters | learners, M.ADD_VOTER: node_id in voters,
-                        M.REMOVE: node_id not in voters | learners}.get(op, False)
-                if done:
+                voters, members = set(st["voters"]), set(st["voters"]) | set(st["learners"])
+                if (op == M.ADD_LEARNER and node_id in members) or (op == M.ADD_VOTER and node_id in voters) \
+                        or (op == M.REMOVE and node_id not in members):
                     return int(st["conf_index"])
             raise
 
