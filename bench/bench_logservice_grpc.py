@@ -12,7 +12,8 @@ synchronous server), each carrying a message the size of a 32-call CallBatch and
 test_grpc_stream_floor_durable also writes and fdatasyncs each message at the server, as one group
 commit. At 32 appends per round trip their rates are what 32 lockstep callers could reach if
 nothing but gRPC (and the one fsync) cost anything (no caller wake-ups, no log, no Python of ours):
-ceilings of the pipelined ratio.
+ceilings of the pipelined ratio. test_grpc_lockstep_floor adds what 32 callers that each wait for
+their own reply cannot avoid: each round, 32 Python threads woken one after another.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ RATIOS = [
           "test_grpc_stream_floor[memory]", "test_append_inproc[32]", None, 13),
     Ratio("the same ceiling with one write + fdatasync of each batch at the server (a bare group commit)",
           "test_grpc_stream_floor[fdatasync]", "test_append_inproc[32]", None, 13),
+    Ratio("the same ceiling for 32 lockstep callers: each round also wakes 32 Python threads one after another",
+          "test_grpc_lockstep_floor", "test_append_inproc[32]", None, 13),
 ]
 
 CLIENTS = (1, 4, 16, 32)
@@ -56,10 +59,16 @@ def _start(cmd: list, cwd) -> tuple:
 
 
 def _cpu_s(pid: int) -> float:
-    """A process's user + system CPU seconds so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """A process's CPU seconds so far, summed over its live threads in nanoseconds (schedstat: the
+    clock-tick counts of /proc/PID/stat are too coarse for short rounds)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):   # the thread exited meanwhile
+            pass
+    return total / 1e9
 
 
 class Served:
@@ -170,63 +179,159 @@ def _batch_messages(calls: int) -> tuple[bytes, int]:
     return batch.SerializeToString(), len(ppb.ReplyBatch(frames=replies).SerializeToString())
 
 
+class EchoStream:
+    """A bare gRPC stream to bench/grpc_echo_server.py (its own process), on the CallLoop that the
+    pipelined client's streams run on; each round trip sends `request` and reads `reply_bytes`."""
+
+    def __init__(self, tmp_path, request: bytes, reply_bytes: int, durable: bool) -> None:
+        from pathlib import Path
+        import sys
+        from logtide.engine.rpc.call_loop import CallLoop
+        cmd = [sys.executable, str(Path(__file__).with_name("grpc_echo_server.py")), str(reply_bytes)]
+        if durable:
+            cmd.append(str(tmp_path / "batches"))
+        self.proc, self.address = _start(cmd, tmp_path)
+        self.request, self.reply_bytes = request, reply_bytes
+        self.loop = CallLoop.get()
+        self._channel = self._call = None
+        try:
+            self.loop.run(self._open(), "opening the bare gRPC stream")
+            self.trips(20)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _open(self) -> None:
+        import grpc.aio
+        self._channel = grpc.aio.insecure_channel(self.address)
+        self._call = self._channel.stream_stream("/floor.Echo/Calls")()
+
+    async def _trips(self, k: int) -> None:
+        for _ in range(k):
+            await self._call.write(self.request)
+            if len(await self._call.read()) != self.reply_bytes:
+                raise AssertionError("the echo server's reply has the wrong size")
+
+    def trips(self, k: int) -> None:
+        """k round trips, one after another (from any thread but the loop's)."""
+        self.loop.run(self._trips(k), "bare gRPC round trips", timeout=120)
+
+    def server_cpu_s(self) -> float:
+        return _cpu_s(self.proc.pid)
+
+    async def _close(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+        if self._channel is not None:
+            await self._channel.close()
+
+    def close(self) -> None:
+        try:
+            self.loop.run(self._close(), "closing the bare gRPC stream")
+        finally:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+def _floor_figures(benchmark, cpu: dict, per_round: int) -> None:
+    benchmark.extra_info["figures"] = {
+        "client_cpu_us_per_round_trip": 1e6 * cpu["client"] / (per_round * cpu["rounds"]),
+        "server_cpu_us_per_round_trip": 1e6 * cpu["server"] / (per_round * cpu["rounds"]),
+        "wall_us_per_round_trip": 1e6 * benchmark.stats.stats.min / per_round}
+
+
 @pytest.mark.benchmark(group="logservice-grpc-append")
 @pytest.mark.parametrize("durable", ["memory", "fdatasync"])
 def test_grpc_stream_floor(benchmark, items, tmp_path, durable):
     """Round trips of a bare gRPC stream, each a 32-call batch's message out and its replies' back,
     with or without an fdatasync of it at the server (see the module doc): items count 32 appends
     per round trip."""
-    from pathlib import Path
-    import sys
-    import grpc.aio
-    from logtide.engine.rpc.call_loop import CallLoop
     calls = 32
     request, reply_bytes = _batch_messages(calls)
     trips = scaled(100, minimum=20)
-    n = items(trips * calls, round_trips=trips, request_bytes=len(request), reply_bytes=reply_bytes)
-    cmd = [sys.executable, str(Path(__file__).with_name("grpc_echo_server.py")), str(reply_bytes)]
-    if durable == "fdatasync":
-        cmd.append(str(tmp_path / "batches"))
-    proc, address = _start(cmd, tmp_path)
-    loop = CallLoop.get()   # the loop the pipelined client's streams run on
-    state: dict = {}
+    items(trips * calls, round_trips=trips, request_bytes=len(request), reply_bytes=reply_bytes)
+    echo = EchoStream(tmp_path, request, reply_bytes, durable=durable == "fdatasync")
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
 
-    async def open_stream() -> None:
-        state["channel"] = grpc.aio.insecure_channel(address)
-        state["call"] = state["channel"].stream_stream("/floor.Echo/Calls")()
-
-    async def round_trips(k: int) -> None:
-        call = state["call"]
-        for _ in range(k):
-            await call.write(request)
-            if len(await call.read()) != reply_bytes:
-                raise AssertionError("the echo server's reply has the wrong size")
-
-    async def close_stream() -> None:
-        state["call"].cancel()
-        await state["channel"].close()
-
     def run() -> None:
-        c0, s0 = time.process_time(), _cpu_s(proc.pid)
-        loop.run(round_trips(trips), "bare gRPC round trips", timeout=120)
+        c0, s0 = time.process_time(), echo.server_cpu_s()
+        echo.trips(trips)
         cpu["client"] += time.process_time() - c0
-        cpu["server"] += _cpu_s(proc.pid) - s0
+        cpu["server"] += echo.server_cpu_s() - s0
         cpu["rounds"] += 1
     try:
-        loop.run(open_stream(), "opening the bare gRPC stream")
-        loop.run(round_trips(20), "warming the bare gRPC stream")
         benchmark(run)
-        benchmark.extra_info["figures"] = {
-            "client_cpu_us_per_round_trip": 1e6 * cpu["client"] / (trips * cpu["rounds"]),
-            "server_cpu_us_per_round_trip": 1e6 * cpu["server"] / (trips * cpu["rounds"]),
-            "wall_us_per_round_trip": 1e6 * benchmark.stats.stats.min / trips}
+        _floor_figures(benchmark, cpu, trips)
     finally:
-        try:
-            loop.run(close_stream(), "closing the bare gRPC stream")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        echo.close()
+
+
+@pytest.mark.benchmark(group="logservice-grpc-append")
+def test_grpc_lockstep_floor(benchmark, items, tmp_path):
+    """Rounds of 32 lockstep callers at their floor: 32 Python threads pass a baton, each taking
+    the GIL once (a call's wake-up and nothing else), and the last does one durable bare round trip
+    (test_grpc_stream_floor[fdatasync]) before the first goes again. Items count 32 appends per
+    round: the most that 32 callers, each waiting for its own reply, can get through one stream
+    here, whatever the code around them."""
+    import threading
+    calls = 32
+    request, reply_bytes = _batch_messages(calls)
+    rounds = scaled(100, minimum=20)
+    items(rounds * calls, rounds=rounds)
+    echo = EchoStream(tmp_path, request, reply_bytes, durable=True)
+    batons = [threading.Lock() for _ in range(calls)]
+    for b in batons:
+        b.acquire()
+    state = {"left": 0, "stop": False, "error": None}
+    finished = threading.Event()
+
+    def caller(i: int) -> None:
+        while True:
+            batons[i].acquire()
+            if state["stop"]:
+                if i + 1 < calls:
+                    batons[i + 1].release()
+                return
+            if i + 1 < calls:
+                batons[i + 1].release()
+                continue
+            try:                           # the round's batch
+                echo.trips(1)
+            except BaseException as exc:  # noqa: B902 - reported by run()
+                state["error"] = exc
+                state["left"] = 1
+            state["left"] -= 1
+            if state["left"] > 0:
+                batons[0].release()
+            else:
+                finished.set()
+
+    threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(calls)]
+    for t in threads:
+        t.start()
+    cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
+
+    def run() -> None:
+        c0, s0 = time.process_time(), echo.server_cpu_s()
+        state["left"] = rounds
+        finished.clear()
+        batons[0].release()
+        if not finished.wait(120):
+            raise TimeoutError("the lockstep floor's rounds did not finish")
+        if state["error"] is not None:
+            raise state["error"]
+        cpu["client"] += time.process_time() - c0
+        cpu["server"] += echo.server_cpu_s() - s0
+        cpu["rounds"] += 1
+    try:
+        benchmark(run)
+        _floor_figures(benchmark, cpu, rounds)
+    finally:
+        state["stop"] = True
+        batons[0].release()
+        for t in threads:
+            t.join(timeout=10)
+        echo.close()
 
 
 def plot(benchmarks: dict, outdir) -> list:

@@ -5,10 +5,11 @@ import pytest
 @pytest.mark.timeout(300)
 def test_logservice_grpc_benchmarks_small_scale(bench_run):
     benchmarks, rows = bench_run("bench_logservice_grpc", timeout=280)
-    assert len(rows) == 4 and all(r["ratio"] is not None and r["ratio"] > 0 for r in rows)
+    assert len(rows) == 5 and all(r["ratio"] is not None and r["ratio"] > 0 for r in rows)
     for n in (1, 4, 16, 32):
         assert {f"test_append_grpc[{n}]", f"test_append_grpc_aio[{n}]", f"test_append_inproc[{n}]"} <= set(benchmarks)
     assert benchmarks["test_append_grpc[32]"]["extra_info"]["figures"]["client_cpu_us_per_append"] > 0
-    for durable in ("memory", "fdatasync"):   # the bare-gRPC ceilings ran and measured both processes
-        figures = benchmarks[f"test_grpc_stream_floor[{durable}]"]["extra_info"]["figures"]
+    # the bare-gRPC ceilings ran and measured both processes
+    for name in ("test_grpc_stream_floor[memory]", "test_grpc_stream_floor[fdatasync]", "test_grpc_lockstep_floor"):
+        figures = benchmarks[name]["extra_info"]["figures"]
         assert figures["client_cpu_us_per_round_trip"] > 0 and figures["server_cpu_us_per_round_trip"] > 0
