@@ -233,11 +233,21 @@ class EchoStream:
             self.proc.wait(timeout=30)
 
 
+def _timed(echo: EchoStream, cpu: dict, fn) -> None:
+    """Run fn() and add the client's and the echo server's CPU time to `cpu` (one more round)."""
+    c0, s0 = time.process_time(), echo.server_cpu_s()
+    fn()
+    cpu["client"] += time.process_time() - c0
+    cpu["server"] += echo.server_cpu_s() - s0
+    cpu["rounds"] += 1
+
+
 def _floor_figures(benchmark, cpu: dict, per_round: int) -> None:
-    benchmark.extra_info["figures"] = {
-        "client_cpu_us_per_round_trip": 1e6 * cpu["client"] / (per_round * cpu["rounds"]),
-        "server_cpu_us_per_round_trip": 1e6 * cpu["server"] / (per_round * cpu["rounds"]),
-        "wall_us_per_round_trip": 1e6 * benchmark.stats.stats.min / per_round}
+    figures = {"client_cpu_us_per_round_trip": 1e6 * cpu["client"] / (per_round * cpu["rounds"]),
+               "server_cpu_us_per_round_trip": 1e6 * cpu["server"] / (per_round * cpu["rounds"])}
+    if benchmark.stats is not None:     # None under --benchmark-disable
+        figures["wall_us_per_round_trip"] = 1e6 * benchmark.stats.stats.min / per_round
+    benchmark.extra_info["figures"] = figures
 
 
 @pytest.mark.benchmark(group="logservice-grpc-append")
@@ -253,14 +263,8 @@ def test_grpc_stream_floor(benchmark, items, tmp_path, durable):
     echo = EchoStream(tmp_path, request, reply_bytes, durable=durable == "fdatasync")
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
 
-    def run() -> None:
-        c0, s0 = time.process_time(), echo.server_cpu_s()
-        echo.trips(trips)
-        cpu["client"] += time.process_time() - c0
-        cpu["server"] += echo.server_cpu_s() - s0
-        cpu["rounds"] += 1
     try:
-        benchmark(run)
+        benchmark(_timed, echo, cpu, lambda: echo.trips(trips))
         _floor_figures(benchmark, cpu, trips)
     finally:
         echo.close()
@@ -311,8 +315,7 @@ def test_grpc_lockstep_floor(benchmark, items, tmp_path):
         t.start()
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
 
-    def run() -> None:
-        c0, s0 = time.process_time(), echo.server_cpu_s()
+    def all_rounds() -> None:
         state["left"] = rounds
         finished.clear()
         batons[0].release()
@@ -320,11 +323,8 @@ def test_grpc_lockstep_floor(benchmark, items, tmp_path):
             raise TimeoutError("the lockstep floor's rounds did not finish")
         if state["error"] is not None:
             raise state["error"]
-        cpu["client"] += time.process_time() - c0
-        cpu["server"] += echo.server_cpu_s() - s0
-        cpu["rounds"] += 1
     try:
-        benchmark(run)
+        benchmark(_timed, echo, cpu, all_rounds)
         _floor_figures(benchmark, cpu, rounds)
     finally:
         state["stop"] = True
