@@ -96,6 +96,7 @@ class RaftNode:
         self.applied = applied
         self.commit = self.raw.raft.log.committed   # live, for status(): set before any request completes
         self.last_index = self.raw.raft.log.last_index()
+        self.first_index = self.raw.raft.log.first_index()   # live too: it moves with applied at a snapshot install
         self.snapshot_index = applied
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # before the transport: its threads report here
         self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
@@ -204,10 +205,13 @@ class RaftNode:
 
     def status(self) -> dict:
         """Role, term, leader, commit and applied index (and each follower's match on the leader).
-        commit, applied and last_index are never behind anything this replica acknowledged: the
-        driver sets them before it completes a request (the rest may be a few ms old)."""
+        commit, applied, last_index and first_index are never behind anything this replica
+        acknowledged: the driver sets them before it completes a request, so a status whose applied
+        index comes from an installed snapshot also shows the log starting after it (the rest may
+        be a few ms old)."""
         st = dict(self._status)
         st["commit"], st["last_index"], st["applied"] = self.commit, self.last_index, self.applied
+        st["first_index"] = self.first_index
         return st
 
     @property
@@ -356,6 +360,7 @@ class RaftNode:
         out = raw.advance(rd)
         # before any ack below: a status read after an ack must show at least its index
         self.commit, self.last_index = raw.raft.log.committed, raw.raft.log.last_index()
+        self.first_index = raw.raft.log.first_index()
         if out.messages:
             self._send(out.messages)
         for e in out.committed_entries:
@@ -389,6 +394,7 @@ class RaftNode:
         error: BaseException | None = None
         if e.type == M.ENTRY_CONF:
             self._apply_conf(e)
+            self._publish_status()   # before the change's ack: a status read after it shows the membership
         elif e.data:
             try:
                 result = self.sm.update(SMEntry(e.index, e.data))
@@ -430,6 +436,7 @@ class RaftNode:
         if upto > 0:
             self.storage.compact(upto)
         self.raw.compacted()
+        self.first_index = self.raw.raft.log.first_index()
         self.snapshot_index = idx
 
     def _publish_status(self) -> None:
