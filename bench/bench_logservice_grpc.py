@@ -203,8 +203,9 @@ class EchoStream:
 
     async def _open(self) -> None:
         import grpc.aio
+        from bench.grpc_echo_server import ECHO_PATH
         self._channel = grpc.aio.insecure_channel(self.address)
-        self._call = self._channel.stream_stream("/floor.Echo/Calls")()
+        self._call = self._channel.stream_stream(ECHO_PATH)()
 
     async def _trips(self, k: int) -> None:
         for _ in range(k):

@@ -17,9 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 ECHO_PATH = "/floor.Echo/Calls"
-
-
-FILE_BYTES = 32 << 20
+FILE_BYTES = 32 << 20     # the durable file's size (written round and round)
 
 
 def main(reply_bytes: int, durable_file: str | None) -> None:
