@@ -13,6 +13,7 @@ import pytest
 from bench.client_threads import Threads
 from bench.conftest import scaled
 from bench.ratios import Ratio
+from bench.server_process import start_server
 
 RATIOS = [
     Ratio("log append: 32 appenders (group commit) vs 1 appender, fsync=always, 256 B",
@@ -203,22 +204,13 @@ def test_file_read_4k_ceiling(benchmark, items, log_4k):
 class _Served:
     def __init__(self, path, **flags):
         import shutil
-        import subprocess
         import sys
         from pathlib import Path
         exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
         cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
             "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
             "--max-message-size", str(64 << 20)] + [x for k, v in flags.items() for x in (f"--{k}", str(v))]
-        # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                                     cwd=str(Path(path).parent))
-        line = self.proc.stdout.readline()
-        if " on " not in line:
-            self.proc.kill()
-            raise RuntimeError(f"logservice serve did not start: {line!r}")
-        self.address = line.split(" on ")[1].split()[0]
+        self.proc, self.address = start_server(cmd, Path(path).parent)
 
     def stop(self):
         self.proc.terminate()

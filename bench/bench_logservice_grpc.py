@@ -9,15 +9,14 @@ the client process and of the server process.
 test_grpc_stream_floor is the floor under the pipelined rows: round trips of a bare gRPC stream
 (bench/grpc_echo_server.py: no logtide code on either side, the same grpc.aio client loop and
 synchronous server), each carrying a message the size of a 32-call CallBatch and its ReplyBatch;
-test_grpc_stream_floor_durable also writes and fdatasyncs each message at the server, as one group
-commit. At 32 appends per round trip their rates are what 32 lockstep callers could reach if
+test_grpc_stream_floor[fdatasync] also writes and fdatasyncs each message at the server, as one
+group commit. At 32 appends per round trip their rates are what 32 lockstep callers could reach if
 nothing but gRPC (and the one fsync) cost anything (no caller wake-ups, no log, no Python of ours):
 ceilings of the pipelined ratio. test_grpc_lockstep_floor adds what 32 callers that each wait for
 their own reply cannot avoid: each round, 32 Python threads woken one after another.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from bench.client_threads import Threads
 from bench.conftest import scaled
 from bench.ratios import Ratio
+from bench.server_process import cpu_seconds, start_server
 
 RATIOS = [
     Ratio("log service over gRPC (pipelined stream) vs in-process, 32 client threads, 256 B, fsync=always",
@@ -44,33 +44,6 @@ CLIENTS = (1, 4, 16, 32)
 PAYLOAD = b"\xa5" * 256
 
 
-def _start(cmd: list, cwd) -> tuple:
-    """Start a server process that prints "... on HOST:PORT" first: (Popen, address)."""
-    import subprocess
-    # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            cwd=str(cwd))
-    line = proc.stdout.readline()
-    if " on " not in line:
-        proc.kill()
-        raise RuntimeError(f"{cmd[-1]}: the server did not start: {line!r}")
-    return proc, line.split(" on ")[1].split()[0]
-
-
-def _cpu_s(pid: int) -> float:
-    """A process's CPU seconds so far, summed over its live threads in nanoseconds (schedstat: the
-    clock-tick counts of /proc/PID/stat are too coarse for short rounds)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):   # the thread exited meanwhile
-            pass
-    return total / 1e9
-
-
 class Served:
     """`logtide logservice serve` on a directory, in its own process."""
 
@@ -85,11 +58,11 @@ class Served:
             cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
                 "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
                 "--fsync", fsync]
-        self.proc, self.address = _start(cmd, Path(path).parent)
+        self.proc, self.address = start_server(cmd, Path(path).parent)
 
     def cpu_s(self) -> float:
         """The server process's user + system CPU seconds so far."""
-        return _cpu_s(self.proc.pid)
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -190,7 +163,7 @@ class EchoStream:
         cmd = [sys.executable, str(Path(__file__).with_name("grpc_echo_server.py")), str(reply_bytes)]
         if durable:
             cmd.append(str(tmp_path / "batches"))
-        self.proc, self.address = _start(cmd, tmp_path)
+        self.proc, self.address = start_server(cmd, tmp_path)
         self.request, self.reply_bytes = request, reply_bytes
         self.loop = CallLoop.get()
         self._channel = self._call = None
@@ -217,8 +190,8 @@ class EchoStream:
         """k round trips, one after another (from any thread but the loop's)."""
         self.loop.run(self._trips(k), "bare gRPC round trips", timeout=120)
 
-    def server_cpu_s(self) -> float:
-        return _cpu_s(self.proc.pid)
+    def servercpu_seconds(self) -> float:
+        return cpu_seconds(self.proc.pid)
 
     async def _close(self) -> None:
         if self._call is not None:
@@ -236,10 +209,10 @@ class EchoStream:
 
 def _timed(echo: EchoStream, cpu: dict, fn) -> None:
     """Run fn() and add the client's and the echo server's CPU time to `cpu` (one more round)."""
-    c0, s0 = time.process_time(), echo.server_cpu_s()
+    c0, s0 = time.process_time(), echo.servercpu_seconds()
     fn()
     cpu["client"] += time.process_time() - c0
-    cpu["server"] += echo.server_cpu_s() - s0
+    cpu["server"] += echo.servercpu_seconds() - s0
     cpu["rounds"] += 1
 
 
@@ -263,7 +236,6 @@ def test_grpc_stream_floor(benchmark, items, tmp_path, durable):
     items(trips * calls, round_trips=trips, request_bytes=len(request), reply_bytes=reply_bytes)
     echo = EchoStream(tmp_path, request, reply_bytes, durable=durable == "fdatasync")
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
-
     try:
         benchmark(_timed, echo, cpu, lambda: echo.trips(trips))
         _floor_figures(benchmark, cpu, trips)

@@ -205,15 +205,21 @@ def test_learner_added_promoted_and_old_member_removed_under_load(tmp_path):
 def _change(g, cc, timeout=20.0):
     """Propose a membership change on the current leader, retrying while leadership moves (a new
     leader refuses changes until it committed an entry of its term). A refusal as already done
-    after an attempt that timed out means that attempt committed."""
+    after an attempt that timed out means that attempt committed (None)."""
+    return _change_on(g, cc, timeout)[1]
+
+
+def _change_on(g, cc, timeout=20.0):
+    """_change, and the node that acknowledged it: (node, result)."""
     deadline = time.monotonic() + timeout
     timed_out = False
     while True:
+        node = g.nodes[g.leader()]
         try:
-            return g.nodes[g.leader()].change_membership(cc, timeout=5)
+            return node, node.change_membership(cc, timeout=5)
         except MembershipRefused:
             if timed_out:
-                return None
+                return node, None
             raise
         except RaftTimeout:
             timed_out = True
@@ -312,23 +318,7 @@ def test_status_shows_an_acknowledged_membership_change(group):
     stale = []
     for k in range(15):
         for cc, present in ((ConfChange(ADD_LEARNER, 4, b"127.0.0.1:1"), True), (ConfChange(REMOVE, 4), False)):
-            deadline = time.monotonic() + 20.0
-            timed_out = False
-            while True:
-                node = group.nodes[group.leader()]
-                try:
-                    idx = node.change_membership(cc, timeout=5)
-                    break
-                except MembershipRefused:
-                    if not timed_out:
-                        raise
-                    idx = None                  # the attempt that timed out committed it
-                    break
-                except (NotLeader, ProposalDropped, RaftTimeout) as exc:
-                    timed_out = timed_out or isinstance(exc, RaftTimeout)
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+            node, idx = _change_on(group, cc)
             if idx is None:
                 continue
             st = node.status()

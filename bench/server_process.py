@@ -1,0 +1,32 @@
+"""A benchmark's server in a process of its own: started, found by its address, and its CPU time."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+
+def start_server(cmd: list, cwd) -> tuple[subprocess.Popen, str]:
+    """Start a server process that prints "... on HOST:PORT" as its first line: (Popen, address)."""
+    # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            cwd=str(cwd))
+    line = proc.stdout.readline()
+    if " on " not in line:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise RuntimeError(f"{' '.join(map(str, cmd[:3]))}...: the server did not start: {line!r}")
+    return proc, line.split(" on ")[1].split()[0]
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds so far, summed over its live threads in nanoseconds (schedstat: the
+    clock-tick counts of /proc/PID/stat are too coarse for short rounds)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):   # the thread exited meanwhile
+            pass
+    return total / 1e9
