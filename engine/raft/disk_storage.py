@@ -6,9 +6,17 @@ and the snapshot's metadata (with the membership at the snapshot) are one state 
 atomically; changes after the snapshot are the conf entries of the log itself, so no file can
 disagree with the log about membership.
 
-`save(rd)` makes a Ready durable in a fixed order (snapshot image, state file, entries), so a
-crash between steps leaves something open() can make sense of: a state file ahead of the log is
-fine (the term only grows), and a log that does not continue the snapshot is discarded.
+`save(rd)` makes a Ready durable in a fixed order, so a crash between steps leaves one of the
+states the simulator's disk model produces (docs/raft.md, "What a crash leaves"):
+
+1. a received snapshot: its image, then the state file (snapshot metadata, the Ready's term and
+   vote, commit = the snapshot's index), then a fresh log after it;
+2. the entries (a conflicting suffix cut first), synced;
+3. the state file, when the term or vote changed.
+
+The state file never names a commit index whose entries are not durable before it: a commit
+index learned with the entries of the same Ready would otherwise, after a crash between the
+two, commit the stale entries still on disk at those indexes.
 """
 from __future__ import annotations
 
@@ -105,8 +113,8 @@ class DiskStorage:
         self.hard_state, self.snap_meta = self._read_state()
         self.snap = self._read_snapshot(self.snap_meta)
         self._segments = recover(self.logdir, MAX_ENTRY_SIZE + ENTRY_HEADER_SIZE)
+        self._writer = None  # before _load_terms, which may reset a log that does not continue the snapshot
         self._load_terms()
-        self._writer = None
         self._open_writer()
         if fresh and voters and self.last_index() == 0:
             self._append_frames(founding_entries(voters))
@@ -257,17 +265,18 @@ class DiskStorage:
     # --- the write side (the driver's) ---------------------------------------------------------------
 
     def save(self, rd) -> None:
-        """Make a Ready durable: snapshot, then hard state, then entries (see the module doc)."""
+        """Make a Ready durable: snapshot, then entries, then hard state (see the module doc)."""
+        hs = rd.hard_state
         if rd.snapshot is not None:
-            self.apply_snapshot(rd.snapshot, rd.hard_state)
-        elif rd.hard_state is not None:
-            old = self.hard_state
-            if rd.hard_state.term != old.term or rd.hard_state.vote != old.vote:
-                self.set_hard_state(rd.hard_state)
-            else:
-                self.hard_state = rd.hard_state  # the commit index alone need not be durable
+            self.apply_snapshot(rd.snapshot, hs)
         if rd.entries:
             self.append(rd.entries)
+        if hs is not None:
+            old = self.hard_state
+            self.hard_state = HardState(hs.term, hs.vote, hs.commit)
+            if hs.term != old.term or hs.vote != old.vote:
+                self._write_state()
+            # else: the commit index alone need not be durable (it is learned again from the leader)
 
     def set_hard_state(self, hs: HardState) -> None:
         self.hard_state = HardState(hs.term, hs.vote, hs.commit)
@@ -331,21 +340,21 @@ class DiskStorage:
         self._writer = LogWriter(self.logdir, self._segments, self._cv, self.fsync, self.segment_size)
 
     def apply_snapshot(self, snap: Snapshot, hs: HardState | None = None) -> None:
-        """Install a snapshot received from the leader: image, state file, then a fresh log."""
+        """Install a snapshot received from the leader: image, state file, then a fresh log.
+
+        The state file's commit is the snapshot's index: entries after it are not written yet. A
+        crash before the fresh log leaves the old one, which open() keeps only if it continues the
+        snapshot (its entries past the snapshot are then uncommitted ones, as on any follower)."""
         meta = snap.meta
         if meta.index <= self.snap_meta.index:
             return
         _write_atomic(self.dir, snapshot_name(meta.index), _framed(SNAP_MAGIC, snap.data))
-        keep = self._base <= meta.index <= self.last_index() and self._term_at(meta.index) == meta.term
         self.snap, self.snap_meta = snap, meta
-        if hs is not None:
-            self.hard_state = HardState(hs.term, hs.vote, hs.commit)
+        base = hs if hs is not None else self.hard_state
+        self.hard_state = HardState(base.term, base.vote, meta.index)
         self._write_state()
-        if keep:
-            self._first = meta.index + 1
-        else:
-            self._reset_log(meta.index + 1)
-            self._open_writer()
+        self._reset_log(meta.index + 1)
+        self._open_writer()
         self._remove_old_snapshots()
 
     def create_snapshot(self, index: int, conf: ConfState, data: bytes) -> Snapshot:

@@ -21,6 +21,7 @@ from logtide.engine.raft.progress import PROBE, REPLICATE, SNAPSHOT, Progress
 from logtide.engine.raft.quorum import VOTE_LOST, VOTE_WON, committed_index, has_quorum, vote_result
 from logtide.engine.raft.raft_log import RaftLog
 from logtide.engine.raft.read_only import ReadOnly
+from logtide.engine.raft.uncommitted import UncommittedTail
 
 FOLLOWER, PRE_CANDIDATE, CANDIDATE, LEADER = M.FOLLOWER, M.PRE_CANDIDATE, M.CANDIDATE, M.LEADER
 
@@ -35,11 +36,16 @@ class Config:
     lazy_commit: a commit advance alone sends no APP at once; the followers learn the new commit
     from the next APP that carries entries, from the heartbeat, or when the driver calls
     flush_commit() (under load the next APP is moments away: one message round per commit saved).
+    max_uncommitted_size bounds the payload bytes of a leader's uncommitted tail: past it,
+    proposals are refused with ProposalDropped until entries commit (0: no bound). A leader that
+    cannot commit (a slow or missing quorum) otherwise grows its log without end, and its followers
+    never catch up with it (docs/raft.md, cause 3).
     """
 
     def __init__(self, id: int, election_tick: int = 10, heartbeat_tick: int = 1, pre_vote: bool = True,
                  check_quorum: bool = True, max_size_per_msg: int = 1 << 20, max_inflight: int = 256,
-                 seed: int = 0, max_apply_size: int = 64 << 20, lazy_commit: bool = False) -> None:
+                 seed: int = 0, max_apply_size: int = 64 << 20, lazy_commit: bool = False,
+                 max_uncommitted_size: int = 64 << 20) -> None:
         if not isinstance(id, int) or id <= 0:
             raise MalformedMessage(f"node id must be a positive int, got {id!r}")
         if heartbeat_tick <= 0 or election_tick <= heartbeat_tick:
@@ -54,6 +60,8 @@ class Config:
         self.seed = seed
         self.max_apply_size = max_apply_size
         self.lazy_commit = lazy_commit
+        self.max_uncommitted_size = max_uncommitted_size
+        self.bug_conf_before_commit = False  # set only by the simulator, to show its checker sees this bug
 
 
 class Raft:
@@ -71,6 +79,7 @@ class Raft:
         self.pending_reads: list[Message] = []
         self.bcast_pending = False
         self.commit_unsent = False  # lazy_commit: the commit advanced since the last broadcast APP
+        self.uncommitted = UncommittedTail()  # a leader's payload bytes above its commit index
         self.lead_transferee = 0
         self.heartbeat_elapsed = 0
         self.election_elapsed = 0
@@ -231,6 +240,11 @@ class Raft:
             pr.recent_active = True  # every follower gets an election timeout to answer first
         self.prs[self.id].become_replicate()
         self.prs[self.id].match = self.log.stable_last_index()
+        # the tail inherited from earlier terms counts against the bound until it commits
+        self.uncommitted.reset()
+        log = self.log
+        if log.last_index() > log.committed:
+            self.uncommitted.add(log.slice(log.committed + 1, log.last_index() + 1))
         # the no-op that commits the entries of earlier terms (§5.4.2)
         self._append([Entry(0, 0)])
 
@@ -347,6 +361,7 @@ class Raft:
             e.term = self.term
             e.index = last + 1 + k
         self.log.append(ents)
+        self.uncommitted.add(ents)
         self._note_conf_entries(ents)
         self.bcast_pending = True
         return last + len(ents)
@@ -359,6 +374,11 @@ class Raft:
             raise ProposalDropped(f"node {self.id} was removed from the group")
         if self.lead_transferee:
             raise ProposalDropped(f"leadership is moving to node {self.lead_transferee}")
+        limit = self.cfg.max_uncommitted_size
+        if limit and self.uncommitted.size and self.uncommitted.size + sum(len(e.data) for e in ents) > limit:
+            # an empty tail always takes one batch, so an entry larger than the bound still goes through
+            raise ProposalDropped(f"{self.uncommitted.size} bytes are uncommitted (bound {limit}): "
+                                  f"the leader cannot commit fast enough")
         for e in ents:
             if e.type == M.ENTRY_CONF:
                 self._check_conf_change(e)
@@ -366,9 +386,11 @@ class Raft:
 
     def _check_conf_change(self, e: Entry) -> None:
         cc = ConfChange.decode(e.data)
-        if not self.committed_in_term():
+        if self.cfg.bug_conf_before_commit:
+            pass  # the simulator's --bug conf-before-commit: skip the two rules below
+        elif not self.committed_in_term():
             raise ProposalDropped("a new leader changes membership only after committing an entry of its term")
-        if self.membership[-1][0] > self.log.committed:
+        elif self.membership[-1][0] > self.log.committed:
             raise ProposalDropped("another membership change is not committed yet (one at a time)")
         conf = self.conf
         if cc.op == M.ADD_LEARNER and cc.node_id in conf.members():
@@ -457,6 +479,7 @@ class Raft:
         mci = committed_index(voters, lambda v: prs[v].match if v in prs else 0)
         if not self.log.maybe_commit(mci, self.term):
             return False
+        self.uncommitted.committed_to(mci)
         if self.pending_reads and self.committed_in_term():
             reads, self.pending_reads = self.pending_reads, []
             for req in reads:

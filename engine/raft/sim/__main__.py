@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from logtide.engine.raft.sim.cluster import run_seed
+from logtide.engine.raft.sim.cluster import BUGS, run_seed
 
 
 def parse_range(text: str) -> range:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, help="replay one seed (prints its result)")
     g.add_argument("--seeds", type=parse_range, help="run seeds A:B (B excluded)")
     ap.add_argument("--fault-ticks", type=int, default=150, help="ticks of the fault phase (default 150)")
-    ap.add_argument("--bug", choices=["ack-before-sync"], help="drive the core wrongly, to see the checker catch it")
+    ap.add_argument("--bug", choices=sorted(BUGS), help="drive the core wrongly, to see the checker catch it")
     ap.add_argument("--stop-on-failure", action="store_true")
     args = ap.parse_args(argv)
     seeds = range(args.seed, args.seed + 1) if args.seed is not None else args.seeds

@@ -3,8 +3,11 @@
 - election safety: at most one leader per term;
 - log matching: an (index, term) names one entry, whose predecessor has one term, so two logs
   that share an (index, term) share the whole prefix (checked on every entry made durable);
-- leader completeness: a leader holds every entry committed before it (checked when a node
-  becomes leader, and for the current leaders whenever a new entry is applied);
+- leader completeness: an entry committed in term T (by the leader of T) is in the log of every
+  leader of a later term (checked when a node becomes leader, and for the current leaders whenever
+  a new entry is applied). The term that counts is the one in which the entry was committed, not
+  the entry's own: an entry of term 2 that only the leader of term 5 commits need not be held by a
+  leader of term 4 (docs/raft.md, cause 1);
 - state-machine safety: every replica applies the same entry and reaches the same digest at
   each index (snapshots included);
 - acknowledged proposals survive: an acknowledged proposal is the entry applied at its index
@@ -26,6 +29,8 @@ class Checker:
         self.max_acked = 0
         self.checks = 0
         self.order: list[tuple[int, bytes]] = []               # (index, data) of normal entries, in log order
+        self.commit_terms: dict[int, int] = {}                  # index -> term of the leader that committed it
+        self.commit_known = 0                                   # commit_terms holds 1..commit_known
 
     def fail(self, what: str) -> None:
         raise SafetyViolation(what)
@@ -38,11 +43,23 @@ class Checker:
         elif known != node_id:
             self.fail(f"election safety: nodes {known} and {node_id} are both leaders of term {term}")
 
+    def on_leader_commit(self, term: int, committed: int) -> None:
+        """The leader of `term` holds entries up to `committed` as committed: those it is the first
+        to commit were committed in `term`."""
+        if committed > self.commit_known:
+            for i in range(self.commit_known + 1, committed + 1):
+                self.commit_terms[i] = term
+            self.commit_known = committed
+
+    def commit_term(self, index: int, entry_term: int) -> int:
+        # founding entries and snapshots' contents were committed before any leader was seen
+        return self.commit_terms.get(index, entry_term)
+
     def _check_complete(self, node_id: int, raft) -> None:
         log = raft.log
         first, last = log.first_index(), log.last_index()
         for index, (term, _data) in self.applied.items():
-            if term >= raft.term or index < first:
+            if self.commit_term(index, term) >= raft.term or index < first:
                 continue
             if index > last or log.term_or_zero(index) != term:
                 self.fail(f"leader completeness: leader {node_id} of term {raft.term} lacks committed entry "
@@ -71,8 +88,9 @@ class Checker:
             if e.type == 0 and e.data:
                 self.order.append((e.index, e.data))
             self.digests[e.index] = digest
+            ct = self.commit_term(e.index, e.term)
             for lid, lraft in leaders:  # a newly known committed entry: every later-term leader has it
-                if lraft.term > e.term and e.index >= lraft.log.first_index() \
+                if lraft.term > ct and e.index >= lraft.log.first_index() \
                         and lraft.log.term_or_zero(e.index) != e.term:
                     self.fail(f"leader completeness: leader {lid} of term {lraft.term} lacks entry {e.index} "
                               f"(term {e.term}) that node {node_id} applied")

@@ -15,12 +15,21 @@ import random
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import SafetyViolation
 from logtide.engine.raft.sim.checker import Checker
-from logtide.engine.raft.sim.disk import SimDisk
+from logtide.engine.raft.sim.disk import DISK_BUGS, SimDisk
 from logtide.engine.raft.sim.network import SimNetwork
 from logtide.engine.raft.sim.sim_node import SimNode
 from logtide.engine.raft.storage import MemoryStorage
 
 TICK = 10  # time units per tick of a node whose clock does not drift
+
+# --bug switches: each drives the core or the disk the wrong way that a cause in docs/raft.md
+# names, so that a known seed shows the checker catching that class of error
+BUGS = {
+    "ack-before-sync": "the driver advances (sends, applies, acknowledges) before its write is durable",
+    "state-before-entries": "the disk writes the hard state, with its commit index, before the entries",
+    "unbounded-uncommitted": "a leader takes proposals however far its commit index lags",
+    "conf-before-commit": "a leader changes membership before committing in its term, or with one pending",
+}
 
 
 class SimResult:
@@ -60,6 +69,11 @@ class Simulation:
         self.election_tick = 10
         self.max_msg_size = rng.choice((64, 1024, 1 << 20))    # small limits force many batches
         self.max_inflight = rng.choice((1, 4, 256))
+        # payload bytes a leader may hold uncommitted (entries here are ~6 bytes); drawn either way,
+        # so that the bug switch keeps the seed's schedule
+        self.max_uncommitted = rng.choice((64, 256, 1024))
+        if bug == "unbounded-uncommitted":
+            self.max_uncommitted = 0
         self.net = SimNetwork(rng, (1, rng.choice((2, 5, 15))), rng.choice((0.0, 0.02, 0.1, 0.3)),
                               rng.choice((0.0, 0.05, 0.2)))
         self.checker = Checker()
@@ -81,7 +95,8 @@ class Simulation:
         for i in founders + self.spares:
             st = MemoryStorage.bootstrap(founders) if i in founders else MemoryStorage()
             slow = rng.random() < 0.15
-            disk = SimDisk(st, rng, (20, 60) if slow else (1, rng.choice((2, 4))))
+            disk = SimDisk(st, rng, (20, 60) if slow else (1, rng.choice((2, 4))),
+                           bug if bug in DISK_BUGS else None)
             drift = rng.uniform(-0.25, 0.25) if rng.random() < 0.5 else 0.0
             tick_every = max(1, round(TICK * (1 + drift)))
             self.nodes[i] = SimNode(self, i, st, disk, tick_every)

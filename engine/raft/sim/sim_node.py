@@ -44,7 +44,9 @@ class SimNode:
         self.sim.checker.on_restore(self.id, self.sm.index, self.sm.digest)
         cfg = Config(self.id, election_tick=self.sim.election_tick, heartbeat_tick=1, seed=self.sim.seed * 131 +
                      self.incarnation, max_size_per_msg=self.sim.max_msg_size, max_inflight=self.sim.max_inflight,
+                     max_uncommitted_size=self.sim.max_uncommitted,
                      lazy_commit=self.sim.seed % 2 == 1)  # odd seeds: commits ride on the next APP or tick
+        cfg.bug_conf_before_commit = self.sim.bug == "conf-before-commit"
         self.raw = RawNode(cfg, self.live, applied=self.sm.index)
         self.inbox: list = []
         self.ticks = 0
@@ -92,6 +94,7 @@ class SimNode:
         r = raw.raft
         if r.state == M.LEADER:
             self.sim.checker.on_leader(self.id, r.term, r)
+            self.sim.checker.on_leader_commit(r.term, r.log.committed)
         if raw.has_ready():
             rd = raw.ready()
             self.writing = rd
@@ -99,7 +102,9 @@ class SimNode:
                 self.sim.send(m)
             if self.sim.bug == "ack-before-sync":
                 self._land(rd)
-                self._finish(raw.advance(rd))  # acknowledges what is not durable yet
+                out = raw.advance(rd)
+                self._note_commit()
+                self._finish(out)  # acknowledges what is not durable yet
                 self.sim.schedule(self.disk.write_time(rd) or 1, "disk", self.id, self.incarnation)
                 return
             delay = self.disk.write_time(rd)
@@ -144,13 +149,22 @@ class SimNode:
             return
         self.disk.complete(self.live, rd)
         self._land(rd, live=False)
-        self._finish(self.raw.advance(rd))
+        out = self.raw.advance(rd)
+        self._note_commit()
+        self._finish(out)
         self.run()
+
+    def _note_commit(self) -> None:
+        r = self.raw.raft
+        if r.state == M.LEADER:
+            self.sim.checker.on_leader_commit(r.term, r.log.committed)
 
     def _land(self, rd, live: bool = True) -> None:
         """rd reached the node's own log (and, for a snapshot, its state machine)."""
         if live:
             write_ready(self.live, rd)
+            if rd.hard_state is not None:
+                self.live.set_hard_state(rd.hard_state)
         if rd.entries:
             self.sim.checker.on_durable(self.id, rd.entries, self.live)
         if rd.snapshot is not None:
@@ -197,6 +211,8 @@ class SimNode:
         if d.last_index() >= idx and d.snapshot().meta.index < idx:
             d.snap = snap
             d.compact(idx - COMPACT_KEEP)
+            if self.writing is None:  # DiskStorage.create_snapshot rewrites its state file too
+                d.set_hard_state(live.hard_state)
         self.raw.compacted()
         self.sim.snapshots += 1
 
