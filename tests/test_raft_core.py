@@ -277,3 +277,39 @@ def test_conflicting_uncommitted_entries_are_replaced():
         assert b"kept" in net.data(i) and not any(d.startswith(b"lost") for d in net.data(i))
     logs = [[(e.index, e.term) for e in net.stores[i].ents[1:]] for i in net.nodes]
     assert logs[0] == logs[1] == logs[2]
+
+
+def test_a_leader_that_cannot_commit_refuses_proposals_past_its_uncommitted_bound():
+    """Config.max_uncommitted_size: while no quorum acknowledges, the leader's log stops growing
+    at the bound (ProposalDropped), and takes proposals again once its tail commits."""
+    net = Net([1, 2, 3], max_uncommitted_size=100)
+    lead = net.elect()
+    node = net.nodes[lead]
+    for i in net.nodes:
+        if i != lead:
+            net.isolate(i)
+    taken = 0
+    with pytest.raises(ProposalDropped, match="uncommitted"):
+        for _ in range(50):
+            node.propose(b"x" * 30)
+            taken += 1
+            net.settle()
+    assert taken == 3  # 90 bytes fit under 100; a fourth would make 120
+    last = node.raft.log.last_index()
+    with pytest.raises(ProposalDropped):
+        node.propose(b"y" * 11)  # 101 bytes
+    assert node.raft.log.last_index() == last
+    net.heal()
+    net.tick(2)
+    assert node.raft.log.committed == last
+    node.propose(b"z" * 30)  # the tail committed: proposals are taken again
+    net.settle()
+    assert net.data(lead)[-4:] == [b"x" * 30] * 3 + [b"z" * 30]
+
+
+def test_a_single_entry_larger_than_the_bound_still_goes_through():
+    net = Net([1, 2, 3], max_uncommitted_size=10)
+    lead = net.elect()
+    net.nodes[lead].propose(b"big" * 20)
+    net.settle()
+    assert all(net.data(i)[-1] == b"big" * 20 for i in net.nodes)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from logtide.engine.raft.sim.cluster import BUGS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("raft", help="the Raft core: run the deterministic simulator")
@@ -12,16 +14,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--seed", help="replay one seed")
     g.add_argument("--seeds", help="run seeds A:B (B excluded)")
+    g.add_argument("--soak", metavar="MINUTES", help="random seeds and fault lengths until the time is up")
     s.add_argument("--fault-ticks", default="150")
-    s.add_argument("--bug", choices=["ack-before-sync"])
+    s.add_argument("--bug", choices=sorted(BUGS))
+    s.add_argument("--jobs", default="1", help="processes to run seeds in")
     s.add_argument("--stop-on-failure", action="store_true")
     s.set_defaults(func=sim)
 
 
 def sim(args: argparse.Namespace) -> int:
     from logtide.engine.raft.sim.__main__ import main
-    argv = ["--seed", args.seed] if args.seed is not None else ["--seeds", args.seeds]
-    argv += ["--fault-ticks", args.fault_ticks]
+    if args.seed is not None:
+        argv = ["--seed", args.seed]
+    elif args.seeds is not None:
+        argv = ["--seeds", args.seeds]
+    else:
+        argv = ["--soak", args.soak]
+    argv += ["--fault-ticks", args.fault_ticks, "--jobs", args.jobs]
     if args.bug:
         argv += ["--bug", args.bug]
     if args.stop_on_failure:
