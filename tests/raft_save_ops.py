@@ -17,7 +17,7 @@ VOTERS = [1, 2, 3]
 def readys(seed: int):
     """Readys in the order one node's driver would save them (contiguous, never below commit)."""
     rng = random.Random(seed)
-    term, vote, commit, snap = 1, 0, len(VOTERS), 0
+    term, vote, commit = 1, 0, len(VOTERS)
     terms = {i + 1: 1 for i in range(len(VOTERS))}  # index -> term of the node's log after snap
     last = len(VOTERS)
     while True:
@@ -31,7 +31,7 @@ def readys(seed: int):
             # sometimes the log holds the snapshot's last entry (open() keeps such a log after a crash)
             sterm = terms[idx] if idx in terms and rng.random() < 0.5 else term
             rd.snapshot = Snapshot(SnapshotMeta(idx, sterm, ConfState(VOTERS)), b"image-%d" % idx)
-            snap = commit = idx
+            commit = idx
             terms = {}
             last = idx
         if rng.random() < 0.2:

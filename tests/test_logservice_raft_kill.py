@@ -65,6 +65,27 @@ class Cluster:
              *self.extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
 
+    def start_joiner(self, i):
+        """Start replica i on a new port with --join: it waits to be added as a learner."""
+        self.ports[i] = free_ports(1)[0]
+        peers = ",".join(f"{j}=127.0.0.1:{p}" for j, p in self.ports.items())
+        log = open(self.tmp / f"replica{i}.log", "ab")
+        self.procs[i] = subprocess.Popen(
+            [LOGTIDE, "logservice", "serve", "--raft", "--join", "--id", str(i), "--peers", peers,
+             "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+
+    def wait_caught_up(self, i, timeout=30.0):
+        """Until replica i applied to within 10 entries of the leader's commit (a learner before it
+        is promoted)."""
+        end = time.monotonic() + timeout
+        while True:
+            lead = self.leader()
+            if self.status(i)["applied"] >= self.status(lead)["commit"] - 10:
+                return lead
+            assert time.monotonic() < end, f"replica {i} did not catch up"
+            time.sleep(0.05)
+
     def kill(self, i):
         p = self.procs.pop(i)
         p.send_signal(signal.SIGKILL)
@@ -246,14 +267,7 @@ def _run_and_verify(cluster, faults):
 def test_fourth_replica_joins_is_promoted_and_an_old_one_is_removed_under_load(tmp_path):
     from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE
     cluster = Cluster(tmp_path)
-    port4 = free_ports(1)[0]
-    cluster.ports[4] = port4
-    peers4 = ",".join(f"{i}=127.0.0.1:{p}" for i, p in cluster.ports.items())
-    log4 = open(tmp_path / "replica4.log", "ab")
-    cluster.procs[4] = subprocess.Popen(
-        [LOGTIDE, "logservice", "serve", "--raft", "--join", "--id", "4", "--peers", peers4,
-         "--dir", str(tmp_path / "r4"), "--tick", TICK, "--stats-interval", "0"],
-        stdout=log4, stderr=subprocess.STDOUT, cwd=tmp_path)
+    cluster.start_joiner(4)
     addrs = ",".join(cluster.addr(i) for i in (1, 2, 3))
     admin = connect_logservice(addrs, deadline=20.0)
     stop = threading.Event()
@@ -277,13 +291,7 @@ def test_fourth_replica_joins_is_promoted_and_an_old_one_is_removed_under_load(t
             t.start()
         time.sleep(0.5)
         admin.change_membership(ADD_LEARNER, 4, cluster.addr(4))
-        end = time.monotonic() + 30
-        while True:  # the learner catches up before it may vote
-            lead = cluster.leader()
-            if cluster.status(4)["applied"] >= cluster.status(lead)["commit"] - 10:
-                break
-            assert time.monotonic() < end, "the learner did not catch up"
-            time.sleep(0.05)
+        lead = cluster.wait_caught_up(4)  # the learner catches up before it may vote
         assert cluster.status(4)["role"] == "follower" and 4 in cluster.status(lead)["learners"]
         admin.change_membership(ADD_VOTER, 4)
         victim = next(i for i in (1, 2, 3) if i != cluster.leader())

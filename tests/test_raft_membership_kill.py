@@ -5,7 +5,6 @@ once, at its LSN."""
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -17,19 +16,8 @@ from logtide.engine.logservice.replicated_client import NoLeaderError, Replicate
 from logtide.engine.raft.messages import ADD_LEARNER, ADD_VOTER, REMOVE
 from logtide.errors import LogtideError
 
-from ports import free_ports  # noqa: E402
 from replica_logs import replica_logs, settled_leader  # noqa: E402
-from test_logservice_raft_kill import LOGTIDE, TICK, Cluster  # noqa: E402
-
-
-def _start_joiner(cluster, i, tmp_path):
-    cluster.ports[i] = free_ports(1)[0]
-    peers = ",".join(f"{j}=127.0.0.1:{p}" for j, p in cluster.ports.items())
-    log = open(tmp_path / f"replica{i}.log", "ab")
-    cluster.procs[i] = subprocess.Popen(
-        [LOGTIDE, "logservice", "serve", "--raft", "--join", "--id", str(i), "--peers", peers,
-         "--dir", str(tmp_path / f"r{i}"), "--tick", TICK, "--stats-interval", "0"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+from test_logservice_raft_kill import Cluster  # noqa: E402
 
 
 def _change_while_killing_the_leader(cluster, admin, op, node, address, rng):
@@ -58,7 +46,7 @@ def _change_while_killing_the_leader(cluster, admin, op, node, address, rng):
 def test_leader_killed_mid_membership_change_under_load(tmp_path):
     rng = random.Random(2211)
     cluster = Cluster(tmp_path)
-    _start_joiner(cluster, 4, tmp_path)
+    cluster.start_joiner(4)
     founders = ",".join(cluster.addr(i) for i in (1, 2, 3))
     admin = ReplicatedLogServiceClient([cluster.addr(i) for i in (1, 2, 3, 4)], deadline=20.0, call_timeout=1.0)
     stop = threading.Event()
@@ -87,13 +75,7 @@ def test_leader_killed_mid_membership_change_under_load(tmp_path):
         time.sleep(0.3)
         # 1. a learner is added while the leader dies
         _change_while_killing_the_leader(cluster, admin, ADD_LEARNER, 4, cluster.addr(4), rng)
-        end = time.monotonic() + 30
-        while True:  # the learner catches up before it is promoted
-            lead = cluster.leader()
-            if cluster.status(4)["applied"] >= cluster.status(lead)["commit"] - 10:
-                break
-            assert time.monotonic() < end, "the learner did not catch up"
-            time.sleep(0.05)
+        cluster.wait_caught_up(4)  # the learner catches up before it is promoted
         # 2. it is promoted while the leader dies
         _change_while_killing_the_leader(cluster, admin, ADD_VOTER, 4, "", rng)
         # 3. an old voter is removed while the leader dies (the victim is a follower at the start)

@@ -19,7 +19,7 @@ ONCE_FAILED = [(801416, 600), (800393, 600), (801120, 600), (900133, 3000), (900
                (900421, 3000), (900470, 3000), (900819, 3000), (900830, 3000), (900849, 3000), (901713, 3000),
                (901824, 3000), (900711, 3000), (901561, 3000), (910148, 3000)]
 # (bug switch, fault ticks, a seed on which the checker catches it)
-CAUGHT = [("state-before-entries", 600, 661)]
+CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 1390)]
 
 
 def test_2000_seeds_keep_every_safety_property_and_heal():

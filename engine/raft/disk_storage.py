@@ -160,9 +160,10 @@ class DiskStorage:
                     del arr, hdr
         self._base = base if base is not None else snap + 1  # index of _terms[0]
         # the log must continue the snapshot: hold entry snap+1 (or end exactly at snap with its term)
-        ok = self._base <= snap + 1 and (snap == 0 or self._base > snap
-                                          or self._term_at(snap) == self.snap_meta.term)
-        if not ok or self._base + len(self._terms) - 1 < snap:
+        last = self._base + len(self._terms) - 1
+        ok = self._base <= snap + 1 and last >= snap and (snap == 0 or self._base > snap
+                                                          or self._term_at(snap) == self.snap_meta.term)
+        if not ok:
             if self._terms:
                 log.warning("raft log %s does not continue the snapshot at %d: discarded", self.logdir, snap)
             self._reset_log(snap + 1)
