@@ -61,7 +61,6 @@ class Config:
         self.max_apply_size = max_apply_size
         self.lazy_commit = lazy_commit
         self.max_uncommitted_size = max_uncommitted_size
-        self.bug_conf_before_commit = False  # set only by the simulator, to show its checker sees this bug
 
 
 class Raft:
@@ -386,11 +385,9 @@ class Raft:
 
     def _check_conf_change(self, e: Entry) -> None:
         cc = ConfChange.decode(e.data)
-        if self.cfg.bug_conf_before_commit:
-            pass  # the simulator's --bug conf-before-commit: skip the two rules below
-        elif not self.committed_in_term():
+        if not self.committed_in_term():
             raise ProposalDropped("a new leader changes membership only after committing an entry of its term")
-        elif self.membership[-1][0] > self.log.committed:
+        if self.membership[-1][0] > self.log.committed:
             raise ProposalDropped("another membership change is not committed yet (one at a time)")
         conf = self.conf
         if cc.op == M.ADD_LEARNER and cc.node_id in conf.members():

@@ -28,7 +28,6 @@ BUGS = {
     "ack-before-sync": "the driver advances (sends, applies, acknowledges) before its write is durable",
     "state-before-entries": "the disk writes the hard state, with its commit index, before the entries",
     "unbounded-uncommitted": "a leader takes proposals however far its commit index lags",
-    "conf-before-commit": "a leader changes membership before committing in its term, or with one pending",
 }
 
 

@@ -46,7 +46,6 @@ class SimNode:
                      self.incarnation, max_size_per_msg=self.sim.max_msg_size, max_inflight=self.sim.max_inflight,
                      max_uncommitted_size=self.sim.max_uncommitted,
                      lazy_commit=self.sim.seed % 2 == 1)  # odd seeds: commits ride on the next APP or tick
-        cfg.bug_conf_before_commit = self.sim.bug == "conf-before-commit"
         self.raw = RawNode(cfg, self.live, applied=self.sm.index)
         self.inbox: list = []
         self.ticks = 0
@@ -94,7 +93,7 @@ class SimNode:
         r = raw.raft
         if r.state == M.LEADER:
             self.sim.checker.on_leader(self.id, r.term, r)
-            self.sim.checker.on_leader_commit(r.term, r.log.committed)
+            self._note_commit()
         if raw.has_ready():
             rd = raw.ready()
             self.writing = rd
@@ -155,6 +154,7 @@ class SimNode:
         self.run()
 
     def _note_commit(self) -> None:
+        """Tell the checker how far a leader committed (before anything it commits is applied)."""
         r = self.raw.raft
         if r.state == M.LEADER:
             self.sim.checker.on_leader_commit(r.term, r.log.committed)
