@@ -17,7 +17,7 @@ SWEEPS = [(150, range(0), 300), (600, range(300), 300), (3000, range(40), 40)]
 # seeds that failed before the fixes of docs/raft.md (issue 22): each must pass for good
 ONCE_FAILED = [(801416, 600), (800393, 600), (801120, 600), (900133, 3000), (900224, 3000), (900383, 3000),
                (900421, 3000), (900470, 3000), (900819, 3000), (900830, 3000), (900849, 3000), (901713, 3000),
-               (901824, 3000), (900711, 3000), (901561, 3000), (910148, 3000)]
+               (901824, 3000), (900711, 3000), (901561, 3000), (910148, 3000), (2003904, 3000)]
 # (bug switch, fault ticks, a seed on which the checker catches it)
 CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 1390)]
 

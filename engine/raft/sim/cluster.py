@@ -69,8 +69,10 @@ class Simulation:
         self.max_msg_size = rng.choice((64, 1024, 1 << 20))    # small limits force many batches
         self.max_inflight = rng.choice((1, 4, 256))
         # payload bytes a leader may hold uncommitted (entries here are ~6 bytes); drawn either way,
-        # so that the bug switch keeps the seed's schedule
-        self.max_uncommitted = rng.choice((64, 256, 1024))
+        # so that the bug switch keeps the seed's schedule. At most four full flow-control windows of
+        # one follower: a larger backlog behind a slow pipe (64 B messages, one in flight) takes longer
+        # to drain than the liveness check waits (docs/raft.md, cause 3)
+        self.max_uncommitted = min(rng.choice((64, 256, 1024)), 4 * self.max_msg_size * self.max_inflight)
         if bug == "unbounded-uncommitted":
             self.max_uncommitted = 0
         self.net = SimNetwork(rng, (1, rng.choice((2, 5, 15))), rng.choice((0.0, 0.02, 0.1, 0.3)),
