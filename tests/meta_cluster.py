@@ -90,9 +90,10 @@ class MetaCluster:
                 out.append(f"--- meta{i}.log\n" + p.read_text(errors="replace")[-n:])
         return "\n".join(out)
 
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM):
+        """Stop every replica (SIGTERM: a clean close; SIGKILL: a group thrown away)."""
         for p in self.procs.values():
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
         for p in self.procs.values():
             try:
                 p.wait(timeout=10)

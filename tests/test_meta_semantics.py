@@ -1,6 +1,7 @@
 """Databend's KV semantics on the embedded meta-service: seq, MatchSeq, DELETE/AS_IS, TTL, reads, txn;
 through gRPC, and on a 3-replica Raft group of real processes."""
 import itertools
+import signal
 
 import pytest
 
@@ -41,7 +42,7 @@ def ms(request, clock, tmp_path):
                 # every reply names the leader's client address
                 assert client.leader == cluster.addr(cluster.leader())
         finally:
-            cluster.stop()
+            cluster.stop(signal.SIGKILL)    # a fresh group per case: nothing to close cleanly
         return
     with MetaService.in_memory(clock=clock) as s:
         if request.param == "embedded":
