@@ -29,6 +29,21 @@ class MetaUnavailableError(MetaError):
     """The meta-service could not be reached (connection refused, deadline exceeded)."""
 
 
+class MetaNotLeader(MetaUnavailableError):
+    """A meta replica could not serve a request that needs the leader: it knows no leader, or it
+    was given a forwarded request without being the leader. Nothing was proposed, so the request
+    may be sent again (to the leader the message names, when it names one)."""
+
+
+class MetaForwardRefused(MetaNotLeader):
+    """A forwarded request reached a replica that is not the leader: it is refused, not forwarded
+    again (forwarding takes at most one hop, so two replicas with stale views cannot loop)."""
+
+
+class MetaUnknownMember(MetaInvalidArgument):
+    """A request names a replica id that is not a member of the meta-service group."""
+
+
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
 
 class InvalidArgument(LogtideError, ValueError):

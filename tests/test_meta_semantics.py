@@ -1,4 +1,8 @@
-"""Databend's KV semantics on the embedded meta-service: seq, MatchSeq, DELETE/AS_IS, TTL, reads, txn."""
+"""Databend's KV semantics on the embedded meta-service: seq, MatchSeq, DELETE/AS_IS, TTL, reads, txn;
+through gRPC, and on a 3-replica Raft group of real processes."""
+import itertools
+import signal
+
 import pytest
 
 from logtide.engine.meta import (
@@ -16,10 +20,30 @@ def clock():
     return ManualClock()
 
 
-@pytest.fixture(params=["embedded", "inprocess", "grpc"])
-def ms(request, clock):
+_turn = itertools.count()
+
+
+@pytest.fixture(params=["embedded", "inprocess", "grpc", "raft"])
+def ms(request, clock, tmp_path):
     """The same scenarios on the embedded service, through the RPC layer's in-process transport,
-    and through a real gRPC server on 127.0.0.1."""
+    through a real gRPC server on 127.0.0.1, and on a fresh 3-replica Raft group of separate
+    `logtide meta serve --raft` processes (their clock is the test's, through a file). The raft
+    client is pinned to one replica, replica 1, 2, 3 in turn across the cases, so two cases in
+    three go through a follower that forwards every write and linearizable read to the leader."""
+    if request.param == "raft":
+        from logtide import connect_meta
+        from meta_cluster import MetaCluster, wait_ready
+        clock.share(tmp_path / "clock")
+        cluster = MetaCluster(tmp_path, clock_file=tmp_path / "clock")
+        try:
+            wait_ready(cluster)
+            with connect_meta(cluster.addr(next(_turn) % 3 + 1), follow_leader=False) as client:
+                yield client
+                # every reply names the leader's client address
+                assert client.leader == cluster.addr(cluster.leader())
+        finally:
+            cluster.stop(signal.SIGKILL)    # a fresh group per case: nothing to close cleanly
+        return
     with MetaService.in_memory(clock=clock) as s:
         if request.param == "embedded":
             yield s

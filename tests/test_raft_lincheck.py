@@ -177,3 +177,35 @@ def test_simulated_client_histories_are_linearizable_and_tampering_is_caught():
             assert not check_operations(L, bad).ok, f"seed {seed}: swapped LSNs were accepted"
         tampered += 1
     assert tampered > 100
+
+
+# --- one meta-service key (KVKeyModel) -----------------------------------------------------------
+
+def test_kv_key_history_with_puts_cas_and_reads_is_accepted():
+    from logtide.engine.raft.lincheck import KVKeyModel
+    h = [op(0, ("put", b"a"), 0, (0, None, 3), 1),
+         op(1, ("cas", 3, b"b"), 2, (3, b"a", 5), 4),
+         op(2, ("cas", 3, b"c"), 3, (5, b"b", 5), 6),       # lost the race: nothing changes
+         op(0, ("get",), 7, (5, b"b"), 8)]
+    assert check_operations(KVKeyModel(), h).ok
+
+
+def test_kv_key_rejects_a_lost_acknowledged_write_a_stale_read_and_a_seq_going_back():
+    from logtide.engine.raft.lincheck import KVKeyModel
+    lost = [op(0, ("put", b"a"), 0, (0, None, 3), 1), op(1, ("put", b"b"), 2, (3, b"a", 4), 3),
+            op(0, ("get",), 4, (3, b"a"), 5)]
+    stale = [op(0, ("put", b"a"), 0, (0, None, 3), 1), op(1, ("get",), 2, (0, None), 3)]
+    back = [op(0, ("put", b"a"), 0, (0, None, 7), 1), op(1, ("put", b"b"), 2, (7, b"a", 6), 3)]
+    bad_cas = [op(0, ("put", b"a"), 0, (0, None, 3), 1), op(1, ("cas", 2, b"b"), 2, (3, b"a", 4), 3)]
+    for h in (lost, stale, back, bad_cas):
+        assert not check_operations(KVKeyModel(), h).ok, h
+
+
+def test_kv_key_timed_out_write_seen_later_took_effect_unseen_may_not_have():
+    from logtide.engine.raft.lincheck import KVKeyModel
+    seen = [op(0, ("put", b"a"), 0, (0, None, 3), 1), op(1, ("put", b"x"), 2),       # timed out
+            op(0, ("get",), 5, (9, b"x"), 6), op(2, ("put", b"c"), 7, (9, b"x", 10), 8)]
+    assert check_operations(KVKeyModel(), seen).ok
+    unseen = [op(0, ("put", b"a"), 0, (0, None, 3), 1), op(1, ("put", b"x"), 2),
+              op(0, ("get",), 5, (3, b"a"), 6)]
+    assert check_operations(KVKeyModel(), unseen).ok

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import queue
+import re
 import threading
+import time
 from typing import Any, List, Optional, Sequence, Tuple
 
 from logtide.engine.meta import grpc_format as G
@@ -15,7 +17,7 @@ from logtide.engine.meta.watch import WatchEvent, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
 from logtide.errors import (DeadlineExceededError, MessageTooLarge, MetaClosedError, MetaDeadlineExceeded,
-                            MetaInvalidArgument, MetaUnavailableError, RpcError, RpcStreamBroken)
+                            MetaInvalidArgument, MetaNotLeader, MetaUnavailableError, RpcError, RpcStreamBroken)
 
 
 def _call(fn, *args, **kw):
@@ -107,16 +109,83 @@ class RemoteWatcher:
 
 
 class MetaClient:
-    """The embedded MetaService's API through an RpcClient. `leader` is the leader the last reply named."""
+    """The embedded MetaService's API through an RpcClient. `leader` is the leader the last reply named.
 
-    def __init__(self, rpc):
+    Given several replica addresses (or one replica's), the client follows the leader: each reply
+    names it, and later calls go to it directly (unless follow_leader=False). A call a replica
+    refused before proposing it (MetaNotLeader) is sent again, to the named leader or the next
+    replica; so is a read that failed in transport. A write that failed in transport is not sent
+    again (it may have been applied): its MetaUnavailableError reaches the caller, and the next
+    call goes to the next replica. Every call ends by the client's `timeout`.
+    """
+
+    def __init__(self, rpc, addresses: Optional[Sequence[str]] = None, connect_rpc=None,
+                 timeout: float = 30.0, follow_leader: bool = True):
         self._rpc = rpc
         self.leader: Optional[str] = None
+        self._addresses = list(addresses or [])
+        self._connect = connect_rpc
+        self._timeout = timeout
+        self._follow = follow_leader
+        self._rpcs = {self._addresses[0]: rpc} if self._addresses else {}
+        self._current = self._addresses[0] if self._addresses else None
+        self._lock = threading.Lock()
+
+    def _rpc_of(self, addr: str):
+        with self._lock:
+            c = self._rpcs.get(addr)
+            if c is None:
+                c = self._rpcs[addr] = self._connect(addr)
+            return c
+
+    def _move(self, failed: str, hint: Optional[str] = None) -> None:
+        """The next call goes to `hint` (a leader named in a refusal) or to the replica after `failed`."""
+        with self._lock:
+            if self._current != failed:
+                return                      # another thread moved it already
+            if hint and hint != failed and (self._follow or hint in self._addresses):
+                self._current = hint
+                return
+            i = self._addresses.index(failed) if failed in self._addresses else -1
+            self._current = self._addresses[(i + 1) % len(self._addresses)]
 
     def _invoke(self, name: str, request, timeout: Optional[float] = None):
-        reply = _call(self._rpc.invoke, name, request, timeout=timeout)
-        self.leader = reply.leader or None
-        return reply
+        if not self._addresses:       # in-process: one servicer, nothing to follow
+            reply = _call(self._rpc.invoke, name, request, timeout=timeout)
+            self.leader = reply.leader or None
+            return reply
+        total = self._timeout if timeout is None else timeout
+        end = time.monotonic() + total
+        backoff = 0.01
+        while True:
+            addr = self._current
+            left = end - time.monotonic()
+            try:
+                reply = _call(self._rpc_of(addr).invoke, name, request, timeout=max(0.001, left))
+            except MetaNotLeader as exc:     # refused before proposing: safe to send again
+                m = _LEADER_AT.search(str(exc))
+                self._move(addr, m.group(1) if m else None)
+                if time.monotonic() + backoff >= end:
+                    raise
+                time.sleep(backoff)
+                backoff = min(0.1, backoff * 2)
+                continue
+            except MetaUnavailableError:
+                self._move(addr)
+                # a write may have been applied: never sent twice; one known replica: nowhere else to go
+                if name in _WRITES or len(self._addresses) == 1 or time.monotonic() + backoff >= end:
+                    raise
+                time.sleep(backoff)
+                backoff = min(0.1, backoff * 2)
+                continue
+            self.leader = reply.leader or None
+            if self._follow and reply.leader and reply.leader != addr:
+                with self._lock:
+                    if self._current == addr:
+                        self._current = reply.leader
+                if reply.leader not in self._addresses:
+                    self._addresses.append(reply.leader)
+            return reply
 
     # ------------------------------------------------------------------ writes
     def upsert(self, key: str, value, match_seq: MatchSeq = ANY, ttl_ms: Optional[int] = None,
@@ -132,25 +201,31 @@ class MetaClient:
         return txn_reply_from_pb(self._invoke("Txn", txn_to_pb(cmd)))
 
     # ------------------------------------------------------------------ reads
-    def get(self, key: str) -> Optional[SeqV]:
-        return seqv_from_pb(self._invoke("Get", pb.GetRequest(key=check_key(key))), "value")
+    def get(self, key: str, consistency: str = "linearizable") -> Optional[SeqV]:
+        """consistency="stale" reads the answering replica's applied state (no leader involved)."""
+        req = pb.GetRequest(key=check_key(key), consistency=_consistency(consistency))
+        return seqv_from_pb(self._invoke("Get", req), "value")
 
-    def mget(self, keys: Sequence[str]) -> List[Optional[SeqV]]:
+    def mget(self, keys: Sequence[str], consistency: str = "linearizable") -> List[Optional[SeqV]]:
         if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
             raise MetaInvalidArgument(f"keys must be a list of str, got {type(keys).__name__}")
-        r = self._invoke("MGet", pb.MGetRequest(keys=[check_key(k) for k in keys]))
+        r = self._invoke("MGet", pb.MGetRequest(keys=[check_key(k) for k in keys],
+                                                consistency=_consistency(consistency)))
         return [seqv_from_pb(m, "value") for m in r.values]
 
-    def list(self, prefix: str, limit: Optional[int] = None) -> List[Tuple[str, SeqV]]:
+    def list(self, prefix: str, limit: Optional[int] = None,
+             consistency: str = "linearizable") -> List[Tuple[str, SeqV]]:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise MetaInvalidArgument(f"limit must be None or an int >= 0, got {limit!r}")
-        req = pb.ListRequest(prefix=check_key(prefix, "prefix"))
+        req = pb.ListRequest(prefix=check_key(prefix, "prefix"), consistency=_consistency(consistency))
         if limit is not None:
             req.limit = limit
         return [(m.key, seqv_from_pb(m, "value")) for m in self._invoke("List", req).items]
 
-    def status(self) -> Any:
-        return self._invoke("Status", pb.StatusRequest())
+    def status(self, consistency: str = "linearizable") -> Any:
+        """seq and applied index (and, on a Raft replica, its role, term, leader, commit index...);
+        "stale" asks the answering replica about itself."""
+        return self._invoke("Status", pb.StatusRequest(consistency=_consistency(consistency)))
 
     @property
     def seq(self) -> int:
@@ -167,10 +242,15 @@ class MetaClient:
         if key_end is not None:
             req.key_end = check_key(key_end, "key_end")
         # a watch lives until closed: no per-call deadline
-        return RemoteWatcher(_call(self._rpc.invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S))
+        rpc = self._rpc_of(self._current) if self._addresses else self._rpc
+        return RemoteWatcher(_call(rpc.invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S))
 
     def close(self) -> None:
-        self._rpc.close()
+        with self._lock:
+            rpcs = list(self._rpcs.values()) or [self._rpc]
+            self._rpcs.clear()
+        for c in rpcs:
+            c.close()
 
     def __enter__(self) -> "MetaClient":
         return self
@@ -179,8 +259,10 @@ class MetaClient:
         self.close()
 
 
-def connect_meta(target, timeout: float = 30.0) -> MetaClient:
-    """A client with the MetaService API: over gRPC for "host:port", in-process for a MetaService."""
+def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True) -> MetaClient:
+    """A client with the MetaService API: over gRPC for "host:port" (or "h1:p1,h2:p2,h3:p3", the
+    replicas of a Raft group: any one's address works, the client follows the leader its replies
+    name), in-process for a MetaService."""
     from logtide.engine.rpc import connect
     from logtide.engine.meta.server import META, MetaServicer
     from logtide.engine.meta.service import MetaService
@@ -188,5 +270,22 @@ def connect_meta(target, timeout: float = 30.0) -> MetaClient:
         return MetaClient(connect(META, MetaServicer(target), copy=True))
     if not isinstance(target, str):
         raise MetaInvalidArgument(f"connect_meta takes 'host:port' or a MetaService, got {type(target).__name__}")
-    return MetaClient(_call(connect, META, target, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                            connect_timeout=min(timeout, 10.0), pipelined=True))
+    addresses = [a.strip() for a in target.split(",") if a.strip()]
+    if not addresses or any(":" not in a for a in addresses):
+        raise MetaInvalidArgument(f"connect_meta takes 'host:port[,host:port...]', got {target!r}")
+
+    def dial(addr: str):
+        return _call(connect, META, addr, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
+                     connect_timeout=min(timeout, 10.0), pipelined=True)
+
+    return MetaClient(dial(addresses[0]), addresses, dial, timeout, follow_leader)
+
+
+def _consistency(c: str) -> str:
+    if c not in ("linearizable", "stale"):
+        raise MetaInvalidArgument(f"consistency must be 'linearizable' or 'stale', got {c!r}")
+    return "" if c == "linearizable" else c
+
+
+_WRITES = ("Upsert", "Txn")
+_LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")

@@ -25,7 +25,7 @@ from logtide.engine.meta.match_seq import ANY, MatchSeq
 from logtide.engine.meta.seqv import SeqV
 from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.txn_reply import TxnReply
-from logtide.engine.meta.watch import FLUSH_MARKER, WatchEvent, Watcher, WatchHub, check_filter
+from logtide.engine.meta.watch import Watcher, WatchHub, check_filter, start_watch
 from logtide.engine.statemachine import Entry
 from logtide.errors import (CorruptionError, InvalidTruncateLsn, LogtideError, MetaClosedError, MetaError,
                             MetaInvalidArgument)
@@ -399,13 +399,7 @@ class MetaService:
         with self._lock:
             if self._closed:
                 raise MetaClosedError("the meta-service is closed")
-            w = Watcher(key, key_end, f, on_close=self._hub.remove)
-            if initial_flush:
-                for k, v in self._sm.range(key, key_end, self._now_ms()):
-                    w.push(WatchEvent(k, None, v, True))
-                w.push(FLUSH_MARKER)
-            self._hub.add(w)
-        return w
+            return start_watch(self._hub, self._sm, key, key_end, f, initial_flush, self._now_ms())
 
     # ------------------------------------------------------------------ lifecycle
     @property

@@ -153,3 +153,17 @@ class WatchHub:
             ws, self._watchers = self._watchers, []
         for w in ws:
             w.close()
+
+
+def start_watch(hub: WatchHub, sm, key: str, key_end: Optional[str], filter: str, initial_flush: bool,
+                now_ms: int) -> Watcher:
+    """Register a watcher on `hub`; with initial_flush, queue the live keys of the range (at
+    `now_ms`) and FLUSH_MARKER first. The caller holds the lock the state machine applies under,
+    so no change falls between the flush and the registration."""
+    w = Watcher(key, key_end, filter, on_close=hub.remove)
+    if initial_flush:
+        for k, v in sm.range(key, key_end, now_ms):
+            w.push(WatchEvent(k, None, v, True))
+        w.push(FLUSH_MARKER)
+    hub.add(w)
+    return w

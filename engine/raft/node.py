@@ -159,12 +159,19 @@ class RaftNode:
         value = f.wait(timeout, f"proposal to raft node {self.id}")
         return f.index, f.term, value
 
-    def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
-        """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
-        each gets (index, result) or its own error, as propose would give."""
+    def submit_many(self, cmds: list[bytes]) -> list[Future]:
+        """Queue several commands for replication without waiting (one hand-off to the driver);
+        commands submitted one call after another are appended in that order. Wait on each
+        Future: its value is the state machine's result, its index the entry's."""
         self._check()
         fs = [Future() for _ in cmds]
         self._inbox.put(("props", [(bytes(c), f) for c, f in zip(cmds, fs)]))
+        return fs
+
+    def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
+        """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
+        each gets (index, result) or its own error, as propose would give."""
+        fs = self.submit_many(cmds)
         end = time.monotonic() + timeout
         out: list = []
         for f in fs:

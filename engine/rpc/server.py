@@ -129,7 +129,7 @@ def _parse(method: MethodDef, raw: bytes):
 
 
 def _ctx(context) -> CallContext:
-    return CallContext(context.peer(), dict(context.invocation_metadata() or ()), context)
+    return CallContext(context.peer(), dict(context.invocation_metadata() or ()), context, own_call=True)
 
 
 def _out(method: MethodDef, resp) -> bytes:

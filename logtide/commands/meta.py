@@ -1,4 +1,4 @@
-"""`logtide meta serve`: run the meta-service gRPC server."""
+"""`logtide meta serve` (one process, or one replica of a Raft group with --raft) and `logtide meta status`."""
 from __future__ import annotations
 
 import argparse
@@ -6,13 +6,16 @@ import signal
 import sys
 import threading
 
+from logtide.engine.meta.replica_cli import add_serve_arguments, register_status, serve_raft
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("meta", help="the meta-service: KV with seq, CAS, TTL leases, transactions, watch")
     msub = p.add_subparsers(dest="meta_cmd", required=True)
     s = msub.add_parser("serve", help="serve a meta-service directory over gRPC")
     where = s.add_mutually_exclusive_group(required=True)
-    where.add_argument("--dir", help="the service directory (log + snapshots); created if missing")
+    where.add_argument("--dir", help="the service directory (log + snapshots; with --raft the replica's Raft "
+                                     "log and snapshots); created if missing")
     where.add_argument("--memory", action="store_true", help="keep the state in memory only (lost at exit)")
     s.add_argument("--listen", default="127.0.0.1:0", help="host:port to listen on (port 0: any free port)")
     s.add_argument("--snapshot-every", type=int, default=None,
@@ -22,10 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--dir keeps the snapshots")
     s.add_argument("--log-deadline", type=float, default=15.0,
                    help="with --log: give up a log call (a typed error) when no replica leads for this long")
+    add_serve_arguments(s)
     s.set_defaults(func=serve)
+    register_status(msub)
 
 
 def serve(args: argparse.Namespace) -> int:
+    if args.raft:
+        if args.log or args.memory or args.snapshot_every is not None:
+            print("logtide meta serve: --raft keeps its own log and snapshots in --dir "
+                  "(no --log, --memory or --snapshot-every)", flush=True)
+            return 2
+        return serve_raft(args)
     from logtide.engine.meta import MetaService
     from logtide.engine.meta.server import MetaServer
     from logtide.errors import LogtideError

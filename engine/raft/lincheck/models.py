@@ -111,6 +111,54 @@ class LogModel:
         raise ValueError(f"unknown log operation {op!r}")
 
 
+class KVKeyModel:
+    """One key of the meta-service (check a history partitioned by key; the global seq is checked
+    on its own). State: (seq, value); seq None after a timed-out write that took effect (its seq
+    is then learnt from the next operation that shows it). Starts absent: (0, None).
+
+    Inputs and outputs (value bytes unique per write):
+      ("put", v) -> (prev_seq, prev_value, new_seq): an upsert that always matches;
+      ("cas", expected_seq, v) -> (prev_seq, prev_value, new_seq): applied iff the key's seq was
+          expected_seq (then new_seq > prev_seq), else new_seq == prev_seq and nothing changes;
+      ("get",) -> (seq, value): a linearizable read ((0, None) when absent).
+    """
+
+    def init(self):
+        return (0, None)
+
+    def prune(self, ops):
+        """Drop timed-out reads, and timed-out writes whose value nobody saw (as a read's value or
+        a write's previous value): never taking effect is then consistent."""
+        seen = set()
+        for o in ops:
+            if o.output is not UNKNOWN:
+                seen.add(o.output[1])
+        return [o for o in ops if o.output is not UNKNOWN or (o.input[0] != "get" and o.input[-1] in seen)]
+
+    def step(self, state, input, output):
+        seq, value = state
+        op = input[0]
+        if op == "get":
+            if output is UNKNOWN:
+                return True, state
+            oseq, ovalue = output
+            return ((seq is None or oseq == seq) and ovalue == value), (oseq, ovalue)
+        if op not in ("put", "cas"):
+            raise ValueError(f"unknown kv operation {op!r}")
+        v = input[-1]
+        if output is UNKNOWN:
+            applies = op == "put" or seq is None or seq == input[1]
+            return True, ((None, v) if applies else state)
+        prev_seq, prev_value, new_seq = output
+        if (seq is not None and prev_seq != seq) or prev_value != value:
+            return False, state
+        if op == "cas" and (new_seq != prev_seq) != (prev_seq == input[1]):
+            return False, state
+        if op == "cas" and new_seq == prev_seq:
+            return True, (prev_seq, value)
+        return new_seq > prev_seq, (new_seq, v)
+
+
 def _order_appends(ops: list) -> list:
     """Appends with known LSNs take effect in LSN order, so each gets its rank in that order as a
     third input field, and the model accepts an append only as the next rank. Without it the search
