@@ -23,6 +23,30 @@ def clock():
 _turn = itertools.count()
 
 
+@pytest.fixture(scope="module")
+def fresh_groups(tmp_path_factory):
+    """Fresh meta groups, one per case: the next case's group starts while the current case runs
+    (a group's start is mostly process start-up and an election, so the two overlap well)."""
+    from meta_cluster import MetaCluster
+    from meta_clock import T0
+
+    def start():
+        d = tmp_path_factory.mktemp("meta-group")
+        (d / "clock").write_text(str(T0))
+        return MetaCluster(d, clock_file=d / "clock")
+
+    spare = []
+
+    def take():
+        got = spare.pop() if spare else start()
+        spare.append(start())
+        return got
+
+    yield take
+    for c in spare:
+        c.stop(signal.SIGKILL)
+
+
 @pytest.fixture(params=["embedded", "inprocess", "grpc", "raft"])
 def ms(request, clock, tmp_path):
     """The same scenarios on the embedded service, through the RPC layer's in-process transport,
@@ -32,9 +56,9 @@ def ms(request, clock, tmp_path):
     three go through a follower that forwards every write and linearizable read to the leader."""
     if request.param == "raft":
         from logtide import connect_meta
-        from meta_cluster import MetaCluster, wait_ready
-        clock.share(tmp_path / "clock")
-        cluster = MetaCluster(tmp_path, clock_file=tmp_path / "clock")
+        from meta_cluster import wait_ready
+        cluster = request.getfixturevalue("fresh_groups")()
+        clock.share(cluster.clock_file)
         try:
             wait_ready(cluster)
             with connect_meta(cluster.addr(next(_turn) % 3 + 1), follow_leader=False) as client:
