@@ -6,7 +6,7 @@ reader holds are never looser than asked."""
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logtide.engine.logservice import LogService
@@ -38,6 +38,8 @@ def _read_all(view, start):
 @pytest.mark.timeout(300)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=ops)
+# found with 10x examples (issue 23): a fenced primary's late frame served as WAL after truncation
+@example(ops=[("reopen",), ("append", [1, 1]), ("stale", 2, 0), ("reopen",), ("append", [1]), ("report", 2), ("truncate", 2)])
 def test_framed_wal_matches_a_model(tmp_path, ops):
     log = LogService.open(tmp_path / f"log{next(_dirs)}")
     try:
@@ -101,6 +103,35 @@ def test_a_newer_primary_fences_an_older_one_out(tmp_path):
         r = FramedWal(log, writer=False)
         assert r.read_records(1, 1 << 20) == [(1, b"a1"), (2, b"a2"), (3, b"b3")]
         assert r.stale_frames == 1
+    finally:
+        log.close()
+
+
+def test_a_fence_holds_after_the_frames_that_set_it_are_truncated(tmp_path):
+    """A dead primary's late frame that lands before a third primary opens, and ends exactly where
+    the live WAL goes on: once the fence and frames of the primary that fenced it are truncated, a
+    new reader must still refuse it (WalGoneError), not serve it as WAL LSNs 1 and 2."""
+    log = LogService.open(tmp_path / "log")
+    try:
+        a = FramedWal(log, writer=True)
+        b = FramedWal(log, writer=True)                 # fences a out
+        b.append_many([b"B-rec-1", b"B-rec-2"])         # WAL 1, 2
+        log.append(encode_frame(KIND_RECORDS, a._my_epoch, 1, [b"STALE-from-A"] * 2))
+        c = FramedWal(log, writer=True)
+        c.append_many([b"C-rec-3"])
+        c.truncate(2)                                   # b's fence and frame go
+        assert c.get_first_lsn() == 3
+        r = FramedWal(log, writer=False)
+        assert r.get_first_lsn() == 3 and r.get_latest_lsn() == 3
+        assert r.read_records(3, 700) == [(3, b"C-rec-3")]
+        for gone in (1, 2):
+            with pytest.raises(WalGoneError):
+                r.read_records(gone, 700)
+        # a primary that opens now knows the stale frame is not WAL either
+        d = FramedWal(log, writer=True)
+        assert d.get_first_lsn() == 3 and d.read_records(3, 700) == [(3, b"C-rec-3")]
+        assert d.append_many([b"D-rec-4"]) == 4
+        assert FramedWal(log, writer=False).read_records(3, 700) == [(3, b"C-rec-3"), (4, b"D-rec-4")]
     finally:
         log.close()
 
