@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logtide.engine.group_commit import GroupCommitter
@@ -67,6 +67,9 @@ def _rows_of(tn):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=steps)
+# found with 10x examples (issue 23): a refused insert left its first keys in the transaction
+@example(schedule=[("begin", 0, frozenset()), ("insert", 0, frozenset({1})), ("insert", 0, frozenset({0, 1})),
+                   ("insert", 0, frozenset({0})), ("update", 0, frozenset({0})), ("commit", 0, frozenset())])
 def test_small_and_large_commits_match_the_serial_model(tmp_path_factory, schedule):
     d = tmp_path_factory.mktemp("tn")
     log = LogService.open(d / "log", fsync="never", truncation_interval=0)
