@@ -4,7 +4,8 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogIndex
 from logtide.errors import LsnOrderError
@@ -19,7 +20,7 @@ ops = st.lists(st.tuples(st.integers(0, len(TAGS) - 1), st.sampled_from([0, 0, 1
                min_size=1, max_size=120)
 
 
-@settings(max_examples=40, deadline=None)
+@scaled(max_examples=40, deadline=None)
 @given(ops=ops, max_segments=st.sampled_from([1, 2, 4]), background=st.booleans())
 def test_insert_per_call_matches_model(tmp_path_factory, ops, max_segments, background):
     li = LogIndex.open(tmp_path_factory.mktemp("ip"), max_segments=max_segments, ring_size=2,

@@ -11,8 +11,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logservice import LogService
@@ -65,7 +66,7 @@ def _rows_of(tn):
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=steps)
 # found with 10x examples (issue 23): a refused insert left its first keys in the transaction
 @example(schedule=[("begin", 0, frozenset()), ("insert", 0, frozenset({1})), ("insert", 0, frozenset({0, 1})),
@@ -208,7 +209,7 @@ def test_group_committer_flushes_each_item_once_in_order(fail_at, chain):
         assert min(failed) == max(flushed, default=0) + 1     # the failed group starts after the last flushed
 
 
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 @given(gaps=st.lists(st.integers(1, 4), max_size=200), page=st.integers(1, 9),
        chunks=st.lists(st.integers(1, 12), min_size=1, max_size=60), bad=st.booleans())
 def test_logtail_append_many_matches_one_append_per_handle(gaps, page, chunks, bad):

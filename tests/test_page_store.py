@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptPageError, LogtideError
 from logtide._ext import page as pg
@@ -190,7 +191,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 TestStoreMachine = StoreMachine.TestCase
-TestStoreMachine.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+TestStoreMachine.settings = scaled(max_examples=25, stateful_step_count=25, deadline=None)
 
 
 def test_store_machine_found_at_40x():

@@ -6,8 +6,9 @@ reader holds are never looser than asked."""
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logservice import LogService
 from logtide.errors import CorruptionError, WalGoneError
@@ -36,7 +37,7 @@ def _read_all(view, start):
 
 
 @pytest.mark.timeout(300)
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=ops)
 # found with 10x examples (issue 23): a fenced primary's late frame served as WAL after truncation
 @example(ops=[("reopen",), ("append", [1, 1]), ("stale", 2, 0), ("reopen",), ("append", [1]), ("report", 2), ("truncate", 2)])
