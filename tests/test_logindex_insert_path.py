@@ -145,3 +145,35 @@ def test_abandon_saves_nothing_new_and_reopen_recovers(tmp_path):
             assert sorted(li.lsns(tag, 1, MAX)) == want
     finally:
         li.close()
+
+
+def test_a_refused_insert_many_indexes_and_counts_nothing(tmp_path):
+    """Every check comes before the first change: a batch refused for its LSN order, whose first
+    rows the saved tables already hold, leaves the index, its counters and its last LSN as they
+    were (the saved rows used to be counted as skipped before the order check refused the batch)."""
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    for i in range(40):
+        li.insert(TAGS[i % len(TAGS)], 1 + i // 2)
+    li.flush(include_active=True)
+    saved = li.max_saved_lsn
+    li.close()
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    try:
+        li.insert(TAGS[1], saved + 5)
+        lists = {t: li.lsns(t).tolist() for t in TAGS}
+        refused = [
+            ([TAGS[0], TAGS[1], TAGS[2]], [saved - 1, saved + 9, saved + 7]),    # saved rows, then out of order
+            ([TAGS[0], TAGS[1]], [saved - 1, saved + 2]),                       # below the last indexed LSN
+            ([TAGS[0]], [saved + 6, saved + 7]),                                 # lengths differ
+        ]
+        for tags, lsns in refused:
+            before = li.stats()
+            with pytest.raises((LsnOrderError, ValueError)):
+                li.insert_many(np.array(tags, dtype=np.uint32), np.array(lsns, dtype=np.uint64))
+            assert li.stats() == before
+            assert {t: li.lsns(t).tolist() for t in TAGS} == lists      # (lookups count in stats)
+        assert li.insert_many(np.array([TAGS[0], TAGS[2]], dtype=np.uint32),
+                              np.array([saved - 1, saved + 6], dtype=np.uint64)) == 1
+        assert li.lsns(TAGS[2]).tolist()[-1] == saved + 6
+    finally:
+        li.close()
