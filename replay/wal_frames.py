@@ -86,10 +86,11 @@ class FramedWal:
         self._epoch = 0             # the highest epoch seen
         self._my_epoch = 0
         self._scan_lsn = 0          # the next log LSN to scan
+        self._scan_from = 0         # the first log LSN scanned: OPEN frames below it are unseen
         self._truncated = 0         # WAL LSNs at or below it are truncated
         self.stale_frames = 0
         with self._lock:
-            self._scan_lsn = max(1, self.log.get_first_lsn())
+            self._scan_lsn = self._scan_from = max(1, self.log.get_first_lsn())
             self._scan()
             self._forget_truncated(self.log.get_truncated_lsn())
             if writer:
@@ -113,7 +114,7 @@ class FramedWal:
                 first = self.log.get_first_lsn()
                 if first <= self._scan_lsn:
                     raise
-                self._scan_lsn = first   # removed under us (compaction): the log starts later now
+                self._scan_lsn = self._scan_from = first   # removed under us (compaction): the log starts later now
                 continue
             for r in recs:
                 self._index(r.lsn, r.data[DATA_HEADER_SIZE:])
@@ -135,9 +136,18 @@ class FramedWal:
             log.warning("skipped the WAL frame at log LSN %d: epoch %d, fenced by epoch %d", lsn, epoch, self._epoch)
             return
         self._supersede(epoch, first)
-        self._epoch = epoch
-        if self._fw and first != self._next_wal:
+        if self._fw and first != self._next_wal:   # (the frame before it is of the same epoch)
+            if epoch < self._scan_from:
+                # its epoch's OPEN is truncated, so these frames may be a dead primary's: two
+                # frames of one primary that do not continue each other are never both live,
+                # and a later one is stale whenever an earlier one is (a newer fence lies
+                # before both). So this one is stale; a newer epoch's frame drops the rest.
+                self.stale_frames += 1
+                log.warning("skipped the WAL frame at log LSN %d: it does not continue epoch %d's WAL, "
+                            "whose fence is truncated", lsn, epoch)
+                return
             raise CorruptionError(f"WAL frame at log LSN {lsn} starts at WAL LSN {first}, expected {self._next_wal}")
+        self._epoch = epoch
         if not recs:
             return
         self._fw.append(first)

@@ -126,6 +126,22 @@ def test_framed_wal_machine_found_at_10x():
         m.teardown()
 
 
+def test_framed_wal_machine_found_deep():
+    """Found by a deep run (20x examples, seed 1): two late frames of a dead epoch that do not
+    continue each other, after the truncation removed the fence that made them stale. A new reader
+    raised CorruptionError on the second; it is skipped as stale (two frames of one primary that
+    do not continue each other are never both live), and the newer epoch's frame drops the first."""
+    m = FramedWalMachine()
+    try:
+        for step in (m.reopen, lambda: m.append(sizes=[1]), lambda: m.stale(count=1, pick=0),
+                     lambda: m.stale(count=1, pick=0), lambda: m.append(sizes=[1]), lambda: m.truncate(upto=1),
+                     lambda: m.report(lsn=0)):
+            step()
+            m.every_view_reads_the_model()
+    finally:
+        m.teardown()
+
+
 def test_a_newer_primary_fences_an_older_one_out(tmp_path):
     """Frames of the older epoch written after the newer primary opened are never read."""
     log = LogService.open(tmp_path / "log")
