@@ -9,7 +9,7 @@ SHELL   := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 EXTRAS  ?= test,spark
 
-.PHONY: demo test bench wheel install venv clean spark-archive
+.PHONY: demo test test-deep bench wheel install venv clean spark-archive
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "logtide needs Python >= 3.10"'
@@ -39,6 +39,12 @@ demo: install
 
 test: install
 	$(VENV)/bin/pytest -q
+
+# every property (hypothesis) test with 20x its examples and no deadlines (tests/hypothesis_profiles.py);
+# tens of minutes, not run by CI. Each test's name is printed as it finishes; the slowest are listed at the end.
+.PHONY: test-deep
+test-deep: install
+	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest -v -m property --durations=25
 
 bench: install
 	$(PY) -m bench.report

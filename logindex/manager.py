@@ -461,7 +461,12 @@ class LogIndex:
             raise ValueError(f"tags and lsns differ in length: {len(tags)} vs {len(lsns)}")
         if not len(lsns):
             return 0
-        skipped = 0
+        # every check before the first change: a refused call indexes nothing and counts nothing
+        bad = np.flatnonzero(lsns[1:] < lsns[:-1])
+        if len(bad):
+            i = int(bad[0]) + 1
+            raise LsnOrderError(f"row {i}: LSN {int(lsns[i])} is below the previous LSN {int(lsns[i - 1])}")
+        keep = None
         if self.meta.has_tables and lsns[0] <= self.meta.max_lsn:
             x = self.meta.max_lsn
             keep = lsns > x
@@ -470,6 +475,12 @@ class LogIndex:
                 bt = self._boundary_tags()
                 for i in at:
                     keep[i] = tuple(tags[i].tolist()) not in bt
+        first_kept = lsns[int(np.argmax(keep))] if keep is not None and keep.any() else lsns[0]
+        if (keep is None or keep.any()) and first_kept < self._last_lsn:
+            row = int(np.argmax(keep)) if keep is not None else 0
+            raise LsnOrderError(f"row {row}: LSN {int(first_kept)} is below the last indexed LSN {self._last_lsn}")
+        skipped = 0
+        if keep is not None:
             skipped = int(len(lsns) - keep.sum())
             if skipped:
                 self._note_skipped(int(lsns[~keep].max()))
@@ -477,12 +488,6 @@ class LogIndex:
             self._stats["skipped_saved"] += skipped
             if not len(lsns):
                 return skipped
-        if lsns[0] < self._last_lsn:
-            raise LsnOrderError(f"row 0: LSN {int(lsns[0])} is below the last indexed LSN {self._last_lsn}")
-        bad = np.flatnonzero(lsns[1:] < lsns[:-1])
-        if len(bad):
-            i = int(bad[0]) + 1
-            raise LsnOrderError(f"row {i}: LSN {int(lsns[i])} is below the previous LSN {int(lsns[i - 1])}")
         i, n = 0, len(lsns)
         while i < n:
             carry = self._carry

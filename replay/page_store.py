@@ -4,7 +4,9 @@ Each relation fork is one file of 8 KiB pages (block n at offset n * 8192); a bl
 reads as a new (all-zero) page. Every page carries a checksum. Torn writes are repaired from a
 double-write area: a batch of pages is first written and fsynced there, then in place. A torn
 in-place page is therefore always matched by an intact copy in the double-write area (and a torn
-double-write slot means the in-place page was not touched yet). Layout: docs/page_format.md.
+double-write slot means the in-place page was not touched yet). A read after a torn write
+returns the last complete write or a newer intact copy; the writer's open restores the newest
+(docs/page_format.md says why redo needs no more). Layout: docs/page_format.md.
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ So each group commit is one log record, a *frame*, that carries its records' WAL
 A frame is one Raft entry: a group is in the log whole or not at all. Kind OPEN (count 0) is the
 fence a primary appends when it opens; its log LSN is that primary's *epoch*, which every frame
 it writes carries. A reader keeps the highest epoch seen and skips frames of a lower one: an
-append of a dead primary that reaches the log after a new primary's fence is never read. The
-layout is in docs/replication.md.
+append of a dead primary that reaches the log after a new primary's fence is never read. An OPEN
+frame's epoch field holds the highest epoch its primary had seen, so the fence outlives the
+truncation of the frames that set it. The layout is in docs/replication.md.
 
 Truncation and registered readers' LSNs are translated between WAL and log LSNs at frame
 boundaries, always to the conservative side (hold more, never less). The newest record frame is
@@ -85,14 +86,17 @@ class FramedWal:
         self._epoch = 0             # the highest epoch seen
         self._my_epoch = 0
         self._scan_lsn = 0          # the next log LSN to scan
+        self._scan_from = 0         # the first log LSN scanned: OPEN frames below it are unseen
         self._truncated = 0         # WAL LSNs at or below it are truncated
         self.stale_frames = 0
         with self._lock:
-            self._scan_lsn = max(1, self.log.get_first_lsn())
+            self._scan_lsn = self._scan_from = max(1, self.log.get_first_lsn())
             self._scan()
             self._forget_truncated(self.log.get_truncated_lsn())
             if writer:
-                f = self.log.append(encode_frame(KIND_OPEN, 0, self._next_wal, []), replica_id)
+                # the fence carries the newest epoch seen: a reader that starts after the frames
+                # of that epoch are truncated still knows a frame of an older one is stale
+                f = self.log.append(encode_frame(KIND_OPEN, self._epoch, self._next_wal, []), replica_id)
                 self._scan()
                 if self._epoch != f:
                     raise FencedError(f"a newer primary (epoch {self._epoch}) opened on this log after this one "
@@ -110,7 +114,7 @@ class FramedWal:
                 first = self.log.get_first_lsn()
                 if first <= self._scan_lsn:
                     raise
-                self._scan_lsn = first   # removed under us (compaction): the log starts later now
+                self._scan_lsn = self._scan_from = first   # removed under us (compaction): the log starts later now
                 continue
             for r in recs:
                 self._index(r.lsn, r.data[DATA_HEADER_SIZE:])
@@ -121,7 +125,8 @@ class FramedWal:
     def _index(self, lsn: int, data: bytes) -> None:
         kind, epoch, first, recs = decode_frame(lsn, data)
         if kind == KIND_OPEN:
-            self._supersede(lsn, first)
+            # `epoch` here is the highest epoch its primary had seen (0 in logs written before it was kept)
+            self._supersede(lsn, first, epoch)
             self._epoch = max(self._epoch, lsn)
             if not self._fw:
                 self._next_wal = max(self._next_wal, first)
@@ -131,9 +136,18 @@ class FramedWal:
             log.warning("skipped the WAL frame at log LSN %d: epoch %d, fenced by epoch %d", lsn, epoch, self._epoch)
             return
         self._supersede(epoch, first)
-        self._epoch = epoch
-        if self._fw and first != self._next_wal:
+        if self._fw and first != self._next_wal:   # (the frame before it is of the same epoch)
+            if epoch < self._scan_from:
+                # its epoch's OPEN is truncated, so these frames may be a dead primary's: two
+                # frames of one primary that do not continue each other are never both live,
+                # and a later one is stale whenever an earlier one is (a newer fence lies
+                # before both). So this one is stale; a newer epoch's frame drops the rest.
+                self.stale_frames += 1
+                log.warning("skipped the WAL frame at log LSN %d: it does not continue epoch %d's WAL, "
+                            "whose fence is truncated", lsn, epoch)
+                return
             raise CorruptionError(f"WAL frame at log LSN {lsn} starts at WAL LSN {first}, expected {self._next_wal}")
+        self._epoch = epoch
         if not recs:
             return
         self._fw.append(first)
@@ -141,13 +155,15 @@ class FramedWal:
         self._ep.append(epoch)
         self._next_wal = first + len(recs)
 
-    def _supersede(self, epoch: int, first: int) -> None:
-        """A frame (or fence) of `epoch` starts at WAL LSN `first`. Indexed frames of an older epoch
-        that lie after `epoch`'s fence, or that do not end exactly at `first`, were a dead
+    def _supersede(self, epoch: int, first: int, fenced_by: int = 0) -> None:
+        """A frame (or fence) of `epoch` starts at WAL LSN `first`; a fence also names `fenced_by`,
+        the highest epoch its primary had seen. Indexed frames of an older epoch that lie after
+        `epoch`'s fence or after `fenced_by`'s, or that do not end exactly at `first`, were a dead
         primary's, written after a newer fence (a reader that started past a truncated fence took
         them for live): drop them again. The live WAL continues at `first`: the primary of `epoch`
         had scanned the whole log when it chose it."""
-        while self._fw and self._ep[-1] < epoch and (self._next_wal != first or self._ll[-1] > epoch):
+        while self._fw and self._ep[-1] < epoch and (self._next_wal != first or self._ll[-1] > epoch
+                                                      or self._ep[-1] < fenced_by < self._ll[-1]):
             self._next_wal = self._fw.pop()
             self._ll.pop()
             self._ep.pop()

@@ -10,6 +10,8 @@ import logtide
 # the suite's own helper modules (tcp_proxy, raft_harness, meta_clock, ...) import by name
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import hypothesis_profiles  # noqa: E402,F401 - loads HYPOTHESIS_PROFILE before any test module builds its settings
+
 _SITE = os.path.realpath(sysconfig.get_paths()["purelib"])
 if not os.path.realpath(logtide.__file__).startswith(_SITE) and not os.environ.get("LOGTIDE_ALLOW_SOURCE"):
     raise RuntimeError(f"tests must run against the installed logtide, but imported {logtide.__file__}")
@@ -58,3 +60,25 @@ def bench_run(tmp_path):
         return benchmarks, rows
 
     return run
+
+
+def _is_property_test(item) -> bool:
+    """A hypothesis test: @given, or a RuleBasedStateMachine's TestCase."""
+    from hypothesis import settings
+    from hypothesis.internal.detection import is_hypothesis_test
+    if is_hypothesis_test(getattr(item, "obj", None)):
+        return True
+    cls = getattr(item, "cls", None)
+    return cls is not None and isinstance(getattr(cls, "settings", None), settings)
+
+
+def pytest_collection_modifyitems(config, items):
+    # `make test-deep` selects these with -m property
+    for item in items:
+        if not _is_property_test(item):
+            continue
+        item.add_marker(pytest.mark.property)
+        if hypothesis_profiles.FACTOR > 1:   # more examples, more time: the test's timeout scales too
+            own = item.get_closest_marker("timeout")
+            base = own.args[0] if own and own.args else config.getini("timeout") or 600
+            item.add_marker(pytest.mark.timeout(float(base) * hypothesis_profiles.FACTOR), append=False)

@@ -4,7 +4,8 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import Bloom4K, CorruptBlockError, PageTag, tag_rows
 from logtide._ext.bloom4k import optimal_k
@@ -13,7 +14,7 @@ from logtide.pagetag import random_tags
 tags_st = st.lists(st.tuples(*[st.integers(0, 2**32 - 1)] * 5), max_size=1500)
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(tags_st)
 def test_no_false_negatives_per_call_and_batch(tags):
     b = Bloom4K()
@@ -28,7 +29,7 @@ def test_no_false_negatives_per_call_and_batch(tags):
     assert b2.to_bytes() == b.to_bytes()  # batch and per-call set the same bits
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=64), max_size=500))
 def test_no_false_negatives_any_bytes(keys):
     b = Bloom4K(expected_elements=max(1, len(keys)))

@@ -146,10 +146,11 @@ def test_memory_per_int64_entry_at_one_million():
           f"{bulk.memory_bytes() / n:.2f} (bulk_load), depth {t.depth()}")
 
 
-from hypothesis import given, settings, strategies as hst  # noqa: E402
+from hypothesis import given, strategies as hst  # noqa: E402
+from hypothesis_profiles import scaled  # noqa: E402
 
 
-@settings(max_examples=80, deadline=None)
+@scaled(max_examples=80, deadline=None)
 @given(n0=hst.integers(0, 4000), m=hst.integers(0, 1200), span=hst.sampled_from([600, 5000, 1 << 40]),
        width=hst.sampled_from([1, 2]), seed=hst.integers(0, 2**32 - 1))
 def test_insert_many_on_both_sides_of_the_merge_threshold(n0, m, span, width, seed):

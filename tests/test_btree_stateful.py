@@ -4,9 +4,10 @@ Snapshots taken mid-stream are kept with a frozen copy of the model and must nev
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis_profiles import scaled
 from sortedcontainers import SortedDict
 
 from logtide import BTree, ReadOnlySnapshotError
@@ -190,8 +191,8 @@ def _machine(width: int, objvals: bool, simd: bool = True):
     return Machine
 
 
-SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = scaled(max_examples=60, stateful_step_count=40, deadline=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 TestBTreeInt64 = _machine(1, False).TestCase
 TestBTreeInt64.settings = SETTINGS

@@ -13,8 +13,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide._ext import wal
 from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
@@ -186,7 +187,7 @@ class CommitQueueMachine(RuleBasedStateMachine):
 
 
 TestCommitQueueModel = CommitQueueMachine.TestCase
-TestCommitQueueModel.settings = settings(max_examples=30, stateful_step_count=20, deadline=None)
+TestCommitQueueModel.settings = scaled(max_examples=30, stateful_step_count=20, deadline=None)
 
 
 @pytest.mark.timeout(60)

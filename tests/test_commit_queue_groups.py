@@ -12,8 +12,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogService
 
@@ -28,7 +29,7 @@ bursts = st.lists(
     min_size=1, max_size=6)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=bursts)
 def test_groups_form_and_settle_like_the_model(tmp_path_factory, plan):
     path = tmp_path_factory.mktemp("groups")

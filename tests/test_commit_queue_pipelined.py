@@ -15,8 +15,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide._ext import wal
 from logtide._ext.commit_queue import CLOSED, TIMEOUT, CommitQueue
@@ -191,7 +192,7 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
 
 
 TestPipelinedQueueModel = PipelinedQueueMachine.TestCase
-TestPipelinedQueueModel.settings = settings(max_examples=30, stateful_step_count=20, deadline=None)
+TestPipelinedQueueModel.settings = scaled(max_examples=30, stateful_step_count=20, deadline=None)
 
 
 def test_wait_durable_of_a_published_lsn_returns_at_once():

@@ -1,6 +1,7 @@
 """CRC-32C: known vectors, chaining, and the hardware path against the table path."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import crc32c
 from logtide._ext.crc32c import crc32c_software, hardware_accelerated
@@ -15,7 +16,7 @@ def test_known_vectors():
     assert crc32c(b"") == 0
 
 
-@settings(max_examples=500, deadline=None)
+@scaled(max_examples=500, deadline=None)
 @given(st.binary(max_size=2000), st.binary(max_size=300))
 def test_chaining_and_paths_agree(a, b):
     whole = crc32c(a + b)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide import LogIndex
 from logtide.errors import LsnOrderError, ReadOnlyError
@@ -153,7 +154,7 @@ class LogIndexMachine(RuleBasedStateMachine):
 
 
 TestLogIndexModel = LogIndexMachine.TestCase
-TestLogIndexModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestLogIndexModel.settings = scaled(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 def test_ring_exhaustion_flushes_oldest_first(tmp_path, rng):

@@ -4,7 +4,8 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogIndex
 from logtide.errors import LsnOrderError
@@ -19,7 +20,7 @@ ops = st.lists(st.tuples(st.integers(0, len(TAGS) - 1), st.sampled_from([0, 0, 1
                min_size=1, max_size=120)
 
 
-@settings(max_examples=40, deadline=None)
+@scaled(max_examples=40, deadline=None)
 @given(ops=ops, max_segments=st.sampled_from([1, 2, 4]), background=st.booleans())
 def test_insert_per_call_matches_model(tmp_path_factory, ops, max_segments, background):
     li = LogIndex.open(tmp_path_factory.mktemp("ip"), max_segments=max_segments, ring_size=2,
@@ -142,5 +143,37 @@ def test_abandon_saves_nothing_new_and_reopen_recovers(tmp_path):
         for tag in TAGS:
             want = sorted(lsn for t, lsn in rows if t == tag)
             assert sorted(li.lsns(tag, 1, MAX)) == want
+    finally:
+        li.close()
+
+
+def test_a_refused_insert_many_indexes_and_counts_nothing(tmp_path):
+    """Every check comes before the first change: a batch refused for its LSN order, whose first
+    rows the saved tables already hold, leaves the index, its counters and its last LSN as they
+    were (the saved rows used to be counted as skipped before the order check refused the batch)."""
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    for i in range(40):
+        li.insert(TAGS[i % len(TAGS)], 1 + i // 2)
+    li.flush(include_active=True)
+    saved = li.max_saved_lsn
+    li.close()
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    try:
+        li.insert(TAGS[1], saved + 5)
+        lists = {t: li.lsns(t).tolist() for t in TAGS}
+        refused = [
+            ([TAGS[0], TAGS[1], TAGS[2]], [saved - 1, saved + 9, saved + 7]),    # saved rows, then out of order
+            ([TAGS[0], TAGS[1]], [saved - 1, saved + 2]),                       # below the last indexed LSN
+            ([TAGS[0]], [saved + 6, saved + 7]),                                 # lengths differ
+        ]
+        for tags, lsns in refused:
+            before = li.stats()
+            with pytest.raises((LsnOrderError, ValueError)):
+                li.insert_many(np.array(tags, dtype=np.uint32), np.array(lsns, dtype=np.uint64))
+            assert li.stats() == before
+            assert {t: li.lsns(t).tolist() for t in TAGS} == lists      # (lookups count in stats)
+        assert li.insert_many(np.array([TAGS[0], TAGS[2]], dtype=np.uint32),
+                              np.array([saved - 1, saved + 6], dtype=np.uint64)) == 1
+        assert li.lsns(TAGS[2]).tolist()[-1] == saved + 6
     finally:
         li.close()

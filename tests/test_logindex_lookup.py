@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogIndex
 from logtide.logindex.table_format import bloom_file_name
@@ -33,7 +34,7 @@ def _check(li, lists, tags, windows):
         assert found[offsets[i]:offsets[i + 1]].tolist() == li.lsns(tag).tolist()
 
 
-@settings(max_examples=40, deadline=None)
+@scaled(max_examples=40, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from(range(len(POOL))), st.sampled_from([0, 1, 1, 1, 5, 2**32])),
                      min_size=1, max_size=400),
        max_segments=st.sampled_from([1, 2, 5]),

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis_profiles import scaled
 
 from logtide import LogIndex
 
@@ -193,7 +194,7 @@ class RoFollowMachine(RuleBasedStateMachine):
 
 
 TestRoFollow = RoFollowMachine.TestCase
-TestRoFollow.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestRoFollow.settings = scaled(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 def test_ro_behind_the_primary_by_several_tables(tmp_path):

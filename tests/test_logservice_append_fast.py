@@ -3,8 +3,9 @@ the same arguments give the same LSN or the same typed error, and the same store
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogService
 from logtide.engine.logservice.record import LogRecord
@@ -36,7 +37,7 @@ def pair(tmp_path_factory):
     general.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(st.tuples(payloads, replicas, types), min_size=1, max_size=12))
 def test_fast_append_matches_the_general_path(pair, calls):
     fast, general = pair
@@ -94,7 +95,7 @@ def _read_from(svc, lsn: int) -> list:
 
 
 @pytest.mark.parametrize("fsync", ["never", "batch", "always"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=st.lists(ops, min_size=1, max_size=25))
 def test_writer_fast_paths_match_a_list_model(tmp_path_factory, fsync, script):
     import threading

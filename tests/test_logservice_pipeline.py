@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import tempfile
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogService
 from logtide.engine.logservice import logservice_pb2 as pb
@@ -44,7 +45,7 @@ def _expected(req: pb.AppendRequest) -> list[tuple[int, bytes]]:
     return [(req.type, LogRecord.user(p, req.replica_id).data) for p in req.payloads]
 
 
-@settings(max_examples=60, deadline=None)
+@scaled(max_examples=60, deadline=None)
 @given(st.lists(request, min_size=1, max_size=12))
 def test_batched_append_matches_appending_one_by_one(reqs):
     with tempfile.TemporaryDirectory() as d:

@@ -6,8 +6,9 @@ import io
 import threading
 import time
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logservice import connect_logservice
 from logtide.engine.logservice import replicated_pb2 as pb
@@ -27,7 +28,7 @@ from logtide.errors import InvalidArgument
 STEP = st.tuples(st.integers(1, 3), st.integers(0, 2), st.integers(1, 6), st.integers(0, 6))
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(st.lists(STEP, max_size=40), st.integers(0, 40))
 def test_batch_appends_are_exactly_once_against_a_model(steps, snapshot_at):
     sm = ReplicatedLogStateMachine()

@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import settings
+
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide import InvalidRange, InvalidTruncateLsn, LogService
 from logtide.errors import LogServiceError
@@ -149,4 +150,4 @@ class LogModel(RuleBasedStateMachine):
 
 
 TestLogModel = LogModel.TestCase
-TestLogModel.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestLogModel.settings = scaled(max_examples=40, stateful_step_count=30, deadline=None)

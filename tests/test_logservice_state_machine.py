@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logservice.state_machine import LogStateMachine, command
 from logtide.engine.statemachine import Entry, StateMachine
@@ -34,7 +35,7 @@ def apply_all(cmds):
     return sm, results
 
 
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 @given(st.lists(commands, max_size=30))
 def test_updates_are_deterministic_and_snapshots_round_trip(cmds):
     a, ra = apply_all(cmds)

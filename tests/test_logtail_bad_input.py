@@ -148,3 +148,74 @@ def test_malformed_frames_over_grpc_and_pull(tmp_path):
         server.stop(0.5)
         tn.close()
         tn.log.close()
+
+
+def _rows_of_pull(tn):
+    out = {}
+    for e in tn.pull("t", 0)["entries"]:
+        if e.kind == "insert":
+            out.update(zip(e.batch.column("id").to_pylist(), e.batch.column("v").to_pylist()))
+        elif e.kind == "delete":
+            for pk in e.batch.column("__pk").to_pylist():
+                out.pop(pk)
+    return out
+
+
+def test_a_refused_insert_leaves_no_key_behind(tmp_path):
+    """Issue 23: an insert refused for a duplicate key kept the keys before the duplicate in the
+    transaction, so a later insert of such a key was refused and an update of it made a row."""
+    tn = TransactionNode.open(tmp_path)
+    try:
+        tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
+        x = tn.begin()
+        x.insert("t", {"id": [1], "v": [10]})
+        with pytest.raises(DuplicateKeyError):
+            x.insert("t", {"id": [0, 1], "v": [20, 21]})     # key 1: refused, whole
+        x.insert("t", {"id": [0], "v": [30]})                # key 0 was never inserted
+        x.commit()
+        assert _rows_of_pull(tn) == {1: 10, 0: 30}
+        y = tn.begin()
+        with pytest.raises(DuplicateKeyError):
+            y.insert("t", {"id": [5, 6, 5], "v": [1, 2, 3]})
+        y.update("t", {"id": [5], "v": [50]})     # 5 is not in the table: a delete of a missing row
+        with pytest.raises(KeyNotFoundError):
+            y.commit()
+        assert _rows_of_pull(tn) == {1: 10, 0: 30}
+    finally:
+        tn.close()
+        tn.log.close()
+
+
+def test_refused_txn_calls_change_nothing(tmp_path):
+    """Every Txn call that raises leaves the transaction as it was: the commit holds exactly the
+    calls that returned."""
+    tn = TransactionNode.open(tmp_path)
+    try:
+        tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
+        x = tn.begin()
+        x.insert("t", {"id": [1, 2], "v": [10, 20]})
+        x.commit()
+        x = tn.begin()
+        x.insert("t", {"id": [3], "v": [30]})
+        refused = [
+            (DuplicateKeyError, lambda: x.insert("t", {"id": [4, 3], "v": [40, 41]})),
+            (DuplicateKeyError, lambda: x.insert("t", {"id": [7, 7], "v": [1, 2]})),
+            (SchemaError, lambda: x.insert("t", {"id": [8], "v": ["x"]})),
+            (SchemaError, lambda: x.insert("t", {"id": [8, 9], "v": [1]})),
+            (SchemaError, lambda: x.update("t", {"id": [1], "w": [1]})),
+            (SchemaError, lambda: x.delete("t", [1.5])),
+            (SchemaError, lambda: x.delete("t", np.array([2, 1 << 63], dtype=np.uint64))),
+            (UnknownTableError, lambda: x.insert("nope", {"id": [1]})),
+            (UnknownTableError, lambda: x.delete("nope", [1])),
+        ]
+        for err, call in refused:
+            with pytest.raises(err):
+                call()
+        assert set(x.ins) == {"t"} and set(x.ins["t"]) == {3} and not x.dels.get("t")
+        x.insert("t", {"id": [4], "v": [40]})     # none of the refused keys stuck
+        x.delete("t", [2])
+        x.commit()
+        assert _rows_of_pull(tn) == {1: 10, 3: 30, 4: 40}
+    finally:
+        tn.close()
+        tn.log.close()

@@ -3,8 +3,9 @@ exactly what pyarrow's stream writer writes for the same table, the table it bui
 table, and merging batches with numpy gives the rows pa.concat_tables gives."""
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logtail.column_batch import BatchLayout, ColumnBatch
 from logtide.engine.logtail.logtail_format import Entry, concat_batches, ipc_table
@@ -35,7 +36,7 @@ def arrays(rng, dtypes, n):
     return out
 
 
-@settings(max_examples=80, deadline=None)
+@scaled(max_examples=80, deadline=None)
 @given(dtypes=st.lists(st.sampled_from(DTYPES), min_size=1, max_size=6),
        sizes=st.lists(st.one_of(st.integers(0, 9), st.integers(250, 300)), min_size=1, max_size=4),
        seed=st.integers(0, 2**32 - 1))

@@ -7,19 +7,26 @@ ts in commit order, leave the logtail in ts order, and leave the model's rows (a
 from the log). The group committer is driven by many threads: every item is flushed exactly once, in
 ticket order, before its writer returns; a failed flush fails its group and everything after it.
 """
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logservice import LogService
 from logtide.engine.logtail import TransactionNode
 from logtide.engine.logtail.tn import SMALL_TXN_KEYS
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import DuplicateKeyError, GroupCommitFailed, KeyNotFoundError, WriteConflictError
+from logtide.errors import (DuplicateKeyError, GroupCommitFailed, KeyNotFoundError, SchemaError, UnknownTableError,
+                            WriteConflictError)
 
 KEYS = 48
 TXNS = 3
@@ -47,11 +54,7 @@ def _model_commit(rows, last_write, clock, start, ins, dels):
 
 keysets = st.one_of(st.sets(st.integers(0, KEYS - 1), min_size=1, max_size=3),                 # small path
                     st.sets(st.integers(0, KEYS - 1), min_size=SMALL_TXN_KEYS + 1, max_size=KEYS))  # numpy path
-steps = st.lists(st.one_of(
-    st.tuples(st.just("begin"), st.integers(0, TXNS - 1), st.just(frozenset())),
-    st.tuples(st.sampled_from(["insert", "delete", "update"]), st.integers(0, TXNS - 1), keysets),
-    st.tuples(st.just("commit"), st.integers(0, TXNS - 1), st.just(frozenset())),
-), min_size=5, max_size=30)
+slots = st.integers(0, TXNS - 1)
 
 
 def _rows_of(tn):
@@ -65,80 +68,164 @@ def _rows_of(tn):
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(schedule=steps)
-def test_small_and_large_commits_match_the_serial_model(tmp_path_factory, schedule):
-    d = tmp_path_factory.mktemp("tn")
-    log = LogService.open(d / "log", fsync="never", truncation_interval=0)
-    tn = TransactionNode(log, ObjectStore(d / "objects"), heartbeat_ms=50)
-    try:
-        tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
-        rows, last_write, clock = {}, {}, 0
-        open_txns: dict[int, tuple] = {}
-        committed, val = [], 0
-        for kind, k, keys in schedule:
-            keys = sorted(keys)
-            if kind == "begin":
-                if k not in open_txns:
-                    clock += 1
-                    open_txns[k] = (tn.begin(), clock, {}, set())
-            elif kind == "commit":
-                if k not in open_txns:
-                    continue
-                real, start, ins, dels = open_txns.pop(k)
-                want, clock = _model_commit(rows, last_write, clock, start, ins, dels)
-                try:
-                    got = real.commit()
-                except (WriteConflictError, KeyNotFoundError, DuplicateKeyError) as exc:
-                    assert type(exc) is want, (schedule, want, exc)
-                    continue
-                assert want in ("ok", "noop"), (schedule, want)
-                if want == "ok":
-                    committed.append(got)
-            elif k in open_txns:
-                real, _, ins, dels = open_txns[k]
-                vals = list(range(val + 1, val + 1 + len(keys)))
-                val += len(keys)
-                if kind == "insert":
-                    if any(pk in ins for pk in keys):
-                        with pytest.raises(DuplicateKeyError):
-                            real.insert("t", {"id": keys, "v": vals})
-                        continue
-                    real.insert("t", {"id": keys, "v": vals})
-                    ins.update(zip(keys, vals))
-                elif kind == "delete":
-                    real.delete("t", keys)
-                    for pk in keys:
-                        if pk in ins:
-                            del ins[pk]
-                        else:
-                            dels.add(pk)
-                else:
-                    real.update("t", {"id": keys, "v": vals})
-                    for pk, v in zip(keys, vals):
-                        if pk not in ins:
-                            dels.add(pk)
-                        ins[pk] = v
-        assert committed == sorted(committed) and len(set(committed)) == len(committed)
-        assert [ts for ts, _, _ in tn.logtail.visit(0, tn.last_ts, "t")] == committed
-        assert _rows_of(tn) == rows
-    finally:
-        tn.close()
-        log.close()
-    # the log alone rebuilds the same rows and the same key checks
-    log = LogService.open(d / "log", fsync="never", truncation_interval=0)
-    tn = TransactionNode(log, ObjectStore(d / "objects"), heartbeat_ms=50)
-    try:
-        assert _rows_of(tn) == rows
-        for pk in range(KEYS):
-            x = tn.begin()
+class CommitPathsMachine(RuleBasedStateMachine):
+    """Up to TXNS interleaved transactions on one table against the serial model. Calls the TN
+    refuses (a key inserted twice, wrong columns or types, non-integer keys, an unknown table) are
+    made inside open transactions and must leave them as they were: the commit holds exactly the
+    calls that returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="lttn"))
+        self.tn = self._open()
+        self.tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
+        self.rows, self.last_write, self.clock = {}, {}, 0
+        self.open_txns: dict[int, tuple] = {}       # slot -> (txn, start, model inserts, model deletes)
+        self.committed: list[int] = []
+        self.val = 0
+
+    def _open(self):
+        self.log = LogService.open(self.dir / "log", fsync="never", truncation_interval=0)
+        return TransactionNode(self.log, ObjectStore(self.dir / "objects"), heartbeat_ms=50)
+
+    def _close(self):
+        self.tn.close()
+        self.log.close()
+
+    def _vals(self, n):
+        self.val += n
+        return list(range(self.val - n + 1, self.val + 1))
+
+    @precondition(lambda self: len(self.open_txns) < TXNS)
+    @rule(k=slots)
+    def begin(self, k):
+        if k not in self.open_txns:
+            self.clock += 1
+            self.open_txns[k] = (self.tn.begin(), self.clock, {}, set())
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots, keys=keysets)
+    def insert(self, k, keys):
+        real, _, ins, _ = self.open_txns[sorted(self.open_txns)[k % len(self.open_txns)]]
+        keys, vals = sorted(keys), self._vals(len(keys))
+        if any(pk in ins for pk in keys):
+            with pytest.raises(DuplicateKeyError):
+                real.insert("t", {"id": keys, "v": vals})
+            return
+        real.insert("t", {"id": keys, "v": vals})
+        ins.update(zip(keys, vals))
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots, keys=keysets)
+    def delete(self, k, keys):
+        real, _, ins, dels = self.open_txns[sorted(self.open_txns)[k % len(self.open_txns)]]
+        real.delete("t", sorted(keys))
+        for pk in keys:
+            if pk in ins:
+                del ins[pk]
+            else:
+                dels.add(pk)
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots, keys=keysets)
+    def update(self, k, keys):
+        real, _, ins, dels = self.open_txns[sorted(self.open_txns)[k % len(self.open_txns)]]
+        keys, vals = sorted(keys), self._vals(len(keys))
+        real.update("t", {"id": keys, "v": vals})
+        for pk, v in zip(keys, vals):
+            if pk not in ins:
+                dels.add(pk)
+            ins[pk] = v
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots, keys=keysets, how=st.sampled_from(["twice", "dup", "type", "columns", "float", "u64", "table"]))
+    def refused(self, k, keys, how):
+        """A call the TN refuses, inside an open transaction: it changes nothing."""
+        real, _, ins, _ = self.open_txns[sorted(self.open_txns)[k % len(self.open_txns)]]
+        keys = sorted(keys)
+        calls = {
+            "twice": (DuplicateKeyError, lambda: real.insert("t", {"id": keys + keys[:1], "v": self._vals(len(keys) + 1)})),
+            "dup": (DuplicateKeyError, lambda: real.insert("t", {"id": keys + sorted(ins)[:1],
+                                                                 "v": self._vals(len(keys) + 1)})),
+            "type": (SchemaError, lambda: real.insert("t", {"id": keys, "v": [str(v) for v in keys]})),
+            "columns": (SchemaError, lambda: real.update("t", {"id": keys})),
+            "float": (SchemaError, lambda: real.delete("t", [pk + 0.5 for pk in keys])),
+            "u64": (SchemaError, lambda: real.delete("t", np.array(keys + [1 << 63], dtype=np.uint64))),
+            "table": (UnknownTableError, lambda: real.insert("nope", {"id": keys, "v": keys})),
+        }
+        if how == "dup" and (not ins or any(pk in ins for pk in keys)):
+            how = "twice"
+        err, call = calls[how]
+        with pytest.raises(err):
+            call()
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots)
+    def commit(self, k):
+        slot = sorted(self.open_txns)[k % len(self.open_txns)]
+        real, start, ins, dels = self.open_txns.pop(slot)
+        want, self.clock = _model_commit(self.rows, self.last_write, self.clock, start, ins, dels)
+        try:
+            got = real.commit()
+        except (WriteConflictError, KeyNotFoundError, DuplicateKeyError) as exc:
+            assert type(exc) is want, (want, exc)
+            return
+        assert want in ("ok", "noop"), want
+        if want == "ok":
+            self.committed.append(got)
+
+    @precondition(lambda self: self.open_txns)
+    @rule(k=slots)
+    def rollback(self, k):
+        real, *_ = self.open_txns.pop(sorted(self.open_txns)[k % len(self.open_txns)])
+        real.rollback()
+
+    @rule()
+    def reopen(self):
+        """The log alone rebuilds the same rows and the same key checks (open transactions are lost)."""
+        self.open_txns.clear()
+        self._close()
+        self.tn = self._open()
+        self.committed = [ts for ts, _, _ in self.tn.logtail.visit(0, self.tn.last_ts, "t")]
+        assert _rows_of(self.tn) == self.rows
+        for pk in range(0, KEYS, 5):
+            x = self.tn.begin()
             x.insert("t", {"id": [pk], "v": [0]})
-            if pk in rows:
+            if pk in self.rows:
                 with pytest.raises(DuplicateKeyError):
                     x.commit()
+            else:
+                x.rollback()
+        self.clock += 1      # the probes' begins took ts: later transactions start after every commit
+
+    @invariant()
+    def matches_the_serial_model(self):
+        assert self.committed == sorted(self.committed) and len(set(self.committed)) == len(self.committed)
+        assert [ts for ts, _, _ in self.tn.logtail.visit(0, self.tn.last_ts, "t")] == self.committed
+        assert _rows_of(self.tn) == self.rows
+
+    def teardown(self):
+        self._close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestCommitPathsMachine = CommitPathsMachine.TestCase
+TestCommitPathsMachine.settings = scaled(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_commit_paths_machine_found_at_10x():
+    """Issue 23's schedule (10x examples): an insert refused for key 1 kept key 0 in the
+    transaction, refusing a later insert of 0 and letting an update create it. Kept as a plain
+    test: hypothesis has no @example for state machines."""
+    m = CommitPathsMachine()
+    try:
+        m.begin(k=0)
+        for step in (lambda: m.insert(k=0, keys={1}), lambda: m.insert(k=0, keys={0, 1}),
+                     lambda: m.insert(k=0, keys={0}), lambda: m.update(k=0, keys={0}), lambda: m.commit(k=0)):
+            step()
+            m.matches_the_serial_model()
     finally:
-        tn.close()
-        log.close()
+        m.teardown()
 
 
 @pytest.mark.timeout(120)
@@ -205,7 +292,7 @@ def test_group_committer_flushes_each_item_once_in_order(fail_at, chain):
         assert min(failed) == max(flushed, default=0) + 1     # the failed group starts after the last flushed
 
 
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 @given(gaps=st.lists(st.integers(1, 4), max_size=200), page=st.integers(1, 9),
        chunks=st.lists(st.integers(1, 12), min_size=1, max_size=60), bad=st.booleans())
 def test_logtail_append_many_matches_one_append_per_handle(gaps, page, chunks, bad):

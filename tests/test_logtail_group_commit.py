@@ -11,8 +11,9 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logservice import LogService
 from logtide.engine.logtail import ComputeNode, TransactionNode
@@ -93,7 +94,7 @@ def _start_commit(tn, txn, outcomes, i):
     return th
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=steps)
 # a write-write conflict with a commit that is queued but maybe not yet durable
 @example(schedule=[("begin", 0), ("begin", 1), ("insert", 0, 1), ("commit", 0), ("insert", 1, 1), ("commit", 1)])

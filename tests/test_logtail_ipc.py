@@ -2,8 +2,9 @@
 what pyarrow's stream writer writes, for any batch of the column types tables may have."""
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logtail.logtail_format import ipc_bytes, ipc_table
 
@@ -17,7 +18,7 @@ def reference(t: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-@settings(max_examples=60, deadline=None)
+@scaled(max_examples=60, deadline=None)
 @given(dtypes=st.lists(st.sampled_from(DTYPES), min_size=1, max_size=5),
        chunks=st.lists(st.integers(0, 40), min_size=1, max_size=3), seed=st.integers(0, 2**32 - 1))
 def test_ipc_bytes_match_the_stream_writer(dtypes, chunks, seed):

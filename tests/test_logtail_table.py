@@ -1,11 +1,12 @@
 """The logtail table: paged by born_ts, two-level binary search, truncation, against a plain list."""
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.logtail.logtail_table import Handle, LogtailTable
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(gaps=st.lists(st.integers(1, 5), min_size=0, max_size=300), page=st.integers(1, 17),
        queries=st.lists(st.tuples(st.integers(0, 1600), st.integers(0, 1600)), max_size=20),
        cut=st.integers(0, 1600))

@@ -3,7 +3,8 @@ import bisect
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptBlockError, LsnOrderError
 from logtide._ext import memtable as mt
@@ -91,7 +92,7 @@ def _check(m, model, lo_hi):
     assert sorted(map(tuple, m.tags().tolist())) == sorted(model.lists)
 
 
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 @given(seq=ops, limit=st.sampled_from([1, 2, 3, 7, 20, 4095]))
 def test_memtable_matches_model(seq, limit):
     m = Memtable(table_id=3, max_segments=limit)
@@ -105,7 +106,7 @@ def test_memtable_matches_model(seq, limit):
     _check(again, model, ranges)
 
 
-@settings(max_examples=80, deadline=None)
+@scaled(max_examples=80, deadline=None)
 @given(seq=ops, limit=st.sampled_from([2, 5, 30]))
 def test_insert_many_equals_per_call(seq, limit):
     lsn, tags, lsns = 5, [], []

@@ -7,7 +7,8 @@ import io
 import os
 import sys
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.meta import MetaStateMachine
 from logtide.engine.meta.log_entry import decode_entry, encode_entry
@@ -38,7 +39,7 @@ def _snapshot(sm) -> bytes:
     return buf.getvalue()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@scaled(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(logs, st.data())
 def test_same_log_same_state_and_replies(log, data):
     entries = _entries(log)
@@ -60,7 +61,7 @@ def test_same_log_same_state_and_replies(log, data):
     assert d.items() == a.items() and d.seq == a.seq and _snapshot(d) == _snapshot(a)
 
 
-@settings(max_examples=100, deadline=None)
+@scaled(max_examples=100, deadline=None)
 @given(st.one_of(upserts, txns), st.integers(0, 1 << 50))
 def test_entry_encoding_round_trips_and_is_canonical(cmd, t):
     payload = encode_entry(t, cmd)
@@ -69,7 +70,7 @@ def test_entry_encoding_round_trips_and_is_canonical(cmd, t):
     assert encode_entry(t2, cmd2) == payload
 
 
-@settings(max_examples=60, deadline=None)
+@scaled(max_examples=60, deadline=None)
 @given(logs)
 def test_seq_never_goes_back_and_matches_the_largest_stored_seq(log):
     sm = MetaStateMachine()

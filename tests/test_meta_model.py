@@ -6,7 +6,8 @@ keeps a plain dict and scans it. Random logs must give identical replies, events
 import os
 import sys
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
+from hypothesis_profiles import scaled
 
 from logtide.engine.meta import AS_IS, DELETE, GE, ANY, Exact, KVMeta, MetaStateMachine, SeqV
 from logtide.engine.meta.command import (
@@ -125,7 +126,7 @@ class Model:
                         "then" if ok else "else")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@scaled(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gen.logs)
 def test_state_machine_matches_the_reference_model(log):
     sm, model = MetaStateMachine(), Model()

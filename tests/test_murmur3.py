@@ -2,12 +2,13 @@
 import mmh3
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import murmur3_128, murmur3_128_many, PageTag, tag_rows
 
 
-@settings(max_examples=2000, deadline=None)
+@scaled(max_examples=2000, deadline=None)
 @given(st.binary(max_size=300), st.integers(min_value=0, max_value=2**32 - 1))
 def test_equals_mmh3(data, seed):
     assert murmur3_128(data, seed) == mmh3.hash128(data, seed, signed=False)
@@ -29,7 +30,7 @@ def test_bytes_like_inputs_agree():
     assert murmur3_128(data.decode()) == ref  # str hashes as UTF-8, like mmh3
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=64), st.integers(min_value=0, max_value=50),
        st.integers(min_value=0, max_value=2**32 - 1))
 def test_batch_equals_per_call(width, n, seed):

@@ -1,8 +1,9 @@
 """Slotted pages against a dict model: slots, free space, LSN, checksum and header checks."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptPageError, PageFullError, RedoError
 from logtide._ext import page as pg
@@ -64,7 +65,7 @@ class PageMachine(RuleBasedStateMachine):
 
 
 TestPageMachine = PageMachine.TestCase
-TestPageMachine.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+TestPageMachine.settings = scaled(max_examples=60, stateful_step_count=60, deadline=None)
 
 
 def _filled(seed=1):
@@ -143,7 +144,7 @@ def test_batch_forms_match_per_call():
 
 
 @given(st.lists(st.binary(min_size=1, max_size=8160), min_size=1, max_size=40))
-@settings(max_examples=50, deadline=None)
+@scaled(max_examples=50, deadline=None)
 def test_tuple_bytes_roundtrip_and_bounds(tuples):
     p = pg.new_page()
     stored = {}

@@ -4,7 +4,8 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import crc32c
 from logtide.errors import CorruptRecordError, CorruptWalPageError
@@ -95,7 +96,7 @@ def _decode(segs, seg_size, strict=False):
 rec_st = st.lists(st.tuples(st.integers(50, 20000), st.integers(0, 1000), st.booleans()), min_size=1, max_size=40)
 
 
-@settings(max_examples=60, deadline=None)
+@scaled(max_examples=60, deadline=None)
 @given(recs=rec_st, seg_pages=st.sampled_from([2, 4, 8]))
 def test_page_decoder_matches_writer(recs, seg_pages):
     seg_size = seg_pages * PAGE

@@ -3,7 +3,8 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import crc32c
 from logtide.errors import CorruptRecordError
@@ -78,7 +79,7 @@ block_st = st.fixed_dictionaries({
     "same_rel": st.booleans(), "will_init": st.booleans()})
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(blocks=st.lists(block_st, max_size=5), ids=st.lists(st.integers(0, 32), min_size=5, max_size=5, unique=True),
        main=st.binary(max_size=600), xid=st.integers(0, 2**32 - 1), info=st.integers(0, 255),
        rmid=st.sampled_from([0, 1, 9, 10, 11, 21, 128, 255]), origin=st.one_of(st.none(), st.integers(0, 65535)),

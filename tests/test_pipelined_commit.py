@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import LogService
 from logtide.engine.pipelined_commit import PipelinedCommitter
@@ -55,7 +56,7 @@ def _run_writers(log, writers: int, per_writer: int, fail_at: int | None):
     return gc, chosen, published, returned, errors
 
 
-@settings(max_examples=12, deadline=None)
+@scaled(max_examples=12, deadline=None)
 @given(writers=st.integers(1, 12), per_writer=st.integers(1, 30), fail=st.booleans(), data=st.data())
 def test_pipelined_committer_matches_serial_model(tmp_path_factory, writers, per_writer, fail, data):
     fail_at = data.draw(st.integers(0, writers * per_writer - 1)) if fail else None

@@ -3,7 +3,8 @@ accepted, timed-out operations may or may not take effect, and the search agrees
 enumeration of every order (hypothesis)."""
 import itertools
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.raft.lincheck import INF, UNKNOWN, LogModel, Operation, RegisterModel, check_operations
 
@@ -136,7 +137,7 @@ def register_histories(draw):
     return ops
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@scaled(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(register_histories())
 def test_search_agrees_with_brute_force(ops):
     assert check_operations(R, ops).ok == brute_force(R, ops)

@@ -5,7 +5,8 @@ replays the encoded WAL and must end byte-identical to the primary's pages.
 """
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptWALRecordError, RedoError
 from logtide._ext import page as pg
@@ -119,7 +120,7 @@ lsn_st = st.sampled_from([1, 2**32 - 3, 2**40])  # also cross the 32-bit prefix 
 
 
 @given(st.lists(op_st, max_size=120), lsn_st)
-@settings(max_examples=120, deadline=None)
+@scaled(max_examples=120, deadline=None)
 def test_replay_from_scratch_is_byte_identical(ops, first):
     prim = Primary(first)
     for op in ops:
@@ -135,7 +136,7 @@ def test_replay_from_scratch_is_byte_identical(ops, first):
 
 
 @given(st.lists(op_st, min_size=1, max_size=80), st.integers(0, 10**6), lsn_st)
-@settings(max_examples=80, deadline=None)
+@scaled(max_examples=80, deadline=None)
 def test_replay_from_any_snapshot_and_twice(ops, pick, first):
     """Lazy replay starts from a stored page at some LSN and replays the whole list: older LSNs skip."""
     prim = Primary(first)
@@ -152,7 +153,7 @@ def test_replay_from_any_snapshot_and_twice(ops, pick, first):
 
 
 @given(st.lists(op_st, max_size=100), lsn_st)
-@settings(max_examples=60, deadline=None)
+@scaled(max_examples=60, deadline=None)
 def test_batch_equals_per_call(ops, first):
     prim = Primary(first)
     for op in ops:

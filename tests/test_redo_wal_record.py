@@ -7,7 +7,8 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import crc32c
 from logtide.errors import CorruptWALRecordError
@@ -121,7 +122,7 @@ block_st = st.tuples(
 
 
 @given(st.lists(block_st, max_size=6), st.binary(max_size=600), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1))
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 def test_encoder_matches_reference_parser_and_meta(blocks, main, xid, prev):
     image = pg.new_page()
     pg.add(image, 1, b"img")
@@ -177,7 +178,7 @@ def test_meta_bad_input():
 
 # ------------------------------------------------------------------ issue 3's decoder reads logtide's WAL
 @given(st.lists(block_st, max_size=5), st.binary(max_size=400), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1))
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 def test_xlogreader_decodes_encoder_output(blocks, main, xid, prev):
     from logtide._ext import xlogreader
     image = pg.new_page()

@@ -11,8 +11,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import GroupCommitFailed
@@ -75,7 +76,7 @@ def _run(writers: int, per_writer: int, delay: float, calls_release: bool, fail_
     return gc, groups, flushed_at, acked, failed, len(completed)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@scaled(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writers=st.integers(1, 12), per_writer=st.integers(1, 12), delay=st.sampled_from([0.0, 0.0005, 0.002]),
        calls_release=st.booleans(), fail=st.one_of(st.none(), st.floats(0.0, 1.0)))
 def test_relay_committer_matches_serial_model(writers, per_writer, delay, calls_release, fail):

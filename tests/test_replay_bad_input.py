@@ -150,3 +150,45 @@ def test_bad_tuple_requests_get_typed_errors_over_grpc(tmp_path):
         server.stop(0.5)
         primary.close()
         log.close()
+
+
+@pytest.mark.timeout(60)
+def test_refused_primary_writes_change_nothing(tmp_path):
+    """Every primary write that raises leaves no effect: no WAL, no page change, no new block."""
+    from logtide.errors import InvalidArgument
+    from logtide.replay.primary import TupleNotFoundError
+
+    log = LogService.open(tmp_path / "log")
+    primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+    try:
+        tids = primary.insert_many(REL, [b"row-%d" % i * 30 for i in range(300)])
+        primary.delete(REL, tids[3])
+
+        def state():
+            return (primary.write_lsn, primary.nblocks(REL), list(primary.scan(REL)),
+                    [primary.read_page(rel_tag(REL, b))[0] for b in range(primary.nblocks(REL))])
+
+        before = state()
+        last = primary.nblocks(REL)
+        refused = [
+            (InvalidArgument, lambda: primary.insert_many(REL, [b"fine", b""])),          # a bad tuple after a good one
+            (InvalidArgument, lambda: primary.insert_many(REL, [b"fine", b"x" * 9000])),
+            (InvalidArgument, lambda: primary.insert_many(REL, [b"fine", "text"])),
+            (InvalidArgument, lambda: primary.update(REL, tids[0], b"")),
+            (InvalidArgument, lambda: primary.update(REL, tids[0], b"x" * 9000)),
+            (TupleNotFoundError, lambda: primary.update(REL, tids[3], b"new")),          # deleted
+            (TupleNotFoundError, lambda: primary.update(REL, (last, 1), b"new")),        # past the last block
+            (TupleNotFoundError, lambda: primary.update(REL, (0, 999), b"new")),
+            (TupleNotFoundError, lambda: primary.delete(REL, tids[3])),                  # deleted twice
+            (TupleNotFoundError, lambda: primary.delete(REL, (last + 5, 1))),
+            (InvalidArgument, lambda: primary.delete(REL, ("a", 1))),
+            (InvalidArgument, lambda: primary.insert(-1, b"x")),
+        ]
+        for err, call in refused:
+            with pytest.raises(err):
+                call()
+            assert state() == before, err
+        assert primary.update(REL, tids[0], b"after") and primary.write_lsn == before[0] + 1
+    finally:
+        primary.close()
+        log.close()

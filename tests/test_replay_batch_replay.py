@@ -1,6 +1,7 @@
 """Batch replay into a small buffer pool (crash recovery's path) equals per-record redo."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide._ext import page as pg
 from logtide._ext import redo, xlogwriter as xw
@@ -42,7 +43,7 @@ def _records(ops):
 
 @given(st.lists(st.tuples(st.sampled_from(["ins", "upd"]), st.integers(0, 9), st.integers(1, 900),
                           st.integers(0, 1000)), max_size=150), st.integers(2, 12))
-@settings(max_examples=20, deadline=None)
+@scaled(max_examples=20, deadline=None)
 def test_batch_replay_equals_per_record_redo(tmp_path_factory, ops, frames):
     recs = _records(ops)
     lsns = np.arange(1, len(recs) + 1, dtype=np.uint64)

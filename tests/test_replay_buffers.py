@@ -4,8 +4,9 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis_profiles import scaled
 
 from logtide._ext import page as pg
 from logtide.replay.buffer_pool import DIRTY, OUTDATED, BufferPool, BufferPoolFullError
@@ -92,7 +93,7 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+TestPoolMachine.settings = scaled(max_examples=40, stateful_step_count=40, deadline=None)
 
 
 def test_all_pinned_is_a_typed_error():
@@ -202,7 +203,7 @@ def test_mini_transaction_blocks_page_readers_until_all_pages_indexed():
 
 @given(st.lists(st.tuples(st.sampled_from([1663, 1664]), st.sampled_from([5, 6]), st.integers(0, 2**32 - 1),
                           st.sampled_from([0, 1]), st.integers(0, 2**32 - 1)), max_size=60), st.booleans())
-@settings(max_examples=150, deadline=None)
+@scaled(max_examples=150, deadline=None)
 def test_batch_dedupe_and_stripes_match_per_tag(tags, same):
     """The startup worker's array forms (distinct pages, lock stripes) agree with the per-tag forms."""
     from logtide.replay.ro_node import _unique_tags

@@ -95,11 +95,12 @@ def test_sixteen_backends_share_fsyncs(tmp_path):
         log.close()
 
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis_profiles import scaled  # noqa: E402
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(1, 2600), min_size=1, max_size=60), rels=st.lists(st.sampled_from([REL, REL + 1]),
                                                                                       min_size=1, max_size=60))
 def test_single_insert_path_matches_the_batch_path(tmp_path_factory, sizes, rels):

@@ -6,7 +6,9 @@ import random
 import pytest
 
 from logtide.engine.logservice import LogService
-from logtide.replay.primary import Primary, rel_tag
+from logtide._ext import page as pg
+from logtide.replay.page_store import DW_FILE, PageStore
+from logtide.replay.primary import PAGES_DIR, Primary, rel_tag
 from logtide.replay.ro_node import ReadOnlyNode
 from logtide.replay.transport_inproc import connect_inprocess
 from logtide.replay.verify import ScratchModel
@@ -103,3 +105,57 @@ def test_a_primary_dropped_unclosed_is_collected_and_its_directory_reopens(tmp_p
     assert collected(ref), "the dropped primary stayed alive"
     with Primary(tmp_path, pool_pages=256) as again:
         assert {(rel, tid): again.get(rel, tid) for rel, tid in tids} == tids
+
+
+@pytest.mark.timeout(120)
+def test_a_flush_that_lost_its_in_place_write_is_redone_from_the_wal(tmp_path):
+    """The page store's contract (docs/page_format.md): after a torn write a read returns the last
+    complete write (or newer). Recovery and RO replay need no more: a flush that never completed
+    did not move the consistent LSN, so the log is kept from the page's next change. Here a flush
+    loses its whole in-place write (the page stays at its previous, intact version), the primary
+    crashes, and the double-write copy is even thrown away: the restarted primary redoes the page
+    from the WAL, and a new RO node that reads the old page from storage replays it up to date."""
+    log = LogService.open(tmp_path / "log")
+    rel = 16384
+    p = Primary(tmp_path, log=log, pool_pages=64, checkpoint_interval=0, logindex_segments=SEG)
+    try:
+        first = [p.insert(rel, b"first-%03d" % i * 20) for i in range(300)]
+        consistent = p.checkpoint()
+        tag = rel_tag(rel, p.nblocks(rel) - 1)
+        path = tmp_path / PAGES_DIR / ("%d_%d_%d_%d" % tag[:4])
+        v1 = path.read_bytes()[tag[4] * 8192:(tag[4] + 1) * 8192]
+        second = [p.insert(rel, b"second-%d" % i) for i in range(5)]
+        assert all(t[0] == tag[4] for t in second)        # the same page, changed after the flush
+        assert 0 < log.get_truncated_lsn() <= consistent == pg.get_lsn(v1) < p.write_lsn
+        page, _ = p.read_page(tag)
+        p.store.write_many([tag], [page])   # a flush: the double-write area, then in place...
+        with open(path, "r+b") as f:        # ...whose in-place write was lost whole
+            f.seek(tag[4] * 8192)
+            f.write(v1)
+        p.crash()
+    except BaseException:
+        p.crash()
+        raise
+    with PageStore(tmp_path / PAGES_DIR) as store:
+        assert pg.get_lsn(store.read(tag)) == consistent          # readers get the last complete write
+    (tmp_path / PAGES_DIR / DW_FILE).write_bytes(b"")              # no newer copy to fall back on
+    want = [b"first-%03d" % i * 20 for i in range(300)] + [b"second-%d" % i for i in range(5)]
+    p = Primary(tmp_path, log=log, pool_pages=64, checkpoint_interval=0, logindex_segments=SEG)
+    ro = ReadOnlyNode(tmp_path, log, node_id=1, pool_pages=8, feedback_interval=0.05, logindex_segments=SEG)
+    link = connect_inprocess(p, ro)
+    try:
+        assert [p.get(rel, t) for t in first + second] == want
+        with PageStore(tmp_path / PAGES_DIR) as store:
+            assert pg.get_lsn(store.read(tag)) == consistent      # storage still has the old page
+        assert ro.wait_applied(p.write_lsn, timeout=60)
+        page, lsn = ro.read_page(tag)
+        assert lsn == p.write_lsn and pg.get_lsn(page) == p.write_lsn
+        assert [pg.get(page, t[1]) for t in second] == want[300:]
+        mine, _ = p.read_page(tag)
+        assert [pg.get(page, k) for k in range(1, pg.nslots(page) + 1)] == \
+            [pg.get(mine, k) for k in range(1, pg.nslots(mine) + 1)]
+    finally:
+        link.close()
+        ro.close()
+        p.close()
+        log.close()

@@ -1,6 +1,7 @@
 """The WAL-meta stream format: every truncation or byte flip of a message is refused, valid ones round-trip."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptionError
 from logtide.replay.meta_stream import (StreamFormatError, decode_batch, decode_feedback, encode_batch,
@@ -9,7 +10,7 @@ from logtide.replay.meta_stream import (StreamFormatError, decode_batch, decode_
 
 @given(st.lists(st.binary(min_size=24, max_size=80), max_size=20), st.integers(1, 2**40),
        st.integers(0, 2**63), st.integers(0, 2**63))
-@settings(max_examples=100, deadline=None)
+@scaled(max_examples=100, deadline=None)
 def test_batch_roundtrip(metas, first, w, c):
     lsns = list(range(first, first + len(metas)))
     b = decode_batch(encode_batch(lsns, metas, w, c))

@@ -7,8 +7,9 @@ from concurrent import futures
 
 import grpc
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.rpc import connect
 from logtide.engine.rpc import pipeline_pb2 as ppb
@@ -51,7 +52,7 @@ calls = st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 1
 replies = st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.binary(max_size=300)), max_size=20)
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(calls)
 def test_calls_round_trip(cs):
     blob = b"".join(pack_call(*c) for c in cs)
@@ -59,7 +60,7 @@ def test_calls_round_trip(cs):
     assert model_split(blob, [8, 2]) == cs
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(replies)
 def test_replies_round_trip(rs):
     blob = b"".join(pack_reply(*r) for r in rs)
@@ -67,7 +68,7 @@ def test_replies_round_trip(rs):
     assert model_split(blob, [8]) == rs
 
 
-@settings(max_examples=500, deadline=None)
+@scaled(max_examples=500, deadline=None)
 @given(calls, st.integers(0, 40), st.binary(max_size=24), st.data())
 def test_damaged_blobs_parse_as_the_model_does(cs, cut, junk, data):
     """Truncated, extended or overwritten blobs: the same frames as the model, or MalformedFrames

@@ -9,8 +9,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc.call_frames import MalformedFrames, pack_call, pack_reply, unpack_calls
@@ -50,7 +51,7 @@ def _model_batches(frames: list[bytes], limit: int) -> list[bytes]:
     return out
 
 
-@settings(max_examples=25, deadline=None)
+@scaled(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
        st.integers(1, 200), st.randoms(use_true_random=False), st.booleans())
 def test_calls_batches_and_replies_match_the_model(calls, limit, rnd, handoff):
@@ -192,7 +193,7 @@ def _poll_sender(slots: CallSlots, n_calls: int, deadline: float = 10.0) -> list
     return got
 
 
-@settings(max_examples=25, deadline=None)
+@scaled(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
        st.integers(1, 200))
 def test_poll_with_the_notify_eventfd_takes_the_same_batches_as_take(calls, limit):

@@ -2,8 +2,9 @@
 engine/rpc/call_frames.py and against protobuf itself (the hand-written AppendRequest decoder)."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 import pytest
 
@@ -32,7 +33,7 @@ def _outcome(fn, blob):
         return MalformedFrames
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(calls, st.data())
 def test_split_calls_matches_the_model_on_whole_and_damaged_blobs(cs, data):
     blob = b"".join(pack_call(i, m, d) for i, m, d in cs)
@@ -100,7 +101,7 @@ def _request_bytes(draw_msg, data) -> bytes:
     return raw
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(plain, other), max_size=10), st.data())
 def test_decode_appends_agrees_with_protobuf(msgs, data):
     reqs = [_request_bytes(m, data) for m in msgs]
@@ -123,7 +124,7 @@ def test_decode_appends_sends_non_bytes_to_the_slow_path():
 
 # --- the client's side: encode_append / decode_counter against protobuf ---------------------------
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(st.binary(max_size=300), st.one_of(U64, st.integers(-5, -1), st.integers(1 << 64, (1 << 64) + 5)),
        st.one_of(st.integers(0, (1 << 32) - 1), st.integers(-3, -1), st.integers(1 << 32, (1 << 32) + 3)))
 def test_encode_append_is_protobufs_bytes_or_declines(payload, replica_id, rtype):
@@ -154,7 +155,7 @@ def _proto_counter(b: bytes):
         return None
 
 
-@settings(max_examples=500, deadline=None)
+@scaled(max_examples=500, deadline=None)
 @given(st.one_of(U64.map(lambda v: lpb.AppendResponse(first_lsn=v).SerializeToString()),
                  st.binary(max_size=14),
                  st.tuples(U64, st.binary(max_size=6)).map(

@@ -7,7 +7,8 @@ import shutil
 import mmh3
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from hypothesis_profiles import scaled
 
 pyspark = pytest.importorskip("pyspark")
 from logtide.spark.session import java_available  # noqa: E402
@@ -68,7 +69,7 @@ def _local(data_dir, target, work, name):
 
 # ------------------------------------------------------------------ page ownership
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(*[st.integers(0, 2**32 - 1)] * 5), min_size=1, max_size=50), st.integers(1, 64))
 def test_page_owner_is_murmur3_mod_p(tags, p):
     arr = np.array(tags, np.uint32)

@@ -4,7 +4,8 @@ test_spark_local.py. No Spark needed."""
 import os
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, strategies as st
+from hypothesis_profiles import scaled
 
 from logtide._ext import redo
 from logtide._ext import xlogwriter as xw
@@ -24,7 +25,7 @@ RECORD = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@scaled(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(RECORD, min_size=1, max_size=120), st.integers(1, 130))
 def test_segment_refs_match_record_decode(tmp_path_factory, records, cut):
     from logtide.engine.logservice import LogService

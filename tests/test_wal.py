@@ -5,8 +5,9 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide import crc32c
 from logtide._ext import wal
@@ -42,7 +43,7 @@ def ref_scan(buf: bytes, first_lsn: int):
 payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=40)
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(payloads, st.integers(0, 2**40), st.integers(0, 2**32 - 1), st.binary(max_size=16))
 def test_encode_matches_reference(ps, first, rtype, prefix):
     frames, starts = wal.encode(first, rtype, prefix, ps)
@@ -51,7 +52,7 @@ def test_encode_matches_reference(ps, first, rtype, prefix):
     assert starts.tolist() == [sum(20 + len(prefix) + len(q) for q in ps[:i]) for i in range(len(ps))]
 
 
-@settings(max_examples=300, deadline=None)
+@scaled(max_examples=300, deadline=None)
 @given(payloads, st.integers(1, 2**40), st.data())
 def test_scan_matches_reference_on_damaged_buffers(ps, first, data):
     frames, _ = wal.encode(first, 0, b"", ps)
@@ -106,7 +107,7 @@ def test_find_frame_resyncs_after_damage():
     assert wal.find_frame(b"\0" * 4096, 0, 1) == -1  # zeros are never a frame (LSN 0)
 
 
-@settings(max_examples=200, deadline=None)
+@scaled(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 500), min_size=1, max_size=60), st.data())
 def test_fit_matches_a_linear_walk(sizes, data):
     starts = np.zeros(len(sizes) + 1, dtype=np.uint64)
@@ -133,7 +134,7 @@ def test_frame_crc_and_bad_payload_types():
         wal.scan(b"", 5, 1)
 
 
-@settings(max_examples=100, deadline=None)
+@scaled(max_examples=100, deadline=None)
 @given(st.integers(0, 30), st.integers(0, 64), st.integers(1, 2**40), st.binary(max_size=12), st.data())
 def test_encode_rows_matches_encode(n, width, first, prefix, data):
     rows = np.frombuffer(data.draw(st.binary(min_size=n * width, max_size=n * width)), dtype=np.uint8)

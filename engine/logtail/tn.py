@@ -120,27 +120,33 @@ class Txn:
         return self.tn._table(table)
 
     def insert(self, table: str, rows: dict) -> None:
-        """Insert rows given as {column: values}; every column of the table is required."""
+        """Insert rows given as {column: values}; every column of the table is required.
+        A refused insert (an error raised) leaves the transaction as it was."""
         st = self._table(table)
         cols = st.tdef.coerce(rows)
-        ins = self.ins.setdefault(table, {})
-        pks = cols[st.tdef.pk]
-        pk_list = pks.tolist()
+        pk_list = cols[st.tdef.pk].tolist()
         if len(set(pk_list)) != len(pk_list):
             raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
-        b = len(self.batches.setdefault(table, []))
-        for i, pk in enumerate(pk_list):
+        ins = self.ins.get(table, _NO_INS)
+        for pk in pk_list:      # every check before the first change
             if pk in ins:
                 raise DuplicateKeyError(f"{table}: primary key {pk} inserted twice in this transaction")
+        ins = self.ins.setdefault(table, {})
+        batches = self.batches.setdefault(table, [])
+        b = len(batches)
+        for i, pk in enumerate(pk_list):
             ins[pk] = (b, i)
-        self.batches[table].append(cols)
+        batches.append(cols)
 
     def delete(self, table: str, pks) -> None:
-        """Delete rows by primary key."""
+        """Delete rows by primary key. A refused delete leaves the transaction as it was."""
         self._table(table)
         pks = np.asarray(pks)
         if pks.dtype.kind not in "iu":
             raise SchemaError(f"{table}: primary keys are int64, got {pks.dtype}")
+        if pks.dtype.kind == "u" and pks.size and int(pks.max()) > np.iinfo(np.int64).max:
+            # refused here, not at commit, where it would end the whole transaction
+            raise SchemaError(f"{table}: primary keys are int64, got {int(pks.max())}")
         ins = self.ins.setdefault(table, {})
         dels = self.dels.setdefault(table, set())
         for pk in pks.reshape(-1).tolist():
@@ -150,7 +156,8 @@ class Txn:
                 dels.add(pk)
 
     def update(self, table: str, rows: dict) -> None:
-        """Replace whole rows, found by primary key (a delete of the old row and an insert of the new)."""
+        """Replace whole rows, found by primary key (a delete of the old row and an insert of the new).
+        A refused update leaves the transaction as it was."""
         st = self._table(table)
         cols = st.tdef.coerce(rows)
         pks = cols[st.tdef.pk]
@@ -164,7 +171,9 @@ class Txn:
         self.batches[table].append(cols)
 
     def commit(self) -> int:
-        """Make the changes durable and visible; returns the commit ts."""
+        """Make the changes durable and visible; returns the commit ts. A commit refused by its
+        checks (WriteConflictError, KeyNotFoundError, DuplicateKeyError) changes nothing in the TN
+        and ends the transaction (rolled back)."""
         if self.done:
             raise LogtailError("this transaction is finished")
         self.done = True

@@ -10,8 +10,8 @@ from typing import Optional, Sequence, Tuple, Union
 
 from logtide.engine.meta.match_seq import ANY, GE, Exact, MatchSeq, _Any, _ValueOp, check_u64
 from logtide.engine.meta.meta_format import (
-    MAX_KEY_BYTES, MAX_OPS_PER_TXN, MAX_VALUE_BYTES, OPERATORS, TARGET_PREFIX_COUNT, TARGET_SEQ, TARGET_VALUE,
-    EXPR_ALL, EXPR_ANY)
+    MAX_KEY_BYTES, MAX_OPS_PER_TXN, MAX_VALUE_BYTES, OPERATORS, SEQUENTIAL_KEY_DIGITS, TARGET_PREFIX_COUNT, TARGET_SEQ,
+    TARGET_VALUE, EXPR_ALL, EXPR_ANY)
 from logtide.errors import MetaInvalidArgument
 
 
@@ -222,6 +222,10 @@ class PutSequentialOp:
 
     def __post_init__(self):
         check_key(self.prefix, "prefix")
+        if len(self.prefix.encode("utf-8")) + SEQUENTIAL_KEY_DIGITS > MAX_KEY_BYTES:
+            # the key it makes (prefix + the counter's digits) must be a key get() accepts
+            raise MetaInvalidArgument(f"prefix is {len(self.prefix.encode('utf-8'))} bytes: with the "
+                                      f"{SEQUENTIAL_KEY_DIGITS} digits the key would pass the limit of {MAX_KEY_BYTES}")
         check_key(self.sequence_key, "sequence_key")
         object.__setattr__(self, "value", check_value(self.value))
 
