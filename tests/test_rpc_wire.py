@@ -331,3 +331,29 @@ def test_a_client_that_does_not_read_its_replies_does_not_grow_the_server(served
         assert conns and conns[0].write_paused
     with client(server) as c:
         assert c.Ping(payload=b"others go on").payload == b"others go on"
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path):
+    """Unlike gRPC (tests/test_rpc_fork_guard.py), a framed client inherited across fork() works in
+    the child: the child starts its own loop and connection; the parent's calls go on."""
+    import json
+    from logtide import connect_logservice
+    from logtide.engine.logservice.grpc_service import LogServiceServer
+    with LogServiceServer.open(tmp_path / "log") as server, connect_logservice(server.address) as c:
+        assert c.append(b"parent before") == 1
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)
+            try:
+                out = {"lsn": c.append(b"child")}
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                out = {"error": f"{type(exc).__name__}: {exc}"}
+            os.write(w, json.dumps(out).encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            out = json.loads(f.read() or b"{}")
+        os.waitpid(pid, 0)
+        assert out.get("lsn") == 2, out
+        assert c.append(b"parent after") == 3
