@@ -188,6 +188,11 @@ class _ServerConn(asyncio.Protocol):
         transport.write(wc.preface(self.server.max_frame))
 
     def connection_lost(self, exc) -> None:
+        if self.reader.pending and not self.closed:
+            try:
+                self.reader.finish()
+            except WireProtocolError as e:
+                log.warning("wire: connection from %s ended: %s", self.peer, e)
         self.closed = True
         self.server.conns.discard(self)
         if self.ctx is not None:
@@ -195,11 +200,6 @@ class _ServerConn(asyncio.Protocol):
         for s in list(self.streams.values()):
             s.cancel()
         self.streams.clear()
-        if self.reader.pending:
-            try:
-                self.reader.finish()
-            except WireProtocolError as e:
-                log.warning("wire: connection from %s ended: %s", self.peer, e)
 
     def eof_received(self) -> bool:
         """The client closed its side: a frame left half sent is answered by a GOAWAY."""
