@@ -50,15 +50,18 @@ class Servicer(DiagnosticsServicer):
         return super().Ping(request, context)
 
     def Count(self, request, context):
-        for i in range(request.n):
+        try:
+            for i in range(request.n):
+                if not context.is_active():
+                    return
+                if request.n > 1000 and i == 50:
+                    time.sleep(0.2)          # the caller cancels meanwhile
+                yield dpb.CountReply(i=i)
+            if request.n == 7:
+                raise InvalidRange("after seven")
+        finally:    # stopped at is_active() or closed by the server while waiting for credit
             if not context.is_active():
                 self.cancelled.set()
-                return
-            if request.n > 1000 and i == 50:
-                time.sleep(0.2)          # the caller cancels meanwhile
-            yield dpb.CountReply(i=i)
-        if request.n == 7:
-            raise InvalidRange("after seven")
 
 
 @pytest.fixture
