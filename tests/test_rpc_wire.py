@@ -145,6 +145,30 @@ def test_deadline_and_cancel(served):
         assert c.Ping(payload=b"ok").payload == b"ok"
 
 
+def test_cancel_ends_a_read_that_waits_on_another_thread(served):
+    """A thread blocked for a stream's next reply (no deadline: a long-lived stream) ends as at the
+    stream's end when another thread cancels the stream, as over gRPC."""
+    server, _ = served
+    quiet = threading.Event()
+
+    def requests():                                 # the server gets nothing, so it answers nothing
+        quiet.wait(10)
+        return
+        yield
+    with client(server) as c:
+        stream = c.Echo(requests())
+        got = []
+        reader = threading.Thread(target=lambda: got.append(list(stream)))
+        reader.start()
+        time.sleep(0.2)
+        assert reader.is_alive()
+        stream.cancel()
+        reader.join(5)
+        quiet.set()
+        assert not reader.is_alive() and got == [[]]
+        assert c.Ping(payload=b"ok").payload == b"ok"
+
+
 def test_connect_errors():
     with pytest.raises(RpcError, match="could not connect"):
         WireTransport("127.0.0.1:1", connect_timeout=0.5)

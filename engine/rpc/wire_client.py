@@ -143,12 +143,14 @@ class _Stream:
         raise item
 
     def cancel(self) -> None:
-        """Stop the stream (the server's servicer sees is_active() turn False)."""
+        """Stop the stream (the server's servicer sees is_active() turn False); a thread waiting
+        for its next reply ends as at the stream's end."""
         if not self.finished:
             self.finished = True
             if not self.done:
                 self.conn.send(wc.encode_cancel(self.sid))
             self.conn.forget(self.sid)
+            self.inbox.put(None)   # no END comes after a CANCEL: wake a reader blocked in __next__
 
 
 class _Conn(asyncio.Protocol):
