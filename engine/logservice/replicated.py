@@ -29,14 +29,15 @@ from logtide.engine.raft.errors import CompactedError, NotLeader
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.raft.node import RaftNode
 from logtide.engine.raft.transport import RAFT_SERVICE
-from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc import ServiceDef
+from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRange
 
 log = logging.getLogger("logtide.logservice")
 
 REPLICATED_SERVICE = ServiceDef.from_proto(pb, "ReplicatedLogService")
 REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or confirm a request
-SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
+SERVER_WORKERS = 256           # client calls block until committed; Raft's election calls must still find a worker
 MAX_READ_SIZE = 16 << 20
 TSO_WINDOW = 4096              # timestamps a leader reserves with one Raft command
 MAX_APPEND_MANY = 4096         # records in one multi-record append
@@ -56,7 +57,8 @@ def parse_peers(text: str) -> dict[int, str]:
 
 
 class ReplicatedLogService:
-    """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over gRPC."""
+    """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over the framed carrier
+    (its clients and its peers' Raft traffic on one port)."""
 
     @classmethod
     def open(cls, path, node_id: int, peers: dict[int, str], listen: str, *, join: bool = False,
@@ -84,10 +86,7 @@ class ReplicatedLogService:
                              compact_bound=lambda: self.sm.lookup("deletion_bound"))
         self._tso_lock = threading.Lock()
         self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
-        self.server = RpcServer(listen, max_workers=SERVER_WORKERS)
-        # a client keeps about one call per stream in flight (each waits for a Raft commit): the
-        # stream's worker runs and answers its batches itself, two thread hand-offs fewer per call
-        self.server.pipeline.inline = True
+        self.server = WireServer(listen, workers=SERVER_WORKERS)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
         self.port = self.server.start()

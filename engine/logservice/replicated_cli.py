@@ -62,12 +62,12 @@ def serve_raft(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import replicated_pb2 as pb
     from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-    from logtide.engine.rpc import connect
+    from logtide.engine.raft.channel import connect_replica
     from logtide.errors import LogtideError
     rows, failed = [], 0
     for addr in args.addresses:
         try:
-            c = connect(REPLICATED_SERVICE, addr, connect_timeout=3.0, timeout=3.0)
+            c = connect_replica(REPLICATED_SERVICE, addr, timeout=3.0, connect_timeout=3.0)
             try:
                 rows.append((addr, json.loads(c.invoke("Status", pb.REmpty()).json)))
             finally:
