@@ -29,7 +29,7 @@ from logtide.engine.raft.errors import CompactedError, NotLeader
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.raft.node import RaftNode
 from logtide.engine.raft.transport import RAFT_SERVICE
-from logtide.engine.rpc import ServiceDef
+from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRange
 
@@ -58,20 +58,21 @@ def parse_peers(text: str) -> dict[int, str]:
 
 class ReplicatedLogService:
     """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over the framed carrier
-    (its clients and its peers' Raft traffic on one port)."""
+    (its clients and its peers' Raft traffic on one port, `.address`) and, when `grpc_listen` is
+    given, to gRPC clients there too (`.grpc_address`; no Raft traffic)."""
 
     @classmethod
     def open(cls, path, node_id: int, peers: dict[int, str], listen: str, *, join: bool = False,
              cluster_id: int = 1, tick_interval: float = 0.1, election_tick: int = 6, fsync: str = "always",
              segment_size: int = DEFAULT_SEGMENT_SIZE, snapshot_entries: int = 20000, compact_keep: int = 5000,
-             request_timeout: float = REQUEST_TIMEOUT) -> "ReplicatedLogService":
+             request_timeout: float = REQUEST_TIMEOUT, grpc_listen: str | None = None) -> "ReplicatedLogService":
         """Open (or create) replica `node_id` in `path`. A new replica founds the group of `peers`
         unless join=True (then it waits to be added as a learner by the leader)."""
         return cls(os.fspath(path), node_id, dict(peers), listen, join, cluster_id, tick_interval, election_tick,
-                   fsync, segment_size, snapshot_entries, compact_keep, request_timeout)
+                   fsync, segment_size, snapshot_entries, compact_keep, request_timeout, grpc_listen)
 
     def __init__(self, path, node_id, peers, listen, join, cluster_id, tick_interval, election_tick, fsync,
-                 segment_size, snapshot_entries, compact_keep, request_timeout) -> None:
+                 segment_size, snapshot_entries, compact_keep, request_timeout, grpc_listen=None) -> None:
         self.id = node_id
         self.timeout = request_timeout
         os.makedirs(path, exist_ok=True)
@@ -91,6 +92,21 @@ class ReplicatedLogService:
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
         self.port = self.server.start()
         self.address = self.server.address
+        self.grpc: RpcServer | None = None
+        self.grpc_address: str | None = None
+        if grpc_listen is not None:
+            try:
+                self.grpc = RpcServer(grpc_listen, max_workers=SERVER_WORKERS)
+                # a gRPC client keeps about one call per stream in flight (each waits for a Raft
+                # commit): the stream's worker runs and answers its batches itself
+                self.grpc.pipeline.inline = True
+                self.grpc.add_service(REPLICATED_SERVICE, _Servicer(self))
+                self.grpc.start()
+                self.grpc_address = self.grpc.address
+            except BaseException:
+                self.server.stop(0)
+                self.storage.close()
+                raise
         self.node.start()
 
     # --- helpers -----------------------------------------------------------------------------------
@@ -232,6 +248,8 @@ class ReplicatedLogService:
         return st
 
     def close(self) -> None:
+        if self.grpc is not None:
+            self.grpc.stop(grace=0.5)
         self.server.stop(grace=0.5)
         self.node.stop()
         self.storage.close()
