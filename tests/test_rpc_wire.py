@@ -35,6 +35,7 @@ PING = "/logtide.rpc.Diagnostics/Ping"
 
 class Servicer(DiagnosticsServicer):
     """Diagnostics, with failures on request: a payload of b"range" raises a typed error, b"bug" a plain one."""
+    nonblocking_methods = frozenset()      # its Ping may sleep: it runs on the workers
 
     def __init__(self) -> None:
         super().__init__("wire-test")
@@ -167,6 +168,54 @@ def test_cancel_ends_a_read_that_waits_on_another_thread(served):
         quiet.set()
         assert not reader.is_alive() and got == [[]]
         assert c.Ping(payload=b"ok").payload == b"ok"
+
+
+class OnLoop(DiagnosticsServicer):
+    """Diagnostics whose Ping (a nonblocking method: it runs on the loop) records its thread."""
+
+    def __init__(self) -> None:
+        super().__init__("on-loop")
+        self.threads: set[str] = set()
+
+    def Ping(self, request, context):
+        self.threads.add(threading.current_thread().name)
+        if request.payload == b"range":
+            raise InvalidRange("no such LSN")
+        return super().Ping(request, context)
+
+
+def test_nonblocking_methods_run_on_the_loop():
+    svc = OnLoop()
+    server = WireServer("127.0.0.1:0", max_message_size=1 << 20)
+    server.add_service(DIAGNOSTICS, svc)
+    server.start()
+    try:
+        assert server.on_loop == {PING}
+        with client(server) as c:
+            out, errors = [], []
+
+            def work(t):
+                try:
+                    for i in range(100):
+                        p = b"%d-%d" % (t, i)
+                        out.append(c.Ping(payload=p).payload == p)
+                except Exception as exc:  # noqa: BLE001 - asserted below
+                    errors.append(exc)
+            ths = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            assert not errors and len(out) == 800 and all(out)
+            assert svc.threads == {"rpc-wire-loop"}
+            with pytest.raises(InvalidRange, match="no such LSN"):   # a typed error from the loop too
+                c.Ping(payload=b"range")
+            with pytest.raises(InvalidRequest):                      # bytes that do not parse
+                c.transport.call_bytes(PING, b"\x0a\xff\xff\xff\xff\x0f\x01")
+            assert c.Sum(iter([dpb.CountReply(i=i) for i in range(5)])).i == 10   # streams: their own thread
+            assert c.Ping(payload=b"after").payload == b"after"
+    finally:
+        server.stop(0)
 
 
 def test_connect_errors():

@@ -5,7 +5,9 @@ loop splits received bytes into verified frames in C; a CALLS frame's calls are 
 C and handed, as one job, to a small worker pool, which runs them like the call pipeline does
 (engine/rpc/pipeline_server.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
-REPLIES frame. A streaming call runs its servicer in a thread of its own, as gRPC's server does.
+REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
+runs on the loop itself, without the two thread hand-offs. A streaming call runs its servicer in a
+thread of its own, as gRPC's server does.
 
 Bounds per connection: calls and request bytes in flight (reading pauses above them), a frame
 limit checked before a frame's body is buffered, reading paused while the peer does not read its
@@ -166,6 +168,7 @@ class _ServerConn(asyncio.Protocol):
         self.peer_limit = 0
         self.paths: list[str] = []
         self.units: list = []
+        self.on_loop: list[bool] = []          # per method index: runs on the loop (nonblocking_methods)
         self.streams: dict[int, _ServerStream] = {}
         self.last_sid = 0
         self.inflight_calls = 0
@@ -234,6 +237,9 @@ class _ServerConn(asyncio.Protocol):
                     raise UnknownWireId(f"CALLS: method index {m} was never bound (the connection bound "
                                         f"{len(self.units)})")
                 n += len(ids)
+            if all(self.on_loop[g[0]] for g in groups):
+                self._run_here(groups)
+                return
             self.inflight_calls += n
             self.inflight_bytes += len(f[1])
             self.server.submit(self, groups, n, len(f[1]))
@@ -246,6 +252,7 @@ class _ServerConn(asyncio.Protocol):
             for path in f[2]:
                 self.paths.append(path)
                 self.units.append(self.server.dispatcher.unit(path))
+                self.on_loop.append(path in self.server.on_loop)
         elif k == K_MSG or k == K_END or k == K_CANCEL or k == K_CREDIT:
             sid = f[1]
             s = self.streams.get(sid)
@@ -294,6 +301,16 @@ class _ServerConn(asyncio.Protocol):
         s = self.streams[sid] = _ServerStream(self, sid, found[0], found[1])
         self.server.running_streams.add(s)
         threading.Thread(target=s.run, name="rpc-wire-stream", daemon=True).start()
+
+    def _run_here(self, groups: list) -> None:
+        """Answer a frame of nonblocking calls on the loop (the replies go before the next frame is read)."""
+        try:
+            frames = self.server.run_calls(self, groups)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
+            log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
+            self.goaway(exc)
+            return
+        self.tr.writelines(frames)
 
     def stream_done(self, sid: int) -> None:   # from the stream's thread
         s = self.streams.get(sid)
@@ -371,6 +388,7 @@ class WireServer:
         self.max_streams = max_streams
         self.dispatcher = PipelineDispatcher(max_message_size, workers=1)
         self.streaming: dict[str, tuple[MethodDef, Any]] = {}
+        self.on_loop: set[str] = set()         # paths of unary methods that run on the loop
         self.conns: set[_ServerConn] = set()
         self.running_streams: set = set()
         self.wl = WireLoop.get()
@@ -383,13 +401,18 @@ class WireServer:
         self.address: str | None = None
 
     def add_service(self, service: ServiceDef, servicer: Any) -> "WireServer":
-        """Serve every method of `service` by the servicer's method of the same name."""
+        """Serve every method of `service` by the servicer's method of the same name. The unary
+        methods named in the servicer's `nonblocking_methods` (if any) run on the event loop: they
+        must return at once and never wait (while one runs, no connection of the process moves)."""
+        nonblocking = frozenset(getattr(servicer, "nonblocking_methods", ()))
         for m in service.methods.values():
             fn = getattr(servicer, m.name, None)
             if fn is None:
                 raise TypeError(f"{type(servicer).__name__} does not implement {service.name}.{m.name}")
             if m.shape == "unary":
                 self.dispatcher.add(m, fn, servicer)
+                if m.name in nonblocking:
+                    self.on_loop.add(m.path)
             else:
                 self.streaming[m.path] = (m, fn)
         return self
@@ -435,14 +458,14 @@ class WireServer:
                 return
             conn, groups, calls, nbytes = job
             try:
-                frames = self._run(conn, groups)
+                frames = self.run_calls(conn, groups)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
                 log.error("wire: a batch from %s failed: %s", conn.peer, exc, exc_info=exc)
                 self.wl.call_soon(conn.goaway, exc)
                 continue
             self.wl.call_soon(conn.answered, frames, calls, nbytes)
 
-    def _run(self, conn: _ServerConn, groups: list) -> list[bytes]:
+    def run_calls(self, conn: _ServerConn, groups: list) -> list[bytes]:
         """The REPLIES frames answering one CALLS frame (more than one only past the client's limit)."""
         room = conn.peer_limit - _REPLY_ROOM
         r: Replies = self.dispatcher.run_groups(groups, conn.paths, min(self.max_message_size, room),
