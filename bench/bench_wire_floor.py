@@ -2,9 +2,10 @@
 
 **Transport floor.** An echo of 256 B messages over 32 lockstep connections (4 client processes of
 8 connections, each connection waiting for its reply before sending again): the framed carrier's
-server (bench/wire_echo_server.py: WireServer, the Diagnostics Ping) against a grpc-python
-streaming echo (bench/grpc_echo_server.py: the synchronous grpc.server, one bidi stream per
-connection). Servers and clients run in processes of their own, started and connected before any
+server (bench/wire_echo_server.py: WireServer, the Diagnostics Ping answered with its request's
+bytes on the server's loop) against a grpc-python streaming echo (bench/grpc_echo_server.py: the
+synchronous grpc.server, one bidi stream per connection). Both echoes are bare: no protobuf work
+at the server. Servers and clients run in processes of their own, started and connected before any
 timed round. Each round records the server process's CPU per message (the issue's goal for the
 framed carrier: <= 10 us) and the clients' CPU.
 
