@@ -3,8 +3,8 @@ service and against a 3-member etcd cluster on loopback (puts of the same size, 
 and failover: SIGKILL of the leader to the first acknowledged append on the new leader.
 
 All servers are real processes on 127.0.0.1 with fsync on (`serve --raft` with default timeouts:
-0.1 s ticks, elections after 6-12 ticks). etcd is Debian's etcd-server (`make etcd`); without it the etcd
-baseline is skipped with one line.
+0.1 s ticks, elections after 6-12 ticks); logtide's clients and Raft peers speak the framed carrier.
+etcd is Debian's etcd-server (`make etcd`); without it the etcd baseline is skipped with one line.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from bench.raft_cluster import LOGTIDE, RaftCluster, free_ports
 from bench.ratios import Ratio
 
 RATIOS = [
-    Ratio("log append: 3 Raft replicas vs the single-node service (gRPC, fsync, 32 clients, 256 B)",
+    Ratio("log append: 3 Raft replicas vs the single-node service (framed carrier, fsync, 32 clients, 256 B)",
           "test_raft_append_32_clients", "test_single_node_append_32_clients", 0.5, 12),
     Ratio("log append: 3 Raft replicas vs etcd 3-member put (32 clients, 256 B)",
           "test_raft_append_32_clients", "test_etcd3_put_32_clients", 0.5, 12),

@@ -103,6 +103,36 @@ class RpcStreamBroken(RpcError):
     """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
 
 
+class WireProtocolError(InvalidRequest):
+    """Bytes on a framed-carrier connection that break its format (docs/rpc.md, "The framed
+    carrier"); the receiver closes that connection, saying why, and serves its other ones."""
+
+
+class BadWireMagic(WireProtocolError):
+    """A connection did not open with the framed carrier's magic and version."""
+
+
+class FrameTooLarge(WireProtocolError):
+    """A frame's length is over the receiver's limit (refused before its body is read), or zero."""
+
+
+class FrameChecksumError(WireProtocolError):
+    """A frame's body does not match its CRC-32C."""
+
+
+class MalformedFrame(WireProtocolError):
+    """A frame whose body does not parse for its kind, of an unknown kind, or cut short by the
+    connection's end."""
+
+
+class UnknownWireId(WireProtocolError):
+    """A frame names a method index never bound on the connection, or a stream never opened."""
+
+
+class FrameTimeout(WireProtocolError):
+    """A frame was begun and not finished within the receiver's frame timeout."""
+
+
 class ForkedProcessError(LogtideError, RuntimeError):
     """gRPC was used in a process forked from one that had already used gRPC, which gRPC does not
     support. Not retryable: fork before the first client or server, or start workers with 'spawn'."""

@@ -379,8 +379,8 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     from logtide.engine.raft import raft_pb2 as rpb
     from logtide.engine.raft.messages import Entry, Message
     from logtide.engine.raft.transport import RAFT_SERVICE
+    from logtide.engine.raft.channel import connect_replica
     from logtide.engine.raft.wire import encode_message
-    from logtide.engine.rpc import connect
 
     addrs = ",".join(cluster.addr(i) for i in cluster.ports)
     c = connect_logservice(addrs, deadline=20.0)
@@ -409,7 +409,7 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
                       messages=[app]),                                  # forged sender
         rpb.RaftBatch(cluster=1, frm=lead, messages=[stale]),         # a stale term
     ]
-    raft = connect(RAFT_SERVICE, cluster.addr(victim), timeout=10)
+    raft = connect_replica(RAFT_SERVICE, cluster.addr(victim), timeout=10)
     for b in batches:
         raft.Send(b)
     raft.close()

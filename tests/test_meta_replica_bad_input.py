@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
 
 
 def _forward(cluster, i, **fields):
-    c = connect(META_FORWARD, cluster.addr(i), timeout=10)
+    c = connect(META_FORWARD, cluster.addr(i), carrier="wire", timeout=10)   # replicas forward on the framed carrier only
     try:
         return c.invoke("Forward", pb.ForwardRequest(**fields))
     finally:

@@ -138,7 +138,7 @@ class Grpc:
 
     def log_for(self, log):
         self._serve(log)
-        c = connect_logservice(self.server.address)
+        c = connect_logservice(self.server.address, carrier="grpc")   # an RpcServer: gRPC
         self.clients.append(c)
         return c
 

@@ -259,10 +259,11 @@ class MetaClient:
         self.close()
 
 
-def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True) -> MetaClient:
-    """A client with the MetaService API: over gRPC for "host:port" (or "h1:p1,h2:p2,h3:p3", the
-    replicas of a Raft group: any one's address works, the client follows the leader its replies
-    name), in-process for a MetaService."""
+def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carrier: str = "wire") -> MetaClient:
+    """A client with the MetaService API: over the network for "host:port" (or "h1:p1,h2:p2,h3:p3",
+    the replicas of a Raft group: any one's address works, the client follows the leader its
+    replies name), in-process for a MetaService. carrier="wire" (the framed carrier) or "grpc":
+    a meta server serves both on one address (docs/rpc.md)."""
     from logtide.engine.rpc import connect
     from logtide.engine.meta.server import META, MetaServicer
     from logtide.engine.meta.service import MetaService
@@ -274,9 +275,12 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True) -> M
     if not addresses or any(":" not in a for a in addresses):
         raise MetaInvalidArgument(f"connect_meta takes 'host:port[,host:port...]', got {target!r}")
 
+    if carrier not in ("wire", "grpc"):
+        raise MetaInvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
+
     def dial(addr: str):
         return _call(connect, META, addr, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                     connect_timeout=min(timeout, 10.0), pipelined=True)
+                     connect_timeout=min(timeout, 10.0), pipelined=carrier == "grpc", carrier=carrier)
 
     return MetaClient(dial(addresses[0]), addresses, dial, timeout, follow_leader)
 

@@ -21,7 +21,7 @@ FORWARD_WORKERS = 64   # forwards of one pipelined batch run side by side (each 
 
 
 class Forwarder:
-    """Forward calls from one replica to the leader it knows, over a pipelined connection per leader."""
+    """Forward calls from one replica to the leader it knows, over a framed connection per leader (calls of many threads share its frames)."""
 
     def __init__(self, replica) -> None:
         self.replica = replica
@@ -35,7 +35,7 @@ class Forwarder:
         with self._lock:
             c = self._clients.get(addr)
             if c is None:
-                c = connect(META_FORWARD, addr, pipelined=True, max_message_size=G.MAX_MESSAGE_BYTES,
+                c = connect(META_FORWARD, addr, carrier="wire", max_message_size=G.MAX_MESSAGE_BYTES,
                             timeout=self.replica.request_timeout, connect_timeout=2.0)
                 self._clients[addr] = c
             return c

@@ -7,9 +7,10 @@ stamped nor the last time applied), so TTL expiry runs on log time, the same on 
 Every `snapshot_entries` applied entries the state machine is snapshotted and the Raft log
 compacted below it; a replica that fell behind the compaction is sent the snapshot.
 
-One gRPC server per replica carries the Raft transport, the client API (MetaService, served by
-ReplicaServicer: forwarded to the leader when this replica is not it) and the replica-to-replica
-Forward call. The peer addresses are these serving addresses. See docs/meta_raft.md.
+One address per replica (DualServer) carries, on the framed carrier, the Raft transport, the
+replica-to-replica Forward call and the client API (MetaService, served by ReplicaServicer:
+forwarded to the leader when this replica is not it); gRPC clients reach the client API on the
+same address. The peer addresses are these serving addresses. See docs/meta_raft.md.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from logtide.engine.raft.disk_storage import DiskStorage
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
 from logtide.engine.raft.node import RaftNode
 from logtide.engine.raft.transport import RAFT_SERVICE
-from logtide.engine.rpc import RpcServer
+from logtide.engine.rpc.dual_server import DualServer
 from logtide.errors import (MetaClosedError, MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader,
                             MetaUnavailableError)
 
@@ -80,12 +81,13 @@ class MetaReplica:
                                  snapshot_entries=snapshot_entries, compact_keep=compact_keep)
             self._last_time_ms = self.rsm.sm.last_time_ms
             self.forwarder = Forwarder(self)
-            self.server = RpcServer(listen or peers[node_id], max_message_size=G.MAX_MESSAGE_BYTES,
-                                    max_workers=SERVER_WORKERS)
-            self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
+            self.server = DualServer(listen or peers[node_id], max_message_size=G.MAX_MESSAGE_BYTES,
+                                     workers=SERVER_WORKERS, grpc_workers=SERVER_WORKERS)
+            # replicas talk to each other on the framed carrier only; clients on either
+            self.server.add_service(RAFT_SERVICE, self.node.transport.servicer, grpc=False)
             self.servicer = ReplicaServicer(self)
             self.server.add_service(META, self.servicer)
-            self.server.add_service(META_FORWARD, ForwardServicer(self))
+            self.server.add_service(META_FORWARD, ForwardServicer(self), grpc=False)
             self.port = self.server.start()
             self.address = self.server.address
         except BaseException:

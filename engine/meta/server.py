@@ -14,7 +14,8 @@ from logtide.engine.meta.service import MetaService
 from logtide.engine.meta.watch import check_filter
 from logtide.engine.meta.wire import (
     event_to_pb, seqv_to_pb, txn_from_pb, txn_reply_to_pb, upsert_from_pb, upsert_reply_to_pb)
-from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc import ServiceDef
+from logtide.engine.rpc.dual_server import DualServer
 from logtide.errors import MetaClosedError, MetaInvalidArgument
 
 META = ServiceDef.from_proto(pb, "MetaService")
@@ -106,7 +107,8 @@ class MetaServicer:
 
 
 class MetaServer:
-    """Serves one MetaService on a gRPC address ("host:0" picks a free port; `address` is the bound one).
+    """Serves one MetaService on an address, to framed-carrier and gRPC clients alike ("host:0"
+    picks a free port; `address` is the bound one).
 
     Writes block their worker until durable, so concurrent writers share the log's group commit.
     """
@@ -116,7 +118,8 @@ class MetaServer:
             raise MetaInvalidArgument(f"listen must be host:port, got {listen!r}")
         self.service = service
         self.servicer = MetaServicer(service)
-        self._rpc = RpcServer(listen, max_message_size=G.MAX_MESSAGE_BYTES, max_workers=max_workers)
+        self._rpc = DualServer(listen, max_message_size=G.MAX_MESSAGE_BYTES, workers=max_workers,
+                               grpc_workers=max_workers)
         self._rpc.add_service(META, self.servicer)
         self._listen = listen
         self.port: Optional[int] = None

@@ -1,13 +1,17 @@
-"""gRPC channels to replicas that come back fast after a restart.
+"""Clients of a replica's address: the framed carrier (logtide's own, the default), or gRPC
+channels that come back fast after a restart.
 
-gRPC's default reconnect backoff grows from 1 s to 120 s, and channels to one address share a
-subchannel (and its backoff) process-wide. A replica killed and restarted a few times would then
-stay unreachable for seconds after it is back, which delays elections and failover far beyond the
-election timeout. Channels made here retry every 50-500 ms and own their subchannel.
+A framed client opens a new connection at the first call after its connection broke, so a replica
+that restarts is reachable again at once. gRPC's default reconnect backoff grows from 1 s to 120 s,
+and channels to one address share a subchannel (and its backoff) process-wide: a replica killed
+and restarted a few times would stay unreachable for seconds after it is back. gRPC channels made
+here retry every 50-500 ms and own their subchannel.
 """
 from __future__ import annotations
 
 from logtide.engine.rpc import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, RpcClient
+from logtide.engine.rpc.wire_client import WireTransport
+from logtide.errors import InvalidArgument
 
 RECONNECT_MIN_MS = 50
 RECONNECT_MAX_MS = 500
@@ -42,6 +46,14 @@ class ReplicaTransport(GrpcTransport):
         default.close()
 
 
-def connect_replica(service, address: str, timeout: float | None = None) -> RpcClient:
-    """A client of `service` at a replica's address, with fast reconnects."""
-    return RpcClient(service, ReplicaTransport(address, timeout=timeout))
+def connect_replica(service, address: str, timeout: float | None = None, *, carrier: str = "wire",
+                    connect_timeout: float | None = None) -> RpcClient:
+    """A client of `service` at a replica's address: over the framed carrier (carrier="wire"), or
+    gRPC with fast reconnects (carrier="grpc"). `timeout` is each call's deadline. A framed client
+    connects at its first call (within that call's deadline), or at once within `connect_timeout`
+    when one is given (then a replica that does not answer raises here)."""
+    if carrier == "wire":
+        return RpcClient(service, WireTransport(address, timeout=timeout, connect_timeout=connect_timeout))
+    if carrier == "grpc":
+        return RpcClient(service, ReplicaTransport(address, timeout=timeout))
+    raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")

@@ -155,7 +155,7 @@ def run_ro(args: argparse.Namespace) -> int:
     from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
     from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
     remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
-                  else connect_logservice(args.primary))
+                  else connect_logservice(args.primary, carrier="grpc"))   # the primary's RpcServer
     try:
         ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
     except BaseException:

@@ -1,0 +1,55 @@
+"""DualServer: one address that serves the framed carrier and gRPC, told apart by the first bytes.
+
+logtide's own clients speak the framed carrier (WireServer); a client in another language speaks
+gRPC to the same address, whose connection is carried to a gRPC server of this process on a
+loopback port of its own (GrpcPassthrough). A service added with grpc=False (Raft's peer traffic,
+replica-to-replica forwarding) is served on the framed carrier only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from logtide.engine.rpc.server import RpcServer
+from logtide.engine.rpc.service import ServiceDef
+from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
+from logtide.engine.rpc.wire_server import WireServer
+
+
+class DualServer:
+    """Both carriers on `address` ("127.0.0.1:0" picks a free port; `start()` returns it)."""
+
+    def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 workers: int = 8, grpc_workers: int = 16) -> None:
+        self.wire = WireServer(address, max_message_size=max_message_size, workers=workers)
+        self.grpc = RpcServer("127.0.0.1:0", max_message_size=max_message_size, max_workers=grpc_workers)
+        self.port: int | None = None
+        self.address: str | None = None
+
+    def add_service(self, service: ServiceDef, servicer: Any, *, grpc: bool = True) -> "DualServer":
+        """Serve `service` on the framed carrier and, unless grpc=False, on gRPC."""
+        self.wire.add_service(service, servicer)
+        if grpc:
+            self.grpc.add_service(service, servicer)
+        return self
+
+    def start(self) -> int:
+        """Bind and start serving; returns the bound port."""
+        self.wire.grpc_backend = ("127.0.0.1", self.grpc.start())
+        try:
+            self.port = self.wire.start()
+        except BaseException:
+            self.grpc.stop(0)
+            raise
+        self.address = self.wire.address
+        return self.port
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop both carriers: calls in flight get `grace` seconds."""
+        try:
+            self.wire.stop(grace)
+        finally:
+            self.grpc.stop(grace)
+
+    def wait(self) -> None:
+        """Block until stop()."""
+        self.grpc.wait()
