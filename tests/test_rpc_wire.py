@@ -114,6 +114,30 @@ def test_unary_calls_of_many_threads_batch_on_one_connection(served):
         assert slots.calls == 16 * 200 and slots.batches < slots.calls     # many calls per CALLS frame
 
 
+def test_streams_opened_by_many_threads_at_once_on_one_connection(served):
+    """Stream ids leave in the order they were taken (the server refuses one below the last opened,
+    which once closed a shared connection when two threads raced)."""
+    server, _ = served
+    with client(server) as c:
+        errors: list = []
+        go = threading.Barrier(12)
+
+        def work(t):
+            try:
+                go.wait(10)
+                for i in range(40):
+                    n = 2 + (t + i) % 5                # not 7: that Count fails on purpose
+                    assert [m.i for m in c.Count(n=n)] == list(range(n))
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+        ths = [threading.Thread(target=work, args=(t,)) for t in range(12)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        assert not errors, errors[:3]
+
+
 def test_typed_errors_cross_the_wire(served):
     server, _ = served
     with client(server) as c:

@@ -19,9 +19,13 @@ class DualServer:
     """Both carriers on `address` ("127.0.0.1:0" picks a free port; `start()` returns it)."""
 
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 workers: int = 8, grpc_workers: int = 16) -> None:
-        self.wire = WireServer(address, max_message_size=max_message_size, workers=workers)
-        self.grpc = RpcServer("127.0.0.1:0", max_message_size=max_message_size, max_workers=grpc_workers)
+                 workers: int = 8, grpc_workers: int = 16, keepalive: float | None = None,
+                 keepalive_timeout: float | None = None) -> None:
+        self.max_message_size = max_message_size
+        self.wire = WireServer(address, max_message_size=max_message_size, workers=workers, keepalive=keepalive,
+                               keepalive_timeout=keepalive_timeout)
+        self.grpc = RpcServer("127.0.0.1:0", max_message_size=max_message_size, max_workers=grpc_workers,
+                              keepalive=keepalive, keepalive_timeout=keepalive_timeout)
         self.port: int | None = None
         self.address: str | None = None
 

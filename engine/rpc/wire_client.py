@@ -370,11 +370,15 @@ class _Conn(asyncio.Protocol):
         if self.broken is not None:
             raise self.broken
         m = self.method_index(method.path)
-        with self.lock:
+        with self.lock:     # ids go out in the order they are taken: the server wants them rising
             sid = self.next_sid
             self.next_sid += 1
             s = self.streams[sid] = _Stream(self, sid, method, deadline)
-        self.send(wc.encode_open(sid, m))
+            self.outbox.append(wc.encode_open(sid, m))
+            if self.flush_due:
+                return s
+            self.flush_due = True
+        self.wl.call_soon(self._flush)
         return s
 
     def forget(self, sid: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from logtide._ext import wire_codec as wc
 from logtide._ext.frame_codec import split_calls
+from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import status_code, type_name
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.pipeline_server import PipelineDispatcher, Replies, error_reply
@@ -36,8 +37,8 @@ from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW, split_address
 from logtide.engine.rpc.wire_loop import WireLoop
-from logtide.errors import (FrameTimeout, InvalidRequest, LogtideError, MessageTooLarge, RpcError, UnknownWireId,
-                            WireProtocolError)
+from logtide.errors import (FrameTimeout, InvalidRequest, LogtideError, MessageTooLarge, RpcError, RpcStreamBroken,
+                            UnknownWireId, WireProtocolError)
 
 log = logging.getLogger("logtide.rpc.wire")
 
@@ -185,6 +186,8 @@ class _ServerConn(asyncio.Protocol):
         self.closed = False
         self.partial_since = 0.0               # when the reader last held part of a frame (0: none)
         self.sniffing = False
+        self.heard = time.monotonic()          # when the client last sent bytes
+        self.ping_at = 0.0                     # when an unanswered keepalive ping went out (0: none)
 
     def connection_made(self, transport) -> None:
         self.tr = transport
@@ -224,6 +227,8 @@ class _ServerConn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.heard = time.monotonic()
+        self.ping_at = 0.0
         if self.sniffing:
             self.sniffing = False
             if data[:1] == HTTP2_FIRST_BYTE:
@@ -400,13 +405,19 @@ class WireServer:
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  workers: int = 8, max_inflight_calls: int = MAX_INFLIGHT_CALLS,
                  max_inflight_bytes: int = MAX_INFLIGHT_BYTES, frame_timeout: float = FRAME_TIMEOUT_S,
-                 max_streams: int = MAX_STREAMS) -> None:
+                 max_streams: int = MAX_STREAMS, keepalive: float | None = None,
+                 keepalive_timeout: float | None = None) -> None:
         self.host, self._port = split_address(address)
         self.max_message_size = max_message_size
         self.max_frame = max_message_size + FRAME_SLACK
         self.max_inflight_calls, self.max_inflight_bytes = max_inflight_calls, max_inflight_bytes
         self.frame_timeout = frame_timeout
         self.max_streams = max_streams
+        # a client with calls or streams open that sends nothing for `keepalive` s is pinged; no
+        # answer within `keepalive_timeout` closes it (a SIGSTOPped client must not hold its streams)
+        self.keepalive = deadlines.KEEPALIVE_S if keepalive is None else keepalive
+        self.keepalive_timeout = deadlines.KEEPALIVE_TIMEOUT_S if keepalive_timeout is None else keepalive_timeout
+        self._sweep_every = min(1.0, frame_timeout / 2, self.keepalive / 2, self.keepalive_timeout / 2)
         self.dispatcher = PipelineDispatcher(max_message_size, workers=1)
         self.streaming: dict[str, tuple[MethodDef, Any]] = {}
         self.on_loop: set[str] = set()         # paths of unary methods that run on the loop
@@ -456,17 +467,26 @@ class WireServer:
     async def _listen(self):
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: _ServerConn(self), self.host, self._port, reuse_address=True)
-        self._sweeper = loop.call_later(1.0, self._sweep)
+        self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         return server
 
     def _sweep(self) -> None:
-        """Close connections that began a frame (or the preface) and did not finish it in time."""
+        """Close connections that began a frame (or the preface) and did not finish it in time, or
+        did not answer a keepalive ping in time; ping the busy ones that went quiet."""
         now = time.monotonic()
         for c in list(self.conns):
-            if c.partial_since and now - c.partial_since > self.frame_timeout and not c.closed:
+            if c.closed:
+                continue
+            if c.partial_since and now - c.partial_since > self.frame_timeout:
                 c.goaway(FrameTimeout(f"a frame begun {now - c.partial_since:.1f} s ago is not finished "
                                       f"(frame timeout {self.frame_timeout:g} s)"))
-        self._sweeper = asyncio.get_running_loop().call_later(min(1.0, self.frame_timeout / 2), self._sweep)
+            elif c.ping_at and now - c.ping_at >= self.keepalive_timeout:
+                c.goaway(RpcStreamBroken(f"the client did not answer a keepalive ping within "
+                                         f"{self.keepalive_timeout:g} s"))
+            elif not c.ping_at and (c.streams or c.inflight_calls) and now - c.heard >= self.keepalive:
+                c.ping_at = now
+                c.tr.write(wc.encode_ping(int(now * 1e6)))
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
 
     # --- unary batches -----------------------------------------------------------------------------
 
