@@ -99,6 +99,11 @@ class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
 
 
+class TlsError(RpcError):
+    """A TLS handshake failed: a certificate the other side's CA did not sign, a host name the
+    server's certificate does not carry, or one side without TLS."""
+
+
 class RpcStreamBroken(RpcError):
     """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
 

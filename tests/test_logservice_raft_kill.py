@@ -133,7 +133,7 @@ def cluster(tmp_path):
     c.stop()
 
 
-def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+def _sigkill_rounds(cluster):
     def faults():
         rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
         for kind in rounds:
@@ -148,6 +148,31 @@ def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
                 cluster.start(v)
 
     _run_and_verify(cluster, faults)
+
+
+def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+    _sigkill_rounds(cluster)
+
+
+def test_sigkill_rounds_with_mutual_tls_between_every_peer_and_client(tmp_path):
+    """The same rounds and checks, with every replica and client on mutual TLS (the replicas get
+    it through LOGTIDE_TLS_*, as `logtide --tls-*` sets it); a client the CA did not sign is refused."""
+    from logtide.engine.rpc.tls import set_default
+    from tls_certs import make_pki
+    pki = make_pki(tmp_path / "pki")
+    set_default(pki["node"])
+    c = None
+    try:
+        c = Cluster(tmp_path)
+        _sigkill_rounds(c)
+        set_default(pki["rogue"])
+        with pytest.raises(LogtideError) as refused:
+            connect_logservice(",".join(c.addr(i) for i in c.procs), deadline=3.0, call_timeout=1.0).append(b"x")
+        assert "TLS" in str(refused.value), refused.value
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
 
 
 def test_partitions_through_a_blackholing_proxy(tmp_path):

@@ -10,6 +10,8 @@ here retry every 50-500 ms and own their subchannel.
 from __future__ import annotations
 
 from logtide.engine.rpc import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, RpcClient
+from logtide.engine.rpc.tls import PLAINTEXT, TlsOption, grpc_channel
+from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.wire_client import WireTransport
 from logtide.errors import InvalidArgument
 
@@ -29,31 +31,30 @@ def replica_channel_options(max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) ->
     ]
 
 
-def replica_channel(address: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE):
-    import grpc
-    return grpc.insecure_channel(address, options=replica_channel_options(max_message_size))
+def replica_channel(address: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, tls: TlsOption = None):
+    return grpc_channel(address, replica_channel_options(max_message_size), tls_resolve(tls))
 
 
 class ReplicaTransport(GrpcTransport):
     """The RPC layer's gRPC transport (typed errors across the wire) over a replica_channel."""
 
     def __init__(self, address: str, *, timeout: float | None = None,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
-        super().__init__(address, max_message_size=max_message_size, timeout=timeout, connect_timeout=None)
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, tls: TlsOption = None) -> None:
+        super().__init__(address, max_message_size=max_message_size, timeout=timeout, connect_timeout=None, tls=tls)
         default = self._channel  # no call has used it yet: swap in the fast-reconnecting channel
         self.channel_options = replica_channel_options(max_message_size)
-        self._channel = replica_channel(address, max_message_size)
+        self._channel = replica_channel(address, max_message_size, self.tls or PLAINTEXT)
         default.close()
 
 
 def connect_replica(service, address: str, timeout: float | None = None, *, carrier: str = "wire",
-                    connect_timeout: float | None = None) -> RpcClient:
+                    connect_timeout: float | None = None, tls: TlsOption = None) -> RpcClient:
     """A client of `service` at a replica's address: over the framed carrier (carrier="wire"), or
     gRPC with fast reconnects (carrier="grpc"). `timeout` is each call's deadline. A framed client
     connects at its first call (within that call's deadline), or at once within `connect_timeout`
     when one is given (then a replica that does not answer raises here)."""
     if carrier == "wire":
-        return RpcClient(service, WireTransport(address, timeout=timeout, connect_timeout=connect_timeout))
+        return RpcClient(service, WireTransport(address, timeout=timeout, connect_timeout=connect_timeout, tls=tls))
     if carrier == "grpc":
-        return RpcClient(service, ReplicaTransport(address, timeout=timeout))
+        return RpcClient(service, ReplicaTransport(address, timeout=timeout, tls=tls))
     raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")

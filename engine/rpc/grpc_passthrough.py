@@ -1,4 +1,5 @@
-"""GrpcPassthrough: carries a gRPC client's connection, byte for byte, to the process's gRPC server.
+"""GrpcPassthrough: carries a gRPC client's connection, byte for byte, to the process's gRPC server
+(on a Unix socket).
 
 A WireServer given a gRPC backend tells its clients apart by their first bytes: HTTP/2's preface
 ("PRI * HTTP/2.0...") is a gRPC client, whose connection is then handed to this protocol, and the
@@ -38,23 +39,22 @@ class _Backend(asyncio.Protocol):
 class GrpcPassthrough(asyncio.Protocol):
     """The client's side: set as its transport's protocol once the first bytes were seen."""
 
-    def __init__(self, client: asyncio.Transport, first: bytes, backend: tuple[str, int], peer: str) -> None:
+    def __init__(self, client: asyncio.Transport, first: bytes, backend: str, peer: str) -> None:
         self.client = client
         self.peer = peer
         self.backend: asyncio.Transport | None = None
         self.pending: list[bytes] = [first]
         self.closed = False
         client.pause_reading()                # until the backend connection is open
-        asyncio.get_running_loop().create_task(self._connect(*backend))
+        asyncio.get_running_loop().create_task(self._connect(backend))
 
-    async def _connect(self, host: str, port: int) -> None:
+    async def _connect(self, path: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            tr, _ = await asyncio.wait_for(loop.create_connection(lambda: _Backend(self), host, port),
+            tr, _ = await asyncio.wait_for(loop.create_unix_connection(lambda: _Backend(self), path),
                                            CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("wire: gRPC client %s: the gRPC server at %s:%d is unreachable: %s", self.peer, host,
-                        port, exc)
+            log.warning("wire: gRPC client %s: the gRPC server at %s is unreachable: %s", self.peer, path, exc)
             self.close()
             return
         if self.closed:

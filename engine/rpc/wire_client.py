@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import ssl
 import threading
 import time
 from collections import namedtuple
@@ -24,10 +25,12 @@ from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.service import MethodDef
+from logtide.engine.rpc.tls import TlsOption
+from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, ResponseStream, Transport
 from logtide.engine.rpc.wire_loop import WireLoop
 from logtide.errors import (DeadlineExceededError, InvalidArgument, InvalidRequest, MessageTooLarge, RpcError,
-                            RpcStreamBroken, WireProtocolError)
+                            RpcStreamBroken, TlsError, WireProtocolError)
 
 K = wc.KINDS
 K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
@@ -166,6 +169,7 @@ class _Conn(asyncio.Protocol):
         self.peer_limit = 0
         self.tr: asyncio.Transport | None = None
         self.ready: asyncio.Future | None = None
+        self.tls = False                       # the connection runs over TLS
         self.lock = threading.Lock()
         self.paths: list[str] = []            # method index -> path
         self.index: dict[str, int] = {}
@@ -182,15 +186,20 @@ class _Conn(asyncio.Protocol):
 
     # --- set-up (on the loop) ---------------------------------------------------------------------
 
-    async def open(self, host: str, port: int, timeout: float) -> None:
+    async def open(self, host: str, port: int, timeout: float, ssl_ctx=None) -> None:
         loop = asyncio.get_running_loop()
         self.ready = loop.create_future()
+        self.tls = ssl_ctx is not None
+        tls = {} if ssl_ctx is None else {"ssl": ssl_ctx, "server_hostname": host,
+                                          "ssl_handshake_timeout": max(0.001, timeout)}
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: self, host, port), timeout)
+            await asyncio.wait_for(loop.create_connection(lambda: self, host, port, **tls), timeout)
             await asyncio.wait_for(asyncio.shield(self.ready), max(0.0, timeout))
         except (asyncio.TimeoutError, TimeoutError):
             self._close_now(None)
             raise DeadlineExceededError(f"could not connect to {self.address} within {timeout:g} s") from None
+        except ssl.SSLError as exc:
+            raise TlsError(f"TLS with {self.address} failed: {exc}") from None
         except OSError as exc:
             raise RpcError(f"could not connect to {self.address}: {exc}") from None
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
@@ -247,6 +256,12 @@ class _Conn(asyncio.Protocol):
             self._pump()                       # arms the linger and stall timers for the woken callers
 
     def connection_lost(self, exc) -> None:
+        if isinstance(exc, ssl.SSLError) or (self.tls and self.ready is not None and not self.ready.done()):
+            # TLS 1.3 finishes the client's handshake before the server checks its certificate:
+            # a refusal shows as the connection closing before the server's preface
+            why = exc or "the server closed the connection before its preface (did it refuse this certificate?)"
+            self._fail(TlsError(f"TLS with {self.address} failed: {why}"), close=False)
+            return
         why = f": {exc}" if exc else ""
         self._fail(RpcStreamBroken(f"the connection to {self.address} was closed{why}"), close=False)
 
@@ -395,8 +410,11 @@ class WireTransport(Transport):
 
     def __init__(self, address: str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  timeout: float | None = None, connect_timeout: float | None = 10.0,
-                 keepalive: float | None = None, keepalive_timeout: float | None = None) -> None:
+                 keepalive: float | None = None, keepalive_timeout: float | None = None,
+                 tls: TlsOption = None) -> None:
         self.host, self.port = split_address(address)
+        cfg = tls_resolve(tls)
+        self.ssl = cfg.client_context() if cfg is not None else None
         self.address = address
         self.timeout = timeout
         self.max_message_size = max_message_size
@@ -430,7 +448,8 @@ class WireTransport(Transport):
                 if deadline is not None:
                     wait = max(0.001, min(wait, deadline - time.monotonic()))
                 c = _Conn(self.address, self.max_message_size + FRAME_SLACK, self.keepalive, self.keepalive_timeout)
-                c.wl.run(c.open(self.host, self.port, wait), f"connecting to {self.address}", timeout=wait + 5.0)
+                c.wl.run(c.open(self.host, self.port, wait, self.ssl), f"connecting to {self.address}",
+                         timeout=wait + 5.0)
                 self._conn = c
         return c
 

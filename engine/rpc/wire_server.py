@@ -34,6 +34,8 @@ from logtide.engine.rpc.error_mapping import status_code, type_name
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.pipeline_server import PipelineDispatcher, Replies, error_reply
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
+from logtide.engine.rpc.tls import TlsOption
+from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW, split_address
 from logtide.engine.rpc.wire_loop import WireLoop
@@ -406,13 +408,14 @@ class WireServer:
                  workers: int = 8, max_inflight_calls: int = MAX_INFLIGHT_CALLS,
                  max_inflight_bytes: int = MAX_INFLIGHT_BYTES, frame_timeout: float = FRAME_TIMEOUT_S,
                  max_streams: int = MAX_STREAMS, keepalive: float | None = None,
-                 keepalive_timeout: float | None = None) -> None:
+                 keepalive_timeout: float | None = None, tls: TlsOption = None) -> None:
         self.host, self._port = split_address(address)
         self.max_message_size = max_message_size
         self.max_frame = max_message_size + FRAME_SLACK
         self.max_inflight_calls, self.max_inflight_bytes = max_inflight_calls, max_inflight_bytes
         self.frame_timeout = frame_timeout
         self.max_streams = max_streams
+        self.tls = tls_resolve(tls)
         # a client with calls or streams open that sends nothing for `keepalive` s is pinged; no
         # answer within `keepalive_timeout` closes it (a SIGSTOPped client must not hold its streams)
         self.keepalive = deadlines.KEEPALIVE_S if keepalive is None else keepalive
@@ -431,8 +434,8 @@ class WireServer:
         self._sweeper = None
         self.port: int | None = None
         self.address: str | None = None
-        # (host, port) of this process's gRPC server: gRPC clients on this port are carried there
-        self.grpc_backend: tuple[str, int] | None = None
+        # the Unix socket of this process's gRPC server: gRPC clients on this port are carried there
+        self.grpc_backend: str | None = None
 
     def add_service(self, service: ServiceDef, servicer: Any) -> "WireServer":
         """Serve every method of `service` by the servicer's method of the same name. The unary
@@ -466,7 +469,10 @@ class WireServer:
 
     async def _listen(self):
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _ServerConn(self), self.host, self._port, reuse_address=True)
+        tls = {} if self.tls is None else {"ssl": self.tls.server_context(),
+                                           "ssl_handshake_timeout": self.frame_timeout}
+        server = await loop.create_server(lambda: _ServerConn(self), self.host, self._port, reuse_address=True,
+                                          **tls)
         self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         return server
 
