@@ -16,7 +16,7 @@ from logtide.engine.logservice.replicated import REPLICATED_SERVICE, ReplicatedL
 from logtide.engine.logservice.replicated_client import NoLeaderError
 from logtide.engine.logservice.replicated_state_machine import (
     ReplicatedLogStateMachine, append_command, batch_append_commands, parse_append)
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.statemachine import Entry
 from logtide.errors import InvalidArgument
 

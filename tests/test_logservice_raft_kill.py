@@ -94,7 +94,7 @@ class Cluster:
     def status(self, i, timeout=0.5):
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.raft.channel import connect_replica
+        from logtide.engine.nodehost.channel import connect_replica
         import json
         c = connect_replica(REPLICATED_SERVICE, self.addr(i), timeout=timeout)
         try:
@@ -403,8 +403,8 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     from logtide.engine.raft import messages as M
     from logtide.engine.raft import raft_pb2 as rpb
     from logtide.engine.raft.messages import Entry, Message
-    from logtide.engine.raft.transport import RAFT_SERVICE
-    from logtide.engine.raft.channel import connect_replica
+    from logtide.engine.nodehost.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.channel import connect_replica
     from logtide.engine.raft.wire import encode_message
 
     addrs = ",".join(cluster.addr(i) for i in cluster.ports)

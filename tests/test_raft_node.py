@@ -7,10 +7,10 @@ import time
 import pytest
 
 from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE, ConfChange
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftTimeout
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc.wire_server import WireServer
 from logtide.engine.statemachine import StateMachine
 

@@ -14,11 +14,11 @@ import pytest
 from logtide._ext import wire_codec as wc
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
-from logtide.engine.raft import transport as T
+from logtide.engine.nodehost import transport as T
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage
 from logtide.engine.raft.messages import Entry, Message
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.raft.wire import encode_message
 from logtide.engine.rpc.wire_client import WireTransport
 from logtide.engine.rpc.wire_server import WireServer
@@ -140,7 +140,7 @@ def test_a_replaced_stream_takes_no_message_with_it():
 
 _PEER = """
 import sys, time
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
 from logtide.engine.rpc.wire_server import WireServer
 t = RaftTransport(2, 7, lambda ms: None)
 t.set_peer(1, "127.0.0.1:1")

@@ -9,7 +9,7 @@ from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, UnknownPeer
 from logtide.engine.raft.messages import ConfState, Entry, Message, Snapshot, SnapshotMeta
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
 from logtide.engine.raft.wire import decode_message, encode_message
 from logtide.engine.rpc.wire_server import WireServer
 

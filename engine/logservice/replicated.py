@@ -24,11 +24,11 @@ from logtide.engine.logservice.record import LogRecord
 from logtide.engine.logservice.replicated_state_machine import (
     ReplicatedLogStateMachine, append_command, batch_append_commands, json_command, parse_append)
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader
 from logtide.engine.raft.messages import ConfChange
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRange

@@ -64,7 +64,7 @@ def serve_raft(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import replicated_pb2 as pb
     from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-    from logtide.engine.raft.channel import connect_replica
+    from logtide.engine.nodehost.channel import connect_replica
     from logtide.errors import LogtideError
     rows, failed = [], 0
     for addr in args.addresses:

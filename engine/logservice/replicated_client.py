@@ -25,7 +25,7 @@ from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.replicated import MAX_APPEND_MANY, REPLICATED_SERVICE
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.channel import ReplicaTransport, connect_replica
+from logtide.engine.nodehost.channel import ReplicaTransport, connect_replica
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, InvalidTruncateLsn, LogServiceClosed, LogServiceError, RpcError

@@ -27,10 +27,10 @@ from logtide.engine.meta.replica_state_machine import ReplicaStateMachine
 from logtide.engine.meta.seqv import SeqV
 from logtide.engine.meta.service import wall_clock_ms
 from logtide.engine.meta.watch import Watcher, check_filter, start_watch
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc.dual_server import DualServer
 from logtide.errors import (MetaClosedError, MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader,
                             MetaUnavailableError)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftError, UnknownPeer
 from logtide.engine.raft.messages import Message
 from logtide.engine.raft.wire import decode_message, encode_message
