@@ -266,3 +266,15 @@ class DirectoryInUseError(LogtideError):
 
 class LogDirectoryInUse(DirectoryInUseError, LogServiceError):
     """The log directory is open in another LogService (this process or another)."""
+
+
+class ClusterError(LogtideError):
+    """A `logtide cluster` command could not do what it was asked."""
+
+
+class ClusterRunningError(ClusterError):
+    """`cluster up` on a directory whose cluster still has processes running."""
+
+
+class UnknownClusterProcess(ClusterError, ValueError):
+    """A process named by ROLE#N that the cluster does not have (or a role it does not know)."""

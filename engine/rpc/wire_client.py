@@ -334,6 +334,7 @@ class _Conn(asyncio.Protocol):
             self.broken = err
         if self.ready is not None and not self.ready.done():
             self.ready.set_exception(err)
+            self.ready.exception()     # no one may wait on it any more: not an unretrieved error
         if self.slots is not None:
             self.slots.fail(self.broken)
             try:
