@@ -2,11 +2,27 @@
 and the log-service LSN is the WAL LSN."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from logtide.errors import InvalidRange, WalGoneError
 
 DATA_PREFIX = 12  # u32 BE update type + u64 BE replica id, before every user record's payload
+
+
+@dataclass
+class WalRefs:
+    """The block references of a run of WAL records, located in one buffer (no object per record):
+    reference i is page tags[i] of the record at buf[rec_off[i]:rec_off[i] + rec_len[i]], LSN lsn[i]."""
+    buf: object
+    tags: np.ndarray       # (n, 5) u32
+    lsn: np.ndarray        # u64, non-decreasing
+    rec_off: np.ndarray    # i64
+    rec_len: np.ndarray    # u32
+    max_xid: int           # the largest xid of any record of the run (-1: none)
+    next_lsn: int          # the LSN after the run
 
 
 class WalLog:
@@ -39,6 +55,46 @@ class WalLog:
             raise WalGoneError(str(exc)) from None
         buf, offs, lens = b.buf, b.offsets.tolist(), b.lengths.tolist()
         return [(first_lsn + k, buf[o + DATA_PREFIX:o + n]) for k, (o, n) in enumerate(zip(offs, lens))]
+
+    def read_refs(self, first_lsn: int, max_bytes: int) -> WalRefs | None:
+        """The block references of the WAL from first_lsn, about max_bytes of it (None: nothing
+        there), decoded by the Cython segment reader straight from the log's frames."""
+        from logtide._ext.segment_refs import segment_refs
+        from logtide._ext import wal
+        if self._frames is not None:
+            return self._refs_of_records(first_lsn, max_bytes)
+        try:
+            b = self.service.read_batch(first_lsn, max_bytes)
+        except InvalidRange as exc:
+            raise WalGoneError(str(exc)) from None
+        if not len(b):
+            return None
+        starts = np.ascontiguousarray(b.offsets - np.uint64(wal.HEADER_SIZE), np.uint64)
+        cols, bad, code = segment_refs(b.buf, starts, np.ascontiguousarray(b.types, np.uint32),
+                                       np.ascontiguousarray(b.lengths, np.uint32), first_lsn, 2**64 - 1, True, True)
+        if bad >= 0:
+            from logtide._ext.xlogreader import xl_error_text
+            from logtide.errors import CorruptWALRecordError
+            what = "frame too short for a record" if code == -2 else xl_error_text(code)
+            raise CorruptWALRecordError(f"WAL record at LSN {first_lsn + bad}: {what}")
+        v = cols["valid"] == 1
+        xid = int(cols["xid"].max()) if len(cols["xid"]) else -1
+        return WalRefs(b.buf, cols["tags"][v], cols["lsn"][v], cols["rec_off"][v], cols["rec_len"][v], xid,
+                       b.next_lsn)
+
+    def _refs_of_records(self, first_lsn: int, max_bytes: int) -> WalRefs | None:
+        from logtide.replay.batch_replay import block_refs
+        recs = self.read(first_lsn, max_bytes)
+        if not recs:
+            return None
+        offs = np.zeros(len(recs) + 1, np.int64)
+        np.cumsum([len(r) for _, r in recs], out=offs[1:])
+        blob = np.frombuffer(b"".join(r for _, r in recs), np.uint8)
+        lsns = np.fromiter((l for l, _ in recs), np.uint64, len(recs))
+        tags, rec = block_refs(blob, offs)
+        xid = int(blob[(offs[:-1, None] + np.arange(4, 8)).reshape(-1)].view("<u4").max())
+        return WalRefs(blob, tags, lsns[rec], offs[:-1][rec], (offs[1:] - offs[:-1])[rec].astype(np.uint32), xid,
+                       recs[-1][0] + 1)
 
     def latest_lsn(self) -> int:
         return self.service.get_latest_lsn()
