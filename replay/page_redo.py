@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from logtide._ext import redo
+from logtide._ext.located_redo import apply_located
 
 _NONE = np.iinfo(np.uint64).max
 
@@ -30,19 +31,19 @@ def page_order(tags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.append(np.nonzero(new)[0], n).astype(np.int64)
 
 
-def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], buf, tags: np.ndarray, lsns: np.ndarray,
-               rec_off: np.ndarray, rec_len: np.ndarray) -> int:
-    """Apply block reference i (the record at buf[rec_off[i]:rec_off[i] + rec_len[i]], LSN lsns[i],
-    in LSN order) to page tags[i] in `pool`; pages are loaded with `load(tag, frame)` on a miss and
-    marked dirty with the first LSN that changed them. Returns the references applied (the rest
-    were skipped by page LSN). Raises CorruptWALRecordError / RedoError on the first bad one."""
+def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_id: np.ndarray, tags: np.ndarray,
+               lsns: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> int:
+    """Apply block reference i (the record at bufs[buf_id[i]][rec_off[i]:rec_off[i] + rec_len[i]],
+    LSN lsns[i], in LSN order) to page tags[i] in `pool`; pages are loaded with `load(tag, frame)`
+    on a miss and marked dirty with the first LSN that changed them. Returns the references applied
+    (the rest were skipped by page LSN). Raises CorruptWALRecordError / RedoError on the first bad one."""
     order, starts = page_order(tags)
     if not len(order):
         return 0
-    blob = np.frombuffer(buf, np.uint8)
     t = np.ascontiguousarray(tags[order], dtype=np.uint32)
-    a_all = np.ascontiguousarray(rec_off[order], dtype=np.int64)
-    z_all = a_all + rec_len[order].astype(np.int64)
+    b_all = np.ascontiguousarray(buf_id[order], dtype=np.int32)
+    o_all = np.ascontiguousarray(rec_off[order], dtype=np.int64)
+    n_all = np.ascontiguousarray(rec_len[order], dtype=np.int64)
     l_all = np.ascontiguousarray(lsns[order], dtype=np.uint64)
     npages = len(starts) - 1
     chunk = max(1, pool.capacity // 2)   # pages pinned at once: the pool keeps room for others
@@ -56,7 +57,8 @@ def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], buf, tags: np.nd
                 frames.append(pool.pin(tuple(tag), load)[0])
             counts = np.diff(starts[p0:p1 + 1])
             rows = np.repeat(np.asarray(frames, np.int64), counts)
-            res, k, bad = redo.apply_ranges(pool.frames, rows, t[a:z], blob, a_all[a:z], z_all[a:z], l_all[a:z])
+            res, k, bad = apply_located(pool.frames, rows, t[a:z], bufs, b_all[a:z], o_all[a:z], n_all[a:z],
+                                        l_all[a:z])
             if bad >= 0:
                 redo.raise_for(int(res[bad]), int(l_all[a + bad]))
             applied += k

@@ -180,7 +180,8 @@ class Primary:
                 top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
                 self._rel_blocks[r] = max(self._rel_blocks.get(r, 0), top)
             todo = rl >= redo_from
-            redo_pages(self.pool, self._load, refs.buf, tags[todo], rl[todo], refs.rec_off[todo], refs.rec_len[todo])
+            redo_pages(self.pool, self._load, refs.bufs, refs.buf_id[todo], tags[todo], rl[todo], refs.rec_off[todo],
+                       refs.rec_len[todo])
             n += max(0, min(refs.next_lsn - 1, latest) - max(lsn, redo_from) + 1)
             lsn = refs.next_lsn
         low = self.pool.min_rec_lsn()
