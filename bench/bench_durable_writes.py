@@ -19,12 +19,10 @@ import itertools
 
 import pytest
 
-from bench.conftest import SCALE
 from bench.ratios import Ratio
-from bench.sustained import run_sustained
+from bench.sustained import SECONDS, run_sustained
 
 CLIENTS = (1, 4, 16, 32)
-SECONDS = max(2, round(10 * SCALE))   # pgbench -T takes whole seconds; -P 1 prints from the 2nd
 REL = 16384
 TUPLE = b"\x5a" * 100
 

@@ -15,6 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from bench.conftest import SCALE
+
+# how long each side of a peer comparison runs: 10 s at full scale (the issue's floor); at small
+# scales 2 s, the least in which pgbench -P 1 prints a progress line
+SECONDS = max(2, round(10 * SCALE))
+WARMUP_SECONDS = 1.0 if SCALE >= 1 else 0.2
+
 
 @dataclass
 class SustainedRun:
@@ -77,3 +84,21 @@ def run_sustained(clients: int, seconds: float, op: Callable[[int], None]) -> Su
     return SustainedRun(clients, elapsed, total, [float(b - a) for a, b in zip(samples, samples[1:])],
                         (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
                         (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw))
+
+
+def sustained_benchmark(benchmark, clients: int, op: Callable[[int], None], *, seconds: float = SECONDS,
+                        warmup: float = WARMUP_SECONDS, **info) -> SustainedRun:
+    """One warm-up run (connections, caches, the peer's own warm-up; not recorded), then one timed
+    sustained run as the benchmark's round; its steady rate, series and figures go to extra_info
+    (bench.report reads `rate`). Returns the timed run."""
+    if warmup > 0:
+        run_sustained(clients, warmup, op)
+    runs: list[SustainedRun] = []
+    benchmark.pedantic(lambda: runs.append(run_sustained(clients, seconds, op)), rounds=1, iterations=1)
+    run = runs[0]
+    f = run.figures()
+    benchmark.extra_info.update(items=run.ops, clients=clients, rate=f.pop("rate"), per_second=f.pop("per_second"),
+                                seconds=f.pop("seconds"), **info)
+    f.pop("ops")
+    benchmark.extra_info.setdefault("figures", {}).update(f)
+    return run
