@@ -11,7 +11,9 @@ framed carrier: <= 10 us) and the clients' CPU.
 
 **The log service.** Durable 256 B appends (fsync=always) from 1, 4, 16 and 32 threads sharing one
 client of `logtide logservice serve` (its own process) over the framed carrier, against the
-embedded LogService appended to by as many threads in this process (goal at 32 threads: >= 0.6x).
+embedded LogService appended to by as many threads in this process (goal at 32 threads: >= 0.6x),
+and from 32 client processes of one thread each. Sustained runs (bench/sustained.py): everything
+started and connected before the clock, the same seconds on every side.
 """
 from __future__ import annotations
 
@@ -22,16 +24,18 @@ from pathlib import Path
 
 import pytest
 
-from bench.client_threads import Threads
 from bench.conftest import SCALE, scaled
 from bench.ratios import Ratio
 from bench.server_process import cpu_seconds, start_server
+from bench.sustained import SECONDS, WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
     Ratio("transport floor: framed-carrier echo vs grpc-python streaming echo, 32 lockstep connections "
           "from 4 processes, 256 B (messages/s)", "test_echo_floor[wire]", "test_echo_floor[grpc]", None, 24),
-    Ratio("log service over the framed carrier vs the embedded service, 32 threads, 256 B, fsync=always",
+    Ratio("log service over the framed carrier vs the embedded service, 32 threads, 256 B, fsync=always, sustained",
           "test_append_wire[32]", "test_append_embedded[32]", 0.6, 24),
+    Ratio("the same with 32 client processes of one thread each vs the embedded service's 32 threads",
+          "test_append_wire_32_processes", "test_append_embedded[32]", None, 24),
 ]
 
 PAYLOAD = b"\xa5" * 256
@@ -122,71 +126,87 @@ def test_echo_floor(benchmark, items, tmp_path, carrier):
         proc.wait(timeout=30)
 
 
-# appends per round at full scale, by client threads (one thread waits an fsync per append)
-TOTAL = {1: 20000, 4: 60000, 16: 200000, 32: 320000}
-
-
-def _per_thread(n: int) -> int:
-    return max(2, scaled(TOTAL[n], minimum=64) // n)
-
-
-@pytest.mark.benchmark(group="wire-logservice-append")
-@pytest.mark.parametrize("clients", CLIENTS)
-def test_append_embedded(benchmark, items, tmp_path, clients):
-    """The baseline: the embedded LogService, `clients` threads appending in this process."""
-    from logtide import LogService
-    per = _per_thread(clients)
-    n = items(per * clients, clients=clients)
-    pool = Threads(clients)
-    cpu = {"s": 0.0, "rounds": 0}
-
-    def run(svc):
-        c0 = time.process_time()
-        pool.run(lambda t: [svc.append(PAYLOAD, replica_id=t) for _ in range(per)])
-        cpu["s"] += time.process_time() - c0
-        cpu["rounds"] += 1
-    try:
-        with LogService.open(tmp_path / "log", fsync="always") as svc:
-            benchmark.pedantic(run, args=(svc,), rounds=3 if SCALE >= 1 else 1, iterations=1)
-        benchmark.extra_info["figures"] = {"cpu_us_per_append": 1e6 * cpu["s"] / (n * cpu["rounds"])}
-    finally:
-        pool.close()
-
-
-@pytest.mark.benchmark(group="wire-logservice-append")
-@pytest.mark.parametrize("clients", CLIENTS)
-def test_append_wire(benchmark, items, tmp_path, clients):
-    """`logtide logservice serve` in its own process; `clients` threads share one framed-carrier client."""
+def _serve(tmp_path):
     import shutil
-    from logtide import connect_logservice
-    per = _per_thread(clients)
-    n = items(per * clients, clients=clients)
     exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    proc, address = start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
+    return start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
         "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
         "--fsync", "always"], tmp_path)
-    client = connect_logservice(address)
-    pool = Threads(clients)
-    cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
 
-    def run():
-        c0, s0 = time.process_time(), cpu_seconds(proc.pid)
-        pool.run(lambda t: [client.append(PAYLOAD, replica_id=t) for _ in range(per)])
-        cpu["client"] += time.process_time() - c0
-        cpu["server"] += cpu_seconds(proc.pid) - s0
-        cpu["rounds"] += 1
+
+@pytest.mark.benchmark(group="wire-logservice-append")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_append_embedded(benchmark, tmp_path, clients):
+    """The baseline: the embedded LogService, `clients` threads appending in this process (sustained)."""
+    from logtide import LogService
+    with LogService.open(tmp_path / "log", fsync="always") as svc:
+        sustained_benchmark(benchmark, clients, lambda t: svc.append(PAYLOAD, replica_id=t))
+
+
+@pytest.mark.benchmark(group="wire-logservice-append")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_append_wire(benchmark, tmp_path, clients):
+    """`logtide logservice serve` in its own process; `clients` threads share one framed-carrier client."""
+    from logtide import connect_logservice
+    proc, address = _serve(tmp_path)
+    client = connect_logservice(address)
     try:
-        client.append(PAYLOAD)                    # connected before the timed rounds
-        benchmark.pedantic(run, rounds=3 if SCALE >= 1 else 1, iterations=1)
-        assert client.get_latest_lsn() == 1 + n * cpu["rounds"]
+        client.append(PAYLOAD)                    # connected before the clock
+        op = lambda t: client.append(PAYLOAD, replica_id=t)                # noqa: E731
+        run_sustained(clients, WARMUP_SECONDS, op)
+        s0 = cpu_seconds(proc.pid)
+        run = sustained_benchmark(benchmark, clients, op, warmup=0)
         slots = client._rpc.transport.connection.slots
-        benchmark.extra_info["figures"] = {
-            "client_cpu_us_per_append": 1e6 * cpu["client"] / (n * cpu["rounds"]),
-            "server_cpu_us_per_append": 1e6 * cpu["server"] / (n * cpu["rounds"]),
-            "calls_per_frame": slots.calls / max(1, slots.batches)}
+        benchmark.extra_info["figures"].update(
+            server_cpu_us_per_append=1e6 * (cpu_seconds(proc.pid) - s0) / max(1, run.ops),
+            calls_per_frame=slots.calls / max(1, slots.batches))
     finally:
-        pool.close()
         client.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.benchmark(group="wire-logservice-append-processes")
+def test_append_wire_32_processes(benchmark, tmp_path):
+    """32 client processes of one thread each (bench/append_clients.py), each appending in lockstep
+    for the same seconds; every process is started and connected before the clock."""
+    n = 32
+    proc, address = _serve(tmp_path)
+    script = str(Path(__file__).with_name("append_clients.py"))
+    clients = [subprocess.Popen([sys.executable, script, address, str(len(PAYLOAD))], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, cwd=tmp_path) for _ in range(n)]
+    try:
+        for c in clients:
+            assert c.stdout.readline().strip() == "ready"
+        result = {}
+
+        def run():
+            t0 = time.time() + 0.5
+            s0 = cpu_seconds(proc.pid)
+            for c in clients:
+                c.stdin.write(f"run {SECONDS} {t0}\n")
+                c.stdin.flush()
+            done = [c.stdout.readline().split() for c in clients]
+            result["ops"] = sum(int(d[1]) for d in done)
+            result["client_cpu"] = sum(float(d[2]) for d in done)
+            result["server_cpu"] = cpu_seconds(proc.pid) - s0
+        benchmark.pedantic(run, rounds=1, iterations=1)
+        ops = max(1, result["ops"])
+        benchmark.extra_info.update(items=ops, clients=n, rate=ops / SECONDS, seconds=SECONDS, figures={
+            "server_cpu_us_per_append": 1e6 * result["server_cpu"] / ops,
+            "client_cpu_us_per_append": 1e6 * result["client_cpu"] / ops})
+    finally:
+        for c in clients:
+            try:
+                c.stdin.write("quit\n")
+                c.stdin.flush()
+            except OSError:
+                pass
+        for c in clients:
+            try:
+                c.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                c.kill()
         proc.terminate()
         proc.wait(timeout=30)
 
