@@ -294,3 +294,19 @@ def _invariants(w: World) -> None:
     assert w.shards[1].voters, "the shard lost every voter"
     ids = [c.replica_id for c in w.issued if (c.kind == C.ADD_REPLICA and c.learner) or c.kind == C.START_TN]
     assert len(ids) == len(set(ids)), "a replica id was handed out twice"
+
+
+def test_a_founder_whose_store_was_down_at_bootstrap_is_started_when_it_comes_back():
+    w = World(log_stores=3)
+    w.set_up("log-3", False)
+    w.run(60)
+    assert w.state.bootstrap == BootstrapState.BOOTSTRAPPING   # log-3's start expired undelivered
+    assert "log-3" in w.shards[1].voters.values() and not w.running["log-3"]
+    w.set_up("log-3", True)
+    w.run(60)
+    assert w.state.bootstrap == BootstrapState.RUNNING and len(w.healthy_voters()) == 3
+    # issued with the founders first (expired undelivered), then again once the others reported the
+    # membership (epoch 1): log-3 then joins the running group
+    issued = [c for c in w.issued if c.target == "log-3" and c.kind == C.START_REPLICA]
+    assert len(issued) >= 2 and issued[0].members and not issued[-1].members
+    assert [c for _t, s, c in w.executed if s == "log-3" and c.kind == C.START_REPLICA] == [issued[-1]]

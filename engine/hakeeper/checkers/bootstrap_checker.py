@@ -1,8 +1,10 @@
 """The bootstrap checker (Bootstrapping only): each log shard with no members yet gets its
-founding voters on distinct working log stores, started with the founders' membership."""
+founding voters on distinct working log stores, started with the founders' membership; a founder
+whose start expired undelivered (its store was down) is started again."""
 from __future__ import annotations
 
 from logtide.engine.hakeeper.checkers.check_context import CheckContext
+from logtide.engine.hakeeper.checkers.log_checker import start_missing
 from logtide.engine.hakeeper.schedule_command import CommandType, ScheduleCommand
 from logtide.engine.hakeeper.store_role import StoreRole
 
@@ -20,7 +22,10 @@ def check_bootstrap(ctx: CheckContext) -> list[ScheduleCommand]:
     out: list[ScheduleCommand] = []
     for shard_id in sorted(st.shards):
         shard = st.shards[shard_id]
-        if shard.voters or shard.epoch or shard_id in starting:
+        if shard.voters or shard.epoch:
+            out.extend(start_missing(ctx, shard))
+            continue
+        if shard_id in starting:
             continue
         stores = sorted(load, key=lambda s: (load[s], s))[:st.cluster.log_replicas]
         if len(stores) < st.cluster.log_replicas:

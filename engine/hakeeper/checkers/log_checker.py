@@ -32,7 +32,7 @@ def check_log(ctx: CheckContext) -> list[ScheduleCommand]:
         step = _membership_step(ctx, shard)
         if step is not None:
             out.append(step)
-        out.extend(_starts(ctx, shard))
+        out.extend(start_missing(ctx, shard))
     out.extend(_zombies(ctx))
     return out
 
@@ -105,7 +105,9 @@ def _best_spare(ctx: CheckContext, shard: LogShardState) -> str | None:
     return min(load, key=lambda s: (load[s], s)) if load else None
 
 
-def _starts(ctx: CheckContext, shard: LogShardState) -> list[ScheduleCommand]:
+def start_missing(ctx: CheckContext, shard: LogShardState) -> list[ScheduleCommand]:
+    """START_REPLICA for each member a working store does not run (with the founders while no
+    replica has reported the shard's membership yet: epoch 0, bootstrap)."""
     st = ctx.state
     busy = {(c.shard_id, c.replica_id) for c in ctx.in_flight()
             if c.kind in (C.START_REPLICA, C.START_NON_VOTING_REPLICA)}
@@ -116,7 +118,9 @@ def _starts(ctx: CheckContext, shard: LogShardState) -> list[ScheduleCommand]:
         if shard.shard_id in st.stores[sid].log_replicas():
             continue   # it runs this shard (this replica, or a zombie the zombie rule kills first)
         kind = C.START_NON_VOTING_REPLICA if rid in shard.non_voting else C.START_REPLICA
-        out.append(_cmd(ctx, kind, sid, shard, rid, sid))
+        members = tuple(sorted(shard.voters.items())) if shard.epoch == 0 else ()
+        out.append(ScheduleCommand(kind, sid, shard.shard_id, rid, sid, members=members,
+                                   expires_tick=ctx.expires_tick))
     return out
 
 
