@@ -9,8 +9,8 @@ import time
 import pytest
 
 from hakeeper_world import World
-from logtide.engine.hakeeper import (ClusterInfo, CommandType, HAKeeperStateMachine, InitialCluster, LogStoreHeartbeat, StoreRole,
-                                     Tick, encode_command, leader_batch)
+from logtide.engine.hakeeper import (ClusterInfo, CommandType, HAKeeperStateMachine, InitialCluster,
+                                     LogStoreHeartbeat, StoreRole, Tick, encode_command, leader_batch)
 from logtide.engine.hakeeper.cluster_info import BootstrapState
 from logtide.engine.raft.disk_storage import DiskStorage
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftTimeout

@@ -67,7 +67,7 @@ class _ClockStateMachine(HAKeeperSimStateMachine):
         super().apply(e)
         if e.data and e.data.partition(b";")[2] == encode_command(Tick()):
             self.hk.state.tick += time.perf_counter_ns() % 2
-            self.digest = self._digest()
+            self.digest = self.state_digest()
 
     @classmethod
     def restore(cls, data, index):

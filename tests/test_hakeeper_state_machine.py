@@ -73,7 +73,8 @@ def test_ticks_count_and_heartbeats_record_the_tick():
 
 def test_down_rule_is_timeout_times_ticks_per_second_plus_last_tick_below_current():
     cfg = HAKeeperConfig()
-    assert (cfg.ticks_per_second, cfg.log_store_timeout, cfg.tn_store_timeout, cfg.cn_store_timeout) == (10, 300, 10, 30)
+    assert (cfg.ticks_per_second, cfg.log_store_timeout, cfg.tn_store_timeout) == (10, 300, 10)
+    assert cfg.cn_store_timeout == 30
     assert cfg.timeout_ticks(StoreRole.LOG) == 3000 and cfg.timeout_ticks(StoreRole.TN) == 100
     assert cfg.timeout_ticks(StoreRole.CN) == 300
     assert not cfg.expired(StoreRole.TN, 5, 105) and cfg.expired(StoreRole.TN, 5, 106)

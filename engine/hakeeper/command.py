@@ -129,7 +129,8 @@ def decode_command(data: bytes) -> Command:
                                          r.u8("tn_shards")))
     elif tag == F.SCHEDULE_BATCH:
         term, seen = r.u64("term"), r.u64("seen_index")
-        cmd = ScheduleCommandBatch(term, seen, tuple(ScheduleCommand.decode_from(r) for _ in range(r.count("commands"))))
+        commands = tuple(ScheduleCommand.decode_from(r) for _ in range(r.count("commands")))
+        cmd = ScheduleCommandBatch(term, seen, commands)
     else:
         raise MalformedCommandError(f"unknown HAKeeper command tag {tag}")
     r.end()

@@ -14,9 +14,10 @@ from logtide.errors import MalformedCommandError
 
 
 class CommandType(IntEnum):
-    ADD_REPLICA = 1                 # to the shard leader's store: add `replica_id` on `replica_store` (learner, or promote it)
+    ADD_REPLICA = 1                 # to the shard leader's store: add `replica_id` on `replica_store`
+                                    # as a learner, or promote that learner
     REMOVE_REPLICA = 2              # to the shard leader's store: remove voter `replica_id` from the membership
-    START_REPLICA = 3               # to `target`: start its replica `replica_id` of the shard (with `members` at bootstrap)
+    START_REPLICA = 3               # to `target`: start its replica `replica_id` (`members`: the founders)
     STOP_REPLICA = 4                # to `target`: stop its replica (it stays in the membership)
     KILL_ZOMBIE = 5                 # to `target`: kill a replica that is no longer in the membership
     ADD_NON_VOTING_REPLICA = 6      # as ADD_REPLICA, for a learner that stays a learner
@@ -97,6 +98,6 @@ class ScheduleCommand:
         what = self.kind.name
         if self.kind in LOG_REPLICA:
             role = " learner" if self.learner and self.kind == CommandType.ADD_REPLICA else ""
-            return f"{what}{role} shard {self.shard_id} replica {self.replica_id}@{self.replica_store or self.target} " \
-                   f"-> {self.target}"
+            where = self.replica_store or self.target
+            return f"{what}{role} shard {self.shard_id} replica {self.replica_id}@{where} -> {self.target}"
         return f"{what} shard {self.shard_id} -> {self.target}"

@@ -253,7 +253,8 @@ class HAKeeperStateMachine(StateMachine):
             if host is None or host.role != StoreRole.LOG:
                 raise UnknownStoreError(f"{k.name}: no registered log store {c.replica_store!r} to add to")
             if k == CommandType.ADD_REPLICA and not c.learner and rid not in shard.learners:
-                raise UnknownReplicaError(f"ADD_REPLICA (promote): replica {rid} is not a learner of shard {c.shard_id}")
+                raise UnknownReplicaError(f"ADD_REPLICA (promote): replica {rid} is not a learner of shard "
+                                          f"{c.shard_id}")
         elif k == CommandType.REMOVE_REPLICA:
             if rid not in shard.voters:
                 raise UnknownReplicaError(f"REMOVE_REPLICA: replica {rid} is not a voter of shard {c.shard_id}")
@@ -277,5 +278,6 @@ _TARGET_ROLE = {
     CommandType.KILL_ZOMBIE: StoreRole.LOG, CommandType.ADD_NON_VOTING_REPLICA: StoreRole.LOG,
     CommandType.REMOVE_NON_VOTING_REPLICA: StoreRole.LOG, CommandType.START_NON_VOTING_REPLICA: StoreRole.LOG,
     CommandType.STOP_NON_VOTING_REPLICA: StoreRole.LOG, CommandType.START_TN: StoreRole.TN,
-    CommandType.STOP_TN: StoreRole.TN, CommandType.DELETE_CN_STORE: StoreRole.CN, CommandType.DROP_RO_NODE: StoreRole.RO,
+    CommandType.STOP_TN: StoreRole.TN, CommandType.DELETE_CN_STORE: StoreRole.CN,
+    CommandType.DROP_RO_NODE: StoreRole.RO,
 }

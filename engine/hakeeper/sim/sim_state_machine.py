@@ -28,9 +28,9 @@ class HAKeeperSimStateMachine:
         self.hk = hk or HAKeeperStateMachine()
         self.refused = refused
         self.last_result = None
-        self.digest = self._digest()
+        self.digest = self.state_digest()
 
-    def _digest(self) -> int:
+    def state_digest(self) -> int:
         return zlib.crc32(self.hk.snapshot_bytes(), self.refused)
 
     def apply(self, e: Entry) -> None:
@@ -44,7 +44,7 @@ class HAKeeperSimStateMachine:
             except HAKeeperError as exc:
                 self.refused += 1
                 self.last_result = exc
-            self.digest = self._digest()
+            self.digest = self.state_digest()
 
     def save(self) -> bytes:
         buf = io.BytesIO()
