@@ -5,7 +5,7 @@ independent model on random states, and hypothesis over stores going down, comin
 flapping in a world of stores that carries the commands out."""
 import io
 
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
@@ -264,6 +264,10 @@ def schedules(draw):
 
 
 @given(schedules())
+# found by this test: an add delivered just before its tick expired before the leader's next
+# heartbeat showed the learner, and a second learner was added on the same store
+@example(events=[(0, "log-1", False), (33, "log-3", False), (63, "log-3", True), (93, "log-3", False),
+                 (104, "log-2", False), (144, "log-2", True)])
 @scaled(25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_flapping_stores_heal_to_the_wanted_cluster_and_never_break_the_rules(events):
     w = booted(log_stores=5, tn_stores=2)

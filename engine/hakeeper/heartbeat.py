@@ -29,7 +29,7 @@ def _read_members(r: Reader, name: str) -> Members:
 @dataclass(frozen=True)
 class LogReplicaInfo:
     """One log replica as its store sees it: term, leader, membership (at `epoch`, the index of
-    the membership change it last applied) and its latest LSN."""
+    the membership change it last applied), its latest LSN and the LSN its log is truncated to."""
     shard_id: int
     replica_id: int
     term: int = 0
@@ -38,17 +38,19 @@ class LogReplicaInfo:
     latest_lsn: int = 0
     voters: Members = ()
     learners: Members = ()
+    truncated_lsn: int = 0
 
     def encode_to(self, w: Writer) -> None:
         for name in ("shard_id", "replica_id", "term", "leader_id", "epoch", "latest_lsn"):
             w.u64(getattr(self, name), name)
         _write_members(w, self.voters, "voters")
         _write_members(w, self.learners, "learners")
+        w.u64(self.truncated_lsn, "truncated_lsn")
 
     @classmethod
     def decode_from(cls, r: Reader) -> "LogReplicaInfo":
         nums = [r.u64(n) for n in ("shard_id", "replica_id", "term", "leader_id", "epoch", "latest_lsn")]
-        return cls(*nums, _read_members(r, "voters"), _read_members(r, "learners"))
+        return cls(*nums, _read_members(r, "voters"), _read_members(r, "learners"), r.u64("truncated_lsn"))
 
     def validate(self) -> None:
         if self.shard_id < 1 or self.replica_id < 1:
@@ -58,6 +60,8 @@ class LogReplicaInfo:
             raise MalformedHeartbeatError(f"shard {self.shard_id}: a replica id is 0 or both voter and learner")
         if any(not store for _, store in self.voters + self.learners):
             raise MalformedHeartbeatError(f"shard {self.shard_id}: a member has no store")
+        if self.truncated_lsn > self.latest_lsn:
+            raise MalformedHeartbeatError(f"shard {self.shard_id}: truncated LSN above the latest LSN")
         if self.leader_id and self.leader_id not in {rid for rid, _ in self.voters}:
             raise MalformedHeartbeatError(f"shard {self.shard_id}: leader {self.leader_id} is not a voter")
 

@@ -1,8 +1,10 @@
 """ScheduleCommand: one action HAKeeper's checkers ask of one store, with the seed's types.
 
 Commands are queued per target store in the replicated state and handed over by the reply to
-that store's next heartbeat. Each carries the tick until which it counts as in flight: until then
-the checkers do not issue it (or another change of the same replica) again.
+that store's next heartbeat. Each carries the tick until which it counts as in flight (until then
+the checkers do not issue it, or another membership change of its shard, again), and how long it
+stays in flight after its delivery: a command delivered just before its tick must not expire
+before the store's next heartbeat can show what it did.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class ScheduleCommand:
     learner: bool = False                       # ADD_REPLICA: True adds a learner, False promotes that learner
     members: tuple[tuple[int, str], ...] = ()   # START_REPLICA at bootstrap: the founding voters (id, store)
     expires_tick: int = 0                       # in flight until this tick
+    timeout_ticks: int = 0                      # delivered, it is in flight this long again
 
     def key(self) -> tuple:
         """What two commands share when one makes the other redundant while in flight."""
@@ -69,6 +72,7 @@ class ScheduleCommand:
             w.u64(rid, "member id")
             w.string(store, "member store")
         w.u64(self.expires_tick, "expires_tick")
+        w.u64(self.timeout_ticks, "timeout_ticks")
 
     @classmethod
     def decode_from(cls, r: Reader) -> "ScheduleCommand":
@@ -82,7 +86,8 @@ class ScheduleCommand:
         replica_store = r.string("replica_store")
         learner = r.boolean("learner")
         members = tuple((r.u64("member id"), r.string("member store")) for _ in range(r.count("members")))
-        cmd = cls(kind, target, shard_id, replica_id, replica_store, learner, members, r.u64("expires_tick"))
+        cmd = cls(kind, target, shard_id, replica_id, replica_store, learner, members, r.u64("expires_tick"),
+                  r.u64("timeout_ticks"))
         cmd.validate()
         return cmd
 

@@ -14,6 +14,7 @@ changes nothing but the applied index, the same on every replica. Results:
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 from logtide.engine.hakeeper.cluster_info import BootstrapState
@@ -177,6 +178,9 @@ class HAKeeperStateMachine(StateMachine):
         elif isinstance(hb, PrimaryHeartbeat):
             self._advance_truncation(hb.truncate_request)
         batch = tuple(st.queued.pop(hb.store_id, ()))
+        for c in batch:   # delivered now: in flight from now on, until its effect shows or it times out
+            if st.in_flight.get(c.key()) == c and c.timeout_ticks:
+                st.in_flight[c.key()] = replace(c, expires_tick=max(c.expires_tick, st.tick + c.timeout_ticks))
         self._drop_finished()
         return batch
 

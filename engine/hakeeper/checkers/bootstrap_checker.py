@@ -34,5 +34,5 @@ def check_bootstrap(ctx: CheckContext) -> list[ScheduleCommand]:
         for rid, sid in members:
             load[sid] += 1
             out.append(ScheduleCommand(CommandType.START_REPLICA, sid, shard_id, rid, sid, members=members,
-                                       expires_tick=ctx.expires_tick))
+                                       **ctx.lifetime))
     return out

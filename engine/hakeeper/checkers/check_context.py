@@ -13,7 +13,8 @@ class CheckContext:
     def __init__(self, state: HAKeeperState, config: HAKeeperConfig) -> None:
         self.state = state
         self.config = config
-        self.expires_tick = state.tick + config.command_ticks
+        # a command is in flight for command_ticks from now, and again from its delivery
+        self.lifetime = {"expires_tick": state.tick + config.command_ticks, "timeout_ticks": config.command_ticks}
         self._next_id = state.next_replica_id
         self.working: dict[StoreRole, list[str]] = {role: [] for role in StoreRole}
         self.expired: dict[StoreRole, list[str]] = {role: [] for role in StoreRole}

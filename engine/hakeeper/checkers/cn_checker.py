@@ -7,5 +7,5 @@ from logtide.engine.hakeeper.store_role import StoreRole
 
 
 def check_cn(ctx: CheckContext) -> list[ScheduleCommand]:
-    return [ScheduleCommand(CommandType.DELETE_CN_STORE, sid, expires_tick=ctx.expires_tick)
+    return [ScheduleCommand(CommandType.DELETE_CN_STORE, sid, **ctx.lifetime)
             for sid in ctx.expired[StoreRole.CN]]

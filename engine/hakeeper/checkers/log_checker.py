@@ -39,7 +39,7 @@ def check_log(ctx: CheckContext) -> list[ScheduleCommand]:
 
 def _cmd(ctx: CheckContext, kind: CommandType, target: str, shard: LogShardState, rid: int, store: str,
          learner: bool = False) -> ScheduleCommand:
-    return ScheduleCommand(kind, target, shard.shard_id, rid, store, learner, expires_tick=ctx.expires_tick)
+    return ScheduleCommand(kind, target, shard.shard_id, rid, store, learner, **ctx.lifetime)
 
 
 def _membership_step(ctx: CheckContext, shard: LogShardState) -> ScheduleCommand | None:
@@ -120,7 +120,7 @@ def start_missing(ctx: CheckContext, shard: LogShardState) -> list[ScheduleComma
         kind = C.START_NON_VOTING_REPLICA if rid in shard.non_voting else C.START_REPLICA
         members = tuple(sorted(shard.voters.items())) if shard.epoch == 0 else ()
         out.append(ScheduleCommand(kind, sid, shard.shard_id, rid, sid, members=members,
-                                   expires_tick=ctx.expires_tick))
+                                   **ctx.lifetime))
     return out
 
 

@@ -8,5 +8,5 @@ from logtide.engine.hakeeper.store_role import StoreRole
 
 
 def check_ro(ctx: CheckContext) -> list[ScheduleCommand]:
-    return [ScheduleCommand(CommandType.DROP_RO_NODE, sid, expires_tick=ctx.expires_tick)
+    return [ScheduleCommand(CommandType.DROP_RO_NODE, sid, **ctx.lifetime)
             for sid in ctx.expired[StoreRole.RO]]

@@ -27,8 +27,8 @@ def check_tn(ctx: CheckContext) -> list[ScheduleCommand]:
             sid = min(working, key=lambda s: (len(runs[s]), s))
             runs[sid][shard_id] = ctx.new_replica_id()
             out.append(ScheduleCommand(CommandType.START_TN, sid, shard_id, runs[sid][shard_id], sid,
-                                       expires_tick=ctx.expires_tick))
+                                       **ctx.lifetime))
         elif len(runners) > 1 and (CommandType.STOP_TN, shard_id) not in busy:
             for rid, sid in runners[:-1]:
-                out.append(ScheduleCommand(CommandType.STOP_TN, sid, shard_id, rid, sid, expires_tick=ctx.expires_tick))
+                out.append(ScheduleCommand(CommandType.STOP_TN, sid, shard_id, rid, sid, **ctx.lifetime))
     return out
