@@ -295,7 +295,10 @@ def _invariants(w: World) -> None:
     flying = [c for c in st.in_flight.values() if c.kind in (C.ADD_REPLICA, C.REMOVE_REPLICA,
                                                              C.ADD_NON_VOTING_REPLICA, C.REMOVE_NON_VOTING_REPLICA)]
     assert len({c.shard_id for c in flying}) == len(flying), "two membership changes of a shard in flight"
-    assert w.shards[1].voters, "the shard lost every voter"
+    sh = w.shards[1]
+    assert sh.voters, "the shard lost every voter"
+    hosts = list(sh.voters.values()) + list(sh.learners.values())
+    assert len(hosts) == len(set(hosts)), f"two replicas of the shard on one store: {sh}"
     ids = [c.replica_id for c in w.issued if (c.kind == C.ADD_REPLICA and c.learner) or c.kind == C.START_TN]
     assert len(ids) == len(set(ids)), "a replica id was handed out twice"
 
