@@ -317,3 +317,102 @@ def test_update_refuses_entries_out_of_order_and_a_closed_machine():
     d.sm.close()
     with pytest.raises(HAKeeperError):
         d(Tick())
+
+
+# --- hypothesis: any command sequence, replayed or resumed from a snapshot, gives the same state -----
+
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis_profiles import scaled  # noqa: E402
+
+from logtide.engine.hakeeper import HAKeeperConfig as _Config, leader_batch  # noqa: E402
+
+STORE_IDS = [("log-1", StoreRole.LOG), ("log-2", StoreRole.LOG), ("log-3", StoreRole.LOG), ("log-4", StoreRole.LOG),
+             ("tn-1", StoreRole.TN), ("cn-1", StoreRole.CN), ("ro-1", StoreRole.RO), ("primary", StoreRole.PRIMARY)]
+SHORT = _Config(log_store_timeout=0.5, tn_store_timeout=0.3, cn_store_timeout=0.3, ro_timeout=0.3,
+                primary_timeout=0.3, command_timeout=0.4)
+
+
+def _heartbeat(draw, sid, role):
+    if role == StoreRole.LOG:
+        voters = tuple((i, f"log-{i}") for i in sorted(draw(st.sets(st.integers(1, 4), min_size=1, max_size=3))))
+        n = int(sid[-1])
+        rep = LogReplicaInfo(1, n, draw(st.integers(0, 3)), draw(st.sampled_from([0] + [v for v, _ in voters])),
+                             draw(st.integers(0, 5)), draw(st.integers(0, 50)), voters)
+        return LogStoreHeartbeat(sid, (rep,) if draw(st.booleans()) else ())
+    if role == StoreRole.TN:
+        return TNHeartbeat(sid, ((1, draw(st.integers(1, 9))),) if draw(st.booleans()) else ())
+    if role == StoreRole.CN:
+        return CNHeartbeat(sid, draw(st.integers(0, 9)))
+    if role == StoreRole.RO:
+        applied = draw(st.integers(0, 50))
+        return RoHeartbeat(sid, 0, applied, draw(st.integers(0, applied + 1)))
+    write = draw(st.integers(0, 60))
+    return PrimaryHeartbeat(sid, write, draw(st.integers(0, write)), draw(st.integers(0, write)))
+
+
+@st.composite
+def steps(draw):
+    """Command recipes; a batch is computed when it is applied, from the state at that point."""
+    out = []
+    for _ in range(draw(st.integers(1, 80))):
+        kind = draw(st.sampled_from(["tick", "tick", "register", "beat", "beat", "beat", "init", "batch", "junk"]))
+        sid, role = draw(st.sampled_from(STORE_IDS))
+        if kind == "tick":
+            out.append(Tick())
+        elif kind == "register":
+            out.append(RegisterStore(role, sid, "a"))
+        elif kind == "beat":
+            out.append(_heartbeat(draw, sid, role))
+        elif kind == "init":
+            out.append(InitialCluster(ClusterInfo(1, draw(st.sampled_from([1, 3])), 0, 1)))
+        elif kind == "batch":
+            out.append(("batch", draw(st.integers(1, 4))))
+        else:
+            out.append(draw(st.binary(max_size=24)))
+    return out
+
+
+def _bytes(sm, step) -> bytes:
+    if isinstance(step, tuple):
+        b = leader_batch(sm.lookup("state"), SHORT, step[1])
+        return encode_command(b) if b is not None else encode_command(Tick())
+    return step if isinstance(step, bytes) else encode_command(step)
+
+
+@given(steps(), st.data())
+@scaled(150, suppress_health_check=[HealthCheck.too_slow])
+def test_replay_and_snapshot_resume_reach_the_same_state(recipe, data):
+    a = Driver()
+    cut = data.draw(st.integers(0, len(recipe)))
+    snap = None
+    for n, step in enumerate(recipe):
+        if n == cut:
+            snap = snapshot(a.sm)
+        before = snapshot(a.sm)
+        try:
+            a(_bytes(a.sm, step))
+        except HAKeeperError:
+            # refused: nothing but the applied index moved
+            st_before = restored(before).state
+            st_before.index = a.sm.state.index
+            assert a.sm.state == st_before
+    # a fresh replica replaying the log, and one resumed from the snapshot at `cut`
+    b = Driver()
+    for data_ in a.log:
+        try:
+            b(data_)
+        except HAKeeperError:
+            pass
+    assert snapshot(b.sm) == snapshot(a.sm)
+    c = restored(snap if snap is not None else snapshot(a.sm))
+    for i, data_ in enumerate(a.log[cut:] if snap is not None else [], start=cut + 1):
+        try:
+            c.update(Entry(i, data_))
+        except HAKeeperError:
+            pass
+    assert snapshot(c) == snapshot(a.sm)
+    st_ = a.sm.state
+    assert st_.bootstrap != BootstrapState.CREATED or not any(isinstance(s, InitialCluster) for s in recipe)
+    fresh = [c.replica_id for cmds in st_.queued.values() for c in cmds if c.replica_id]
+    assert st_.next_replica_id > max(fresh, default=0)
