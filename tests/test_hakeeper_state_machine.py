@@ -416,3 +416,19 @@ def test_replay_and_snapshot_resume_reach_the_same_state(recipe, data):
     assert st_.bootstrap != BootstrapState.CREATED or not any(isinstance(s, InitialCluster) for s in recipe)
     fresh = [c.replica_id for cmds in st_.queued.values() for c in cmds if c.replica_id]
     assert st_.next_replica_id > max(fresh, default=0)
+
+
+def test_a_cn_that_heartbeats_after_the_check_is_not_deleted():
+    d = running_cluster()
+    d(RegisterStore(StoreRole.CN, "cn-1"))
+    d.ticks(400)
+    cfg = HAKeeperConfig()
+    cmds = [c for c in leader_batch(d.sm.lookup("state"), cfg, 1).commands if c.kind == C.DELETE_CN_STORE]
+    assert [(c.target, c.store_tick) for c in cmds] == [("cn-1", 0)]
+    d(CNHeartbeat("cn-1", 5))                       # it came back before the batch committed
+    assert d(ScheduleCommandBatch(1, d.sm.state.index, tuple(cmds))) == 0
+    assert "cn-1" in d.sm.state.stores
+    d.ticks(400)
+    cmds = [c for c in leader_batch(d.sm.lookup("state"), cfg, 1).commands if c.kind == C.DELETE_CN_STORE]
+    assert d(ScheduleCommandBatch(1, d.sm.state.index, tuple(cmds))) == 1
+    assert "cn-1" not in d.sm.state.stores

@@ -53,6 +53,8 @@ class ScheduleCommand:
     members: tuple[tuple[int, str], ...] = ()   # START_REPLICA at bootstrap: the founding voters (id, store)
     expires_tick: int = 0                       # in flight until this tick
     timeout_ticks: int = 0                      # delivered, it is in flight this long again
+    store_tick: int = 0                         # DELETE_CN_STORE, DROP_RO_NODE: the last heartbeat tick
+                                                # the checker saw; a later heartbeat cancels the drop
 
     def key(self) -> tuple:
         """What two commands share when one makes the other redundant while in flight."""
@@ -73,6 +75,7 @@ class ScheduleCommand:
             w.string(store, "member store")
         w.u64(self.expires_tick, "expires_tick")
         w.u64(self.timeout_ticks, "timeout_ticks")
+        w.u64(self.store_tick, "store_tick")
 
     @classmethod
     def decode_from(cls, r: Reader) -> "ScheduleCommand":
@@ -87,7 +90,7 @@ class ScheduleCommand:
         learner = r.boolean("learner")
         members = tuple((r.u64("member id"), r.string("member store")) for _ in range(r.count("members")))
         cmd = cls(kind, target, shard_id, replica_id, replica_store, learner, members, r.u64("expires_tick"),
-                  r.u64("timeout_ticks"))
+                  r.u64("timeout_ticks"), r.u64("store_tick"))
         cmd.validate()
         return cmd
 

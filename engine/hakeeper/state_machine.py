@@ -214,9 +214,10 @@ class HAKeeperStateMachine(StateMachine):
             if c.replica_id:
                 st.next_replica_id = max(st.next_replica_id, c.replica_id + 1)
             if c.kind in SELF_APPLIED:
-                st.stores.pop(c.target, None)
-                st.queued.pop(c.target, None)
-                taken += 1
+                if st.stores[c.target].tick == c.store_tick:   # no heartbeat since the check found it down
+                    del st.stores[c.target]
+                    st.queued.pop(c.target, None)
+                    taken += 1
                 continue
             key = c.key()
             if key in st.in_flight:

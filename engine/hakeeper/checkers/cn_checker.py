@@ -7,5 +7,6 @@ from logtide.engine.hakeeper.store_role import StoreRole
 
 
 def check_cn(ctx: CheckContext) -> list[ScheduleCommand]:
-    return [ScheduleCommand(CommandType.DELETE_CN_STORE, sid, **ctx.lifetime)
+    return [ScheduleCommand(CommandType.DELETE_CN_STORE, sid, store_tick=ctx.state.stores[sid].tick,
+                            **ctx.lifetime)
             for sid in ctx.expired[StoreRole.CN]]

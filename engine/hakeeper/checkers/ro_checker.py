@@ -8,5 +8,6 @@ from logtide.engine.hakeeper.store_role import StoreRole
 
 
 def check_ro(ctx: CheckContext) -> list[ScheduleCommand]:
-    return [ScheduleCommand(CommandType.DROP_RO_NODE, sid, **ctx.lifetime)
+    return [ScheduleCommand(CommandType.DROP_RO_NODE, sid, store_tick=ctx.state.stores[sid].tick,
+                            **ctx.lifetime)
             for sid in ctx.expired[StoreRole.RO]]
