@@ -278,3 +278,31 @@ class ClusterRunningError(ClusterError):
 
 class UnknownClusterProcess(ClusterError, ValueError):
     """A process named by ROLE#N that the cluster does not have (or a role it does not know)."""
+
+
+# --- HAKeeper (engine/hakeeper) ---
+
+class HAKeeperError(LogtideError):
+    """Base of HAKeeper's errors. A command refused with one of these changed no HAKeeper state."""
+
+
+class MalformedCommandError(HAKeeperError, InvalidArgument):
+    """A HAKeeper command's bytes could not be decoded (bad magic, version, tag, length or field)."""
+
+
+class MalformedHeartbeatError(MalformedCommandError):
+    """A heartbeat (log store, TN, CN, primary, RO node) is malformed: bad bytes or impossible values."""
+
+
+class UnknownStoreError(HAKeeperError, KeyError):
+    """A heartbeat or schedule command names a store HAKeeper has not registered (or has dropped),
+    or a store registered under another role. A dropped store registers again, then heartbeats."""
+
+
+class UnknownReplicaError(HAKeeperError, KeyError):
+    """A schedule command names a shard or replica that HAKeeper's state does not hold where the
+    command needs it (not in the membership, not running on the store it names)."""
+
+
+class CorruptHAKeeperSnapshot(HAKeeperError, CorruptionError):
+    """A HAKeeper snapshot failed its magic, version, CRC or length checks; nothing was restored."""

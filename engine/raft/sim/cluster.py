@@ -18,6 +18,7 @@ from logtide.engine.raft.sim.checker import Checker
 from logtide.engine.raft.sim.disk import DISK_BUGS, SimDisk
 from logtide.engine.raft.sim.network import SimNetwork
 from logtide.engine.raft.sim.sim_node import SimNode
+from logtide.engine.raft.sim.state_machine import SimStateMachine
 from logtide.engine.raft.storage import MemoryStorage
 
 TICK = 10  # time units per tick of a node whose clock does not drift
@@ -66,13 +67,14 @@ class Simulation:
         rng = self.rng = random.Random(seed)
         self.n = voters or rng.choice((3, 3, 3, 5))
         self.election_tick = 10
-        self.max_msg_size = rng.choice((64, 1024, 1 << 20))    # small limits force many batches
+        self.max_msg_size = rng.choice((64, 1024, 1 << 20)) * self.ENTRY_SCALE   # small limits force many batches
         self.max_inflight = rng.choice((1, 4, 256))
         # payload bytes a leader may hold uncommitted (entries here are ~6 bytes); drawn either way,
         # so that the bug switch keeps the seed's schedule. At most four full flow-control windows of
         # one follower: a larger backlog behind a slow pipe (64 B messages, one in flight) takes longer
         # to drain than the liveness check waits (docs/raft.md, cause 3)
-        self.max_uncommitted = min(rng.choice((64, 256, 1024)), 4 * self.max_msg_size * self.max_inflight)
+        self.max_uncommitted = min(rng.choice((64, 256, 1024)) * self.ENTRY_SCALE,
+                                   4 * self.max_msg_size * self.max_inflight)
         if bug == "unbounded-uncommitted":
             self.max_uncommitted = 0
         self.net = SimNetwork(rng, (1, rng.choice((2, 5, 15))), rng.choice((0.0, 0.02, 0.1, 0.3)),
@@ -132,7 +134,24 @@ class Simulation:
         extra = f" --bug {self.bug}" if self.bug else ""
         if self.fault_ticks != 150:
             extra += f" --fault-ticks {self.fault_ticks}"
-        return f"python -m logtide.engine.raft.sim --seed {self.seed}{extra}"
+        return f"python -m {self.REPLAY_MODULE} --seed {self.seed}{extra}"
+
+    # --- what the replicas run: a subclass (HAKeeper's, engine/hakeeper/sim) runs its own ----------
+
+    REPLAY_MODULE = "logtide.engine.raft.sim"
+    ENTRY_SCALE = 1   # the byte bounds above are for ~6-byte entries; a workload of larger ones scales them
+
+    def restore_state_machine(self, data: bytes, index: int):
+        """A replica's state machine from snapshot bytes (b"" for none) at `index`."""
+        return SimStateMachine.restore(data, index)
+
+    def proposal(self, key: bytes) -> bytes:
+        """The entry a client proposes; `key` (b"p<N>") is its unique id."""
+        return key
+
+    def proposal_number(self, data: bytes) -> int:
+        """N of a proposed entry's key b"p<N>"."""
+        return int(data[1:])
 
     # --- faults and clients --------------------------------------------------------------------------
 
@@ -197,7 +216,7 @@ class Simulation:
         key = b"%s%d" % (b"r" if read else b"p", self.pid)
         if self.record:
             self.history[key] = [("read", 1) if read else ("append", key), self.now, None, None]
-        target.deliver(("read" if read else "prop", key))
+        target.deliver(("read", key) if read else ("prop", self.proposal(key)))
 
     # --- the run ---------------------------------------------------------------------------------
 

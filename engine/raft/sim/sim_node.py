@@ -16,7 +16,6 @@ from logtide.engine.raft.messages import ConfChange
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
 from logtide.engine.raft.sim.disk import SimDisk, write_ready
-from logtide.engine.raft.sim.state_machine import SimStateMachine
 from logtide.engine.raft.storage import MemoryStorage
 
 COMPACT_EVERY = 24   # applied entries kept in the log before a snapshot + compaction
@@ -40,7 +39,7 @@ class SimNode:
         d = self.disk.durable
         self.live = d.copy()
         snap = d.snapshot()
-        self.sm = SimStateMachine.restore(snap.data, snap.meta.index)
+        self.sm = self.sim.restore_state_machine(snap.data, snap.meta.index)
         self.sim.checker.on_restore(self.id, self.sm.index, self.sm.digest)
         cfg = Config(self.id, election_tick=self.sim.election_tick, heartbeat_tick=1, seed=self.sim.seed * 131 +
                      self.incarnation, max_size_per_msg=self.sim.max_msg_size, max_inflight=self.sim.max_inflight,
@@ -168,7 +167,7 @@ class SimNode:
         if rd.entries:
             self.sim.checker.on_durable(self.id, rd.entries, self.live)
         if rd.snapshot is not None:
-            self.sm = SimStateMachine.restore(rd.snapshot.data, rd.snapshot.meta.index)
+            self.sm = self.sim.restore_state_machine(rd.snapshot.data, rd.snapshot.meta.index)
             self.sim.checker.on_restore(self.id, self.sm.index, self.sm.digest)
 
     def _finish(self, out) -> None:
@@ -186,7 +185,7 @@ class SimNode:
                     checker.on_ack(p[1], e.index)
                     sim.note(p[1], e.index)
                     sim.acks += 1
-                    sim.acked_pid = max(sim.acked_pid, int(p[1][1:]))
+                    sim.acked_pid = max(sim.acked_pid, sim.proposal_number(p[1]))
             self._maybe_compact()
         for rs in out.read_states:
             before = self.reads.pop(rs.context, None)
