@@ -71,7 +71,7 @@ class MetaService:
         self._snapshot_index = self._sm.applied_index
         self.snapshots_taken = 0
         self._hub = WatchHub()
-        self._sm.subscribe(self._hub)
+        self._sm.subscribe(self._hub, indexed=True)
         self._last_time_ms = self._sm.last_time_ms
         self._closed = False
         self.leader = leader     # the address of the leader, named in every RPC reply
@@ -333,7 +333,7 @@ class MetaService:
 
     # ------------------------------------------------------------------ watch
     def watch(self, key: str, key_end: Optional[str] = None, filter: str = "all",
-              initial_flush: bool = False) -> Watcher:
+              initial_flush: bool = False, after=None) -> Watcher:
         """Events for keys in [key, key_end) (key_end None: just `key`), from now on.
 
         With initial_flush, the live keys of the range come first (is_initialization=True), then
@@ -348,7 +348,8 @@ class MetaService:
         with self._lock:
             if self._closed:
                 raise MetaClosedError("the meta-service is closed")
-            return start_watch(self._hub, self._sm, key, key_end, f, initial_flush, self._now_ms())
+            # `after` (resume after a cursor) needs a watch history, which only Raft replicas keep
+            return start_watch(self._hub, self._sm, key, key_end, f, initial_flush, self._now_ms(), after)
 
     # ------------------------------------------------------------------ lifecycle
     @property

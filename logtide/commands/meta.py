@@ -1,4 +1,5 @@
-"""`logtide meta serve` (one process, or one replica of a Raft group with --raft) and `logtide meta status`."""
+"""`logtide meta serve` (one process, or one replica of a Raft group with --raft), `logtide meta status`
+and `logtide meta member ...`."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import signal
 import sys
 import threading
 
-from logtide.engine.meta.replica_cli import add_serve_arguments, register_status, serve_raft
+from logtide.engine.meta.replica_cli import add_serve_arguments, register_member, register_status, serve_raft
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_serve_arguments(s)
     s.set_defaults(func=serve)
     register_status(msub)
+    register_member(msub)
 
 
 def serve(args: argparse.Namespace) -> int:
