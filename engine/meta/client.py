@@ -11,6 +11,7 @@ from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec
 from logtide.engine.meta.match_seq import ANY, MatchSeq
+from logtide.engine.meta.node_info import NodeInfo, check_address, check_node_id
 from logtide.engine.meta.seqv import SeqV
 from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_cursor, check_filter
@@ -235,16 +236,16 @@ class MetaClient:
     def add_learner(self, node_id: int, address: str) -> dict:
         """Add replica `node_id`, serving at `address`, as a learner (it gets the log, it does not
         vote); it was started with `logtide meta serve --raft --join`. Returns members()."""
-        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="add_learner", node_id=node_id,
-                                                                      address=address)))
+        req = pb.MemberRequest(op="add_learner", node_id=check_node_id(node_id), address=check_address(address))
+        return _members(self._invoke("ChangeMember", req))
 
     def promote_member(self, node_id: int) -> dict:
         """Make learner `node_id` a voter, once it has caught up (MetaMembershipRefused before)."""
-        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="promote", node_id=node_id)))
+        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="promote", node_id=check_node_id(node_id))))
 
     def remove_member(self, node_id: int) -> dict:
         """Remove member `node_id` (MetaMembershipRefused when the voters left would have no quorum)."""
-        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="remove", node_id=node_id)))
+        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="remove", node_id=check_node_id(node_id))))
 
     def members(self, consistency: str = "linearizable") -> dict:
         """{"voters": [...], "learners": [...], "nodes": {id: NodeInfo}}: the Raft membership and
@@ -328,7 +329,6 @@ _WRITES = ("Upsert", "Txn", "ChangeMember")
 
 
 def _members(reply) -> dict:
-    from logtide.engine.meta.node_info import NodeInfo
     return {"voters": list(reply.voters), "learners": list(reply.learners),
             "nodes": {n.id: NodeInfo(n.id, n.address, n.role) for n in reply.nodes}}
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
