@@ -112,5 +112,6 @@ def test_learner_joins_is_promoted_and_an_old_member_is_removed(tmp_path):
                 lead: (cluster.addr(lead), "voter"), f2: (cluster.addr(f2), "voter"), 4: (cluster.addr(4), "voter")}
             rows = _status_json(cluster, lead, 4)
             assert all(r.get("voters") == sorted([lead, f2, 4]) for r in rows), rows
+            assert all(sorted(r["nodes"]) == sorted(str(i) for i in (lead, f2, 4)) for r in rows), rows
     finally:
         cluster.stop()

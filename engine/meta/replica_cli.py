@@ -132,7 +132,8 @@ def status(args: argparse.Namespace) -> int:
                 c.close()
             rows.append((addr, {"id": r.id, "role": r.role or "single", "term": r.term, "leader": r.leader_id,
                                 "leader_address": r.leader, "commit": r.commit_index, "applied": r.applied_index,
-                                "seq": r.seq, "voters": list(r.voters), "learners": list(r.learners)}))
+                                "seq": r.seq, "voters": list(r.voters), "learners": list(r.learners),
+                                "nodes": {str(n.id): {"address": n.address, "role": n.role} for n in r.nodes}}))
         except LogtideError as exc:
             rows.append((addr, {"error": str(exc)}))
             failed += 1
