@@ -68,6 +68,17 @@ def test_dropped_entries_and_a_snapshot_make_old_cursors_compacted():
     assert h.after((11, 0)) == []                # a cursor this replica has not reached yet: nothing to replay
 
 
+def test_the_history_is_bounded_in_bytes_too():
+    from logtide.engine.meta.seqv import SeqV
+    h = WatchHistory(max_bytes=10_000)
+    for index in range(1, 101):
+        h.add(index, [("k", None, SeqV(index, b"x" * 1000))])
+    kept = h.after((h.floor + 1, 0))
+    assert 5 <= len(kept) + 1 <= 10 and h.floor > 90
+    with pytest.raises(MetaWatchCompacted):
+        h.after((1, 0))
+
+
 def test_a_snapshot_install_ends_watches_and_empties_the_history():
     src = ReplicaStateMachine()
     for i in range(1, 6):

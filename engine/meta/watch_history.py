@@ -15,6 +15,7 @@ from logtide.engine.meta.seqv import SeqV
 from logtide.errors import MetaWatchCompacted
 
 HISTORY_EVENTS = 100_000   # changes kept per replica (whole entries are dropped from the oldest end)
+HISTORY_BYTES = 64 << 20   # and at most about this many bytes of keys and values
 Cursor = Tuple[int, int]
 Change = Tuple[str, Optional[SeqV], Optional[SeqV]]
 
@@ -22,23 +23,27 @@ Change = Tuple[str, Optional[SeqV], Optional[SeqV]]
 class WatchHistory:
     """The changes of the entries after `floor` (a log index), oldest first."""
 
-    def __init__(self, floor_index: int = 0, max_events: int = HISTORY_EVENTS) -> None:
+    def __init__(self, floor_index: int = 0, max_events: int = HISTORY_EVENTS, max_bytes: int = HISTORY_BYTES) -> None:
         self._events: "collections.deque[tuple]" = collections.deque()   # (index, pos, key, prev, current)
-        self._max = max_events
+        self._max, self._max_bytes = max_events, max_bytes
+        self._bytes = 0
         self.floor = floor_index   # every change of the entries after this index is kept
 
     def add(self, index: int, changes: Iterable[Change]) -> None:
         for pos, (key, prev, cur) in enumerate(changes):
             self._events.append((index, pos, key, prev, cur))
-        while len(self._events) > self._max:
+            self._bytes += _size(key, prev, cur)
+        while len(self._events) > self._max or self._bytes > self._max_bytes:
             first = self._events[0][0]
             while self._events and self._events[0][0] == first:   # never half an entry
-                self._events.popleft()
+                _i, _p, key, prev, cur = self._events.popleft()
+                self._bytes -= _size(key, prev, cur)
             self.floor = first
 
     def reset(self, floor_index: int) -> None:
         """The state was replaced (a snapshot installed): nothing before `floor_index` is known."""
         self._events.clear()
+        self._bytes = 0
         self.floor = floor_index
 
     def after(self, cursor: Cursor) -> List[tuple]:
@@ -48,3 +53,7 @@ class WatchHistory:
             raise MetaWatchCompacted(f"changes after entry {cursor[0]} position {cursor[1]} are no longer kept "
                                      f"here (kept after entry {self.floor}); re-read the range")
         return [e for e in self._events if (e[0], e[1]) > tuple(cursor)]
+
+
+def _size(key: str, prev: Optional[SeqV], cur: Optional[SeqV]) -> int:
+    return len(key) + (len(prev.data) if prev is not None else 0) + (len(cur.data) if cur is not None else 0) + 64
