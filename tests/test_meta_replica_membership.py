@@ -1,6 +1,7 @@
 """Membership of a meta-service group of real processes, through `logtide meta member` against
 any replica: a new replica joins as a learner, catches up, is promoted, and an old member is
-removed; the group then needs the new member for its quorum. Every replica keeps the same node
+removed; the group then needs the new member for its quorum; at last the leader removes itself
+(handing the leadership over first). Every replica keeps the same node
 records (address and role, apart from Raft membership). Refused with typed errors, changing
 nothing: promoting a learner that has not caught up, changes naming unknown members, and a
 removal that would leave the voters without a quorum."""
@@ -113,5 +114,16 @@ def test_learner_joins_is_promoted_and_an_old_member_is_removed(tmp_path):
             rows = _status_json(cluster, lead, 4)
             assert all(r.get("voters") == sorted([lead, f2, 4]) for r in rows), rows
             assert all(sorted(r["nodes"]) == sorted(str(i) for i in (lead, f2, 4)) for r in rows), rows
+
+            # the leader removes itself: it hands the leadership to a voter that stays first
+            cluster.start(f2)
+            cluster.wait_applied(c.status().commit_index, ids=[f2], timeout=DEADLINE)
+            rc, out = _member(cluster, lead, "remove", str(lead))
+            assert rc == 0 and f"voters {sorted([f2, 4])}" in out, out
+            cluster.kill(lead)
+            assert c.get("after/2").data == b"still serving"   # a read moves the client off the dead replica
+            c.upsert("after/3", b"without the old leader")
+            assert c.get("after/3").data == b"without the old leader"
+            _nodes_everywhere(cluster, (f2, 4), {f2: "voter", 4: "voter"})
     finally:
         cluster.stop()

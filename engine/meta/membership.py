@@ -4,9 +4,11 @@ engine/raft) followed by the node record (AddNode / RemoveNode) that the state m
 from Raft membership, so every replica knows each member's address and role.
 
 Refused before anything is proposed (MetaMembershipRefused): a change after which the voters the
-leader hears from are not a majority of the new voters; promoting a learner that is behind; the
-leader removing itself (move the leadership first). MetaUnknownMember: naming a node that is not
-a member. A change already done is not done again, so a retried change finishes the node record.
+leader hears from are not a majority of the new voters; promoting a learner that is behind.
+MetaUnknownMember: naming a node that is not a member. A change already done is not done again, so
+a retried change finishes the node record. To remove the leader itself, it first hands the
+leadership to the most caught-up voter that stays, and answers MetaNotLeader: the request is sent
+again, to the new leader, which removes it.
 """
 from __future__ import annotations
 
@@ -87,11 +89,10 @@ class Membership:
                 self._record(RemoveNodeCmd(node_id), end)
                 return
             raise MetaUnknownMember(f"node {node_id} is not a member (members {sorted(voters | learners)})")
-        if node_id == self.r.id:
-            raise MetaMembershipRefused(f"node {node_id} leads the group: it does not remove itself "
-                                        f"(move the leadership to another voter first)")
         if node_id in voters:
             self._check_quorum(voters - {node_id}, end)
+        if node_id == self.r.id:
+            self._step_aside(voters - {node_id}, end)
         self._conf(ConfChange(REMOVE, node_id), end)
         self._record(RemoveNodeCmd(node_id), end)
 
@@ -144,6 +145,21 @@ class Membership:
                                             f"commit index {st['commit']}"
                                             + ("" if pr.get("active") else ", and not answering"))
             time.sleep(0.02)
+
+    def _step_aside(self, stay: Set[int], end: float) -> None:
+        """Hand the leadership to the most caught-up active voter of `stay`, wait (up to two
+        election timeouts) until this replica no longer leads, and answer MetaNotLeader."""
+        prs = self._progress()["progress"]
+        to = max((i for i in stay if prs.get(i, {}).get("active")), key=lambda i: prs[i]["match"])
+        self.r.node.transfer_leader(to)
+        wait_end = min(end, time.monotonic() + 2 * self.r.election_tick * self.r.tick_interval)
+        while self.r.is_leader():
+            if time.monotonic() >= wait_end:
+                raise MetaMembershipRefused(f"node {self.r.id} leads and could not hand the leadership to "
+                                            f"node {to} to remove itself; try again")
+            time.sleep(0.02)
+        raise self.r.not_leader_error(NotLeader(f"node {self.r.id} handed the leadership to node {to} "
+                                                f"so that it can be removed; send again", to))
 
     # ------------------------------------------------------------------ proposing
     def _conf(self, cc: ConfChange, end: float) -> None:
