@@ -11,7 +11,6 @@ it) and MetaNotLeader for a read (sent again); typed errors from the leader pass
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Tuple
