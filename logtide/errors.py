@@ -44,6 +44,17 @@ class MetaUnknownMember(MetaInvalidArgument):
     """A request names a replica id that is not a member of the meta-service group."""
 
 
+class MetaMembershipRefused(MetaError):
+    """A membership change of the meta-service group was refused before it was proposed: it would
+    leave the voters without a reachable quorum, or the learner to promote has not caught up, or
+    the change is already done or another one is in flight."""
+
+
+class MetaWatchCompacted(MetaError):
+    """A watch asked to resume after a cursor whose following events this replica no longer keeps
+    (or never had: it was restored from a snapshot after it). Re-read the range (initial_flush)."""
+
+
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
 
 class InvalidArgument(LogtideError, ValueError):

@@ -88,10 +88,15 @@ class MetaServicer:
         ms = self.service
         return pb.StatusReply(leader=self.leader, seq=ms.seq, applied_index=ms.applied_index, durable=ms.durable)
 
+    def ChangeMember(self, request: pb.MemberRequest, context) -> pb.MemberReply:
+        raise MetaInvalidArgument("this meta-service is one process, not a Raft group: it has no members "
+                                  "to change (serve it with `logtide meta serve --raft`)")
+
     def Watch(self, request: pb.WatchRequest, context):
         key_end = request.key_end if request.HasField("key_end") else None
+        after = (request.after_index, request.after_pos) if request.HasField("after_index") else None
         w = self.service.watch(check_key(request.key), key_end, check_filter(request.filter or "all"),
-                               request.initial_flush)
+                               request.initial_flush, after)
         leader = self.leader
         try:
             yield pb.WatchEvent(leader=leader, ready=True)
