@@ -24,7 +24,8 @@ venv: $(VENV)/.build-deps
 
 # a compiled wheel, built against the venv's Cython and numpy
 wheel: $(VENV)/.build-deps
-	rm -rf dist
+	# build/lib is setuptools' staging copy: a module deleted from the tree would stay in it (and in the wheel)
+	rm -rf dist build/lib.* build/bdist.*
 	$(PY) -m build --wheel --no-isolation --outdir dist . > build.log 2>&1 || (tail -40 build.log; exit 1)
 	@ls dist/*.whl
 

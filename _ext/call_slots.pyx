@@ -1,12 +1,12 @@
 # cython: language_level=3
-"""CallSlots: the calls of one pipelined call stream, queued and waited for without Python on the wait path.
+"""CallSlots: the calls of one framed-carrier connection, queued and waited for without Python on the wait path.
 
-A caller's `call(method, request, timeout)` packs its call frame straight into the stream's pending
-buffer (the id is assigned there, under a C mutex), registers a waiter on its own stack and sleeps
-on the waiter's futex with the GIL released. gRPC's sender thread `take()`s the pending frames as
-one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
+A caller's `call(method, request, timeout)` packs its call frame straight into the connection's
+pending buffer (the id is assigned there, under a C mutex), registers a waiter on its own stack and
+sleeps on the waiter's futex with the GIL released. The sender `take()`s (or `poll()`s) the pending
+frames as one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
 called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
-thread `deliver()`s a ReplyBatch: one call splits the reply frames, settles the waiters by id and
+`deliver()`s a REPLIES frame: one call splits the reply frames, settles the waiters by id and
 wakes them. Woken callers are handed on one at a time: the first is woken at once, the others are
 *ready*, and each caller, as soon as its futex wait returns and before it takes the GIL, wakes the
 next ready one. The wake-ups so cascade one kernel wake-up apart and the callers reach the GIL one
@@ -15,7 +15,7 @@ work of those before it. (A defence only, since every woken caller passes the wa
 sender thread, whenever it runs, wakes ready callers left unclaimed for `stall_s`, and a settled
 caller nobody woke claims its outcome itself after RECHECK_S.)
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
-client's CallLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
+client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
 
     s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=True)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |

@@ -1,15 +1,17 @@
-"""Meta-service: embedded upsert/get, and gRPC upsert/get/txn from 1, 4, 16 and 32 client threads against etcd.
+"""Meta-service: embedded upsert/get, and networked upsert/get/txn from 1, 4, 16 and 32 client threads
+against etcd (one member; bench_meta_raft.py has 3 replicas against 3 members).
 
 Both servers run as separate processes on loopback; keys are 16 bytes and values 64 bytes. The
-meta-service's client threads share one client, whose calls are pipelined on its one stream
-(docs/rpc.md); each etcd client thread has its own channel, as before. The meta rounds also record
+meta-service's client threads share one client (`connect_meta`, logtide's framed carrier: the
+calls of its threads batch on one connection, docs/rpc.md); each etcd client thread has its own
+gRPC channel. The meta rounds also record
 the CPU time per call of the client process and of the server process. etcd is Debian's `etcd-server` as a single member (fsync on, the
 default); it is driven through etcd v3 KV stubs generated from bench/etcd_kv.proto (etcd's own
 field numbers; `make proto`), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
 etcd gets are serializable Ranges, its fastest read. If `etcd` is not installed the etcd benchmarks
 skip with that reason, and no ratio is computed.
 
-The gRPC and etcd comparisons are sustained runs (bench/sustained.py): every client is connected and
+The networked and etcd comparisons are sustained runs (bench/sustained.py): every client is connected and
 a warm-up run is done before the clock starts, then each side runs for the same time (10 s at full
 scale) with the same client count; the ratios are of the steady rates. (Before issue 27 a round was
 300 calls per thread at 16 threads, with the connections opened inside it, on both sides.)
@@ -34,12 +36,12 @@ from bench.ratios import Ratio
 from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
-    Ratio("meta-service gRPC upsert vs etcd put (16 client threads, 64-byte values, sustained, after warm-up)", "test_meta_grpc_upsert[16]",
+    Ratio("meta-service over the framed carrier: upsert vs etcd put (16 client threads, 64-byte values, sustained, after warm-up)", "test_meta_net_upsert[16]",
           "test_etcd_put[16]", 1.0, 13),
-    Ratio("meta-service gRPC get vs etcd serializable range (16 client threads, sustained, after warm-up)", "test_meta_grpc_get[16]",
+    Ratio("meta-service over the framed carrier: get vs etcd serializable range (16 client threads, sustained, after warm-up)", "test_meta_net_get[16]",
           "test_etcd_get[16]", 1.5, 13),
-    Ratio("meta-service gRPC txn vs etcd txn (16 client threads, sustained, after warm-up)",
-          "test_meta_grpc_txn[16]", "test_etcd_txn[16]", None, 13),
+    Ratio("meta-service over the framed carrier: txn vs etcd txn (16 client threads, sustained, after warm-up)",
+          "test_meta_net_txn[16]", "test_etcd_txn[16]", None, 13),
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -158,7 +160,7 @@ def test_meta_embedded_get(benchmark, items, embedded):
     benchmark.pedantic(run, rounds=3, iterations=1)
 
 
-# ---------------------------------------------------------------- meta-service over gRPC
+# ---------------------------------------------------------------- meta-service over the network
 
 @pytest.fixture(scope="module")
 def meta_server():
@@ -190,7 +192,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _meta_bench(benchmark, meta_server, call, clients: int):
-    """`clients` threads sharing one connected client (pipelined on its stream), each calling
+    """`clients` threads sharing one connected client (their calls batch on its connection), each calling
     call(client, key) in a loop; CPU per call of the client process and of the server process."""
     from logtide import connect_meta
     addr, mode, pid = meta_server
@@ -211,9 +213,9 @@ def _meta_bench(benchmark, meta_server, call, clients: int):
                                            server_cpu_us_per_call=1e6 * server_cpu / max(1, run.ops))
 
 
-@pytest.mark.benchmark(group="meta-grpc-put")
+@pytest.mark.benchmark(group="meta-net-put")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
-def test_meta_grpc_upsert(benchmark, meta_server, clients):
+def test_meta_net_upsert(benchmark, meta_server, clients):
     _meta_bench(benchmark, meta_server, lambda c, k: c.upsert(k, VALUE), clients)
 
 
@@ -221,15 +223,15 @@ def _get(c, k):
     assert c.get(k) is not None
 
 
-@pytest.mark.benchmark(group="meta-grpc-get")
+@pytest.mark.benchmark(group="meta-net-get")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
-def test_meta_grpc_get(benchmark, meta_server, clients):
+def test_meta_net_get(benchmark, meta_server, clients):
     _meta_bench(benchmark, meta_server, _get, clients)
 
 
-@pytest.mark.benchmark(group="meta-grpc-txn")
+@pytest.mark.benchmark(group="meta-net-txn")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
-def test_meta_grpc_txn(benchmark, meta_server, clients):
+def test_meta_net_txn(benchmark, meta_server, clients):
     from logtide.engine.meta import cond, op
 
     def txn(c, k):
@@ -305,7 +307,7 @@ def _etcd_bench(benchmark, etcd, call, clients: int):
             c.close()
 
 
-@pytest.mark.benchmark(group="meta-grpc-put")
+@pytest.mark.benchmark(group="meta-net-put")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
 def test_etcd_put(benchmark, etcd, clients):
     def put(pb, c, k):
@@ -313,7 +315,7 @@ def test_etcd_put(benchmark, etcd, clients):
     _etcd_bench(benchmark, etcd, put, clients)
 
 
-@pytest.mark.benchmark(group="meta-grpc-get")
+@pytest.mark.benchmark(group="meta-net-get")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
 def test_etcd_get(benchmark, etcd, clients):
     def get(pb, c, k):
@@ -321,7 +323,7 @@ def test_etcd_get(benchmark, etcd, clients):
     _etcd_bench(benchmark, etcd, get, clients)
 
 
-@pytest.mark.benchmark(group="meta-grpc-txn")
+@pytest.mark.benchmark(group="meta-net-txn")
 @pytest.mark.parametrize("clients", CLIENT_COUNTS)
 def test_etcd_txn(benchmark, etcd, clients):
     def txn(pb, c, k):
@@ -337,10 +339,10 @@ def plot(benchmarks: dict, outdir) -> list:
     """Calls per second against client threads: the meta-service over gRPC and etcd."""
     from bench.throughput_plot import throughput_plot
     out = []
-    for what, meta, etcd in (("put", "test_meta_grpc_upsert", "test_etcd_put"),
-                             ("get", "test_meta_grpc_get", "test_etcd_get"),
-                             ("txn", "test_meta_grpc_txn", "test_etcd_txn")):
-        out += throughput_plot(benchmarks, outdir, f"meta_grpc_{what}_throughput.png",
-                               {"meta-service (pipelined gRPC)": meta, "etcd": etcd},
+    for what, meta, etcd in (("put", "test_meta_net_upsert", "test_etcd_put"),
+                             ("get", "test_meta_net_get", "test_etcd_get"),
+                             ("txn", "test_meta_net_txn", "test_etcd_txn")):
+        out += throughput_plot(benchmarks, outdir, f"meta_net_{what}_throughput.png",
+                               {"meta-service (framed carrier)": meta, "etcd": etcd},
                                f"meta-service vs etcd: {what}", "calls/s")
     return out

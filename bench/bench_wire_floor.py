@@ -12,7 +12,8 @@ framed carrier: <= 10 us) and the clients' CPU.
 **The log service.** Durable 256 B appends (fsync=always) from 1, 4, 16 and 32 threads sharing one
 client of `logtide logservice serve` (its own process) over the framed carrier, against the
 embedded LogService appended to by as many threads in this process (goal at 32 threads: >= 0.6x),
-and from 32 client processes of one thread each. Sustained runs (bench/sustained.py): everything
+and from 32 client processes of one thread each; and the same server's gRPC port (the interop
+carrier, one plain gRPC call per append) from as many threads. Sustained runs (bench/sustained.py): everything
 started and connected before the clock, the same seconds on every side.
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ RATIOS = [
           "test_append_wire[32]", "test_append_embedded[32]", 0.6, 24),
     Ratio("the same with 32 client processes of one thread each vs the embedded service's 32 threads",
           "test_append_wire_32_processes", "test_append_embedded[32]", None, 24),
+    Ratio("the interop carrier: the same server's gRPC port (a plain gRPC call per append) vs the embedded "
+          "service, 32 threads", "test_append_grpc[32]", "test_append_embedded[32]", None, 24),
 ]
 
 PAYLOAD = b"\xa5" * 256
@@ -126,12 +129,14 @@ def test_echo_floor(benchmark, items, tmp_path, carrier):
         proc.wait(timeout=30)
 
 
-def _serve(tmp_path):
+def _serve(tmp_path, grpc: bool = False):
+    """(process, address): the log service in its own process; with grpc=True, its gRPC port's address."""
     import shutil
     exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
     return start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
         "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
-        "--fsync", "always"], tmp_path)
+        "--fsync", "always", *(["--grpc-listen", "127.0.0.1:0"] if grpc else [])], tmp_path,
+        "gRPC on " if grpc else " on ")
 
 
 @pytest.mark.benchmark(group="wire-logservice-append")
@@ -160,6 +165,28 @@ def test_append_wire(benchmark, tmp_path, clients):
         benchmark.extra_info["figures"].update(
             server_cpu_us_per_append=1e6 * (cpu_seconds(proc.pid) - s0) / max(1, run.ops),
             calls_per_frame=slots.calls / max(1, slots.batches))
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.benchmark(group="wire-logservice-append")
+@pytest.mark.parametrize("clients", CLIENTS)
+def test_append_grpc(benchmark, tmp_path, clients):
+    """The same server's gRPC port (the interop carrier: one plain gRPC call per append), `clients`
+    threads sharing one client with carrier="grpc"."""
+    from logtide import connect_logservice
+    proc, address = _serve(tmp_path, grpc=True)
+    client = connect_logservice(address, carrier="grpc")
+    try:
+        client.append(PAYLOAD)
+        op = lambda t: client.append(PAYLOAD, replica_id=t)                # noqa: E731
+        run_sustained(clients, WARMUP_SECONDS, op)
+        s0 = cpu_seconds(proc.pid)
+        run = sustained_benchmark(benchmark, clients, op, warmup=0)
+        benchmark.extra_info["figures"].update(
+            server_cpu_us_per_append=1e6 * (cpu_seconds(proc.pid) - s0) / max(1, run.ops))
     finally:
         client.close()
         proc.terminate()
@@ -216,5 +243,6 @@ def plot(benchmarks: dict, outdir) -> list:
     from bench.throughput_plot import throughput_plot
     return throughput_plot(benchmarks, outdir, "wire_logservice_throughput.png",
                            {"framed carrier, one shared client": "test_append_wire",
+                            "gRPC (interop), one shared client": "test_append_grpc",
                             "embedded": "test_append_embedded"},
                            "log service: durable 256 B appends (fsync=always)", "appends/s")

@@ -116,7 +116,7 @@ class TlsError(RpcError):
 
 
 class RpcStreamBroken(RpcError):
-    """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
+    """The connection (or stream) a call travelled on broke before its reply came; the next call reconnects."""
 
 
 class WireProtocolError(InvalidRequest):

@@ -222,14 +222,14 @@ def test_batches_in_flight_when_the_leader_stops_are_stored_exactly_once(tmp_pat
 def test_the_client_speaks_either_carrier(tmp_path):
     """The framed carrier by default; carrier="grpc" to the replicas' gRPC ports (`--grpc-listen`):
     the same log, appends of either exactly once, each at its LSN."""
-    from logtide.engine.rpc.pipeline import PipelinedTransport
+    from logtide.engine.nodehost.channel import ReplicaTransport
     from logtide.engine.rpc.wire_client import WireTransport
     svcs, peers = _group(tmp_path, grpc=True)
     wire = connect_logservice(",".join(peers.values()), deadline=20.0)
     grpc = connect_logservice(",".join(s.grpc_address for s in svcs.values()), carrier="grpc", deadline=20.0)
     try:
         assert all(isinstance(c.transport, WireTransport) for c in wire._clients.values())
-        assert all(isinstance(c.transport, PipelinedTransport) for c in grpc._clients.values())
+        assert all(isinstance(c.transport, ReplicaTransport) for c in grpc._clients.values())
         lead = _leader(svcs)
         a = wire.append_each([b"w%d" % k for k in range(20)])
         b = grpc.append_each([b"g%d" % k for k in range(20)])

@@ -11,6 +11,7 @@ import pytest
 from logtide.engine.rpc import RpcServer, ServiceDef, connect
 from logtide.engine.rpc import diagnostics_pb2 as pb
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
+from logtide.engine.rpc.dual_server import DualServer
 from logtide.errors import (CorruptLogError, InvalidRange, InvalidRequest, LogtideError, MessageTooLarge,
                             RemoteError, RpcError)
 
@@ -49,19 +50,18 @@ class Faulty(DiagnosticsServicer):
             yield pb.CountReply(i=i)
 
 
-@pytest.fixture(params=["inproc", "grpc", "grpc-pipelined"])
+@pytest.fixture(params=["inproc", "grpc", "wire"])
 def client(request):
     servicer = Faulty()
     if request.param == "inproc":
         with connect(DIAGNOSTICS, servicer, copy=True) as c:
             yield c
         return
-    server = RpcServer("127.0.0.1:0", max_message_size=1 << 20)
+    server = DualServer("127.0.0.1:0", max_message_size=1 << 20)
     server.add_service(DIAGNOSTICS, servicer)
     port = server.start()
     assert port > 0
-    with connect(DIAGNOSTICS, f"127.0.0.1:{port}", max_message_size=4 << 20,
-                 pipelined=request.param == "grpc-pipelined") as c:
+    with connect(DIAGNOSTICS, f"127.0.0.1:{port}", max_message_size=4 << 20, carrier=request.param) as c:
         yield c
     server.stop()
 

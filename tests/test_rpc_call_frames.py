@@ -1,22 +1,16 @@
-"""The call pipeline's packed framing (engine/rpc/call_frames.py) against a simple model, and a
-misbehaving server whose reply frames do not parse."""
+"""The packed call and reply frames of a batch (engine/rpc/call_frames.py, the model of the C
+codecs) against a simpler model."""
 from __future__ import annotations
 
-import threading
-from concurrent import futures
 
-import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide.engine.rpc import connect
-from logtide.engine.rpc import pipeline_pb2 as ppb
 from logtide.engine.rpc.call_frames import (MalformedFrames, pack_call, pack_reply, unpack_calls,
                                             unpack_replies)
-from logtide.engine.rpc.diagnostics import DIAGNOSTICS
-from logtide.errors import InvalidRequest, RpcStreamBroken
+from logtide.errors import InvalidRequest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,72 +87,3 @@ def test_malformed_frames_is_a_typed_invalid_request():
     with pytest.raises(MalformedFrames, match="header needs"):
         unpack_replies(b"\x00" * 5)
     assert unpack_calls(b"") == [] and unpack_replies(b"") == []
-
-
-class _GarbageReplies:
-    """A real gRPC server on the pipeline path that answers every batch with a reply frame cut short."""
-
-    def __init__(self) -> None:
-        self.streams = 0
-
-    def __call__(self, raws, context):
-        self.streams += 1
-        for raw in raws:
-            first = unpack_calls(ppb.CallBatch.FromString(raw).frames)[0][0]
-            yield ppb.ReplyBatch(frames=pack_reply(first, b"\x08\x01")[:-1]).SerializeToString()
-
-
-def test_reply_frames_that_do_not_parse_break_the_stream_and_the_next_call_reconnects():
-    garbage = _GarbageReplies()
-    bad = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[
-        grpc.method_handlers_generic_handler("logtide.rpc.Pipeline", {
-            "Calls": grpc.stream_stream_rpc_method_handler(garbage)})])
-    port = bad.add_insecure_port("127.0.0.1:0")
-    bad.start()
-    try:
-        with connect(DIAGNOSTICS, f"127.0.0.1:{port}", pipelined=True, timeout=10) as c:
-            out: list = []
-
-            def call():
-                try:
-                    out.append(c.Ping(payload=b"p"))
-                except Exception as exc:  # noqa: BLE001 - asserted below
-                    out.append(exc)
-            ths = [threading.Thread(target=call) for _ in range(4)]
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join(30)
-            assert len(out) == 4 and all(isinstance(e, RpcStreamBroken) for e in out), out
-            assert any("MalformedFrames" in str(e) for e in out), out
-            opened = garbage.streams
-            with pytest.raises(RpcStreamBroken):        # the next call opens a new stream (which breaks alike)
-                c.Ping(payload=b"again")
-            assert garbage.streams == opened + 1
-    finally:
-        bad.stop(0)
-
-
-def test_reply_messages_split_at_the_batch_limit_and_keep_every_reply():
-    from logtide.engine.rpc.pipeline_server import MAX_REPLY_BATCH_BYTES, Replies, reply_lists
-    lists, want_ok, want_err = [], {}, set()
-    for b in range(3):
-        r = Replies()
-        for i in range(5):
-            call_id = b * 100 + i
-            data = bytes([i]) * (40 << 10)          # 15 replies of 40 KiB: more than one message's worth
-            r.frames.append(pack_reply(call_id, data))
-            r.size += len(data)
-            want_ok[call_id] = data
-        r.error(ppb.PipelinedReply(id=b * 100 + 99, code=3, details="bad"))
-        want_err.add(b * 100 + 99)
-        lists.append(r)
-    msgs = list(reply_lists(lists))
-    assert len(msgs) > 1
-    got_ok, got_err = {}, set()
-    for raw in msgs:
-        assert len(raw) <= MAX_REPLY_BATCH_BYTES + (64 << 10)
-        rb = ppb.ReplyBatch.FromString(raw)
-        got_ok.update(unpack_replies(rb.frames))
-        got_err.update(e.id for e in rb.errors)
-    assert got_ok == want_ok and got_err == want_err

@@ -169,16 +169,15 @@ SERVICES = {"logservice": _log_service, "meta": _meta_service, "replication": _r
 
 @pytest.fixture(scope="module", params=sorted(SERVICES))
 def dispatch(request, tmp_path_factory):
-    from logtide.engine.rpc.pipeline_server import PipelineDispatcher
+    from logtide.engine.rpc.call_dispatch import CallDispatcher
     from logtide.engine.rpc.service import CallContext
     service, servicer, close = SERVICES[request.param](tmp_path_factory.mktemp(f"fuzz-{request.param}"))
-    d = PipelineDispatcher(1 << 20, workers=1)
+    d = CallDispatcher(1 << 20)
     for m in service.methods.values():
         if m.shape == "unary":
             d.add(m, getattr(servicer, m.name), servicer)
     paths = [m.path for m in service.methods.values() if m.shape == "unary"]
     yield d, paths, CallContext("fuzz")
-    d.close()
     close()
 
 

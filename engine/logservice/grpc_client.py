@@ -14,15 +14,14 @@ from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.rpc import RpcClient
-from logtide.engine.rpc.pipeline import MAX_INLINE_REQUEST, PipelinedTransport
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
 from logtide.engine.rpc.wire_client import WireTransport
 from logtide.errors import CorruptLogError, InvalidArgument, LogServiceClosed
 
 _EMPTY = pb.Empty()
 _APPEND_PATH = LOGSERVICE.method("Append").path
-# a payload up to this size is encoded in C and sent as raw bytes (the request stays inline)
-_FAST_PAYLOAD = MAX_INLINE_REQUEST - 32
+# a payload up to this size is encoded in C and sent as raw bytes on the framed carrier
+_FAST_PAYLOAD = (32 << 10) - 32
 
 
 class GrpcLogServiceClient(LogServiceClient):
@@ -38,15 +37,14 @@ class GrpcLogServiceClient(LogServiceClient):
             if carrier == "wire":
                 transport = WireTransport(address, max_message_size=max_message_size, timeout=timeout,
                                           connect_timeout=connect_timeout)
-            elif carrier == "grpc":
-                # unary calls of every thread share one pipelined stream (docs/rpc.md, "Pipelined calls")
-                transport = PipelinedTransport(GrpcTransport(address, max_message_size=max_message_size,
-                                                             timeout=timeout, connect_timeout=connect_timeout))
+            elif carrier == "grpc":   # the interop carrier: a plain gRPC call per append
+                transport = GrpcTransport(address, max_message_size=max_message_size, timeout=timeout,
+                                          connect_timeout=connect_timeout)
             else:
                 raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
         self._rpc = RpcClient(LOGSERVICE, transport)
         # the append fast path: request encoded and reply decoded in C, no protobuf objects
-        self._pipe = transport if isinstance(transport, (PipelinedTransport, WireTransport)) else None
+        self._pipe = transport if isinstance(transport, WireTransport) else None
         self._chunk = chunk_size
         self._closed = False
         self._config: LogServiceConfig | None = None

@@ -97,9 +97,6 @@ class ReplicatedLogService:
         if grpc_listen is not None:
             try:
                 self.grpc = RpcServer(grpc_listen, max_workers=SERVER_WORKERS)
-                # a gRPC client keeps about one call per stream in flight (each waits for a Raft
-                # commit): the stream's worker runs and answers its batches itself
-                self.grpc.pipeline.inline = True
                 self.grpc.add_service(REPLICATED_SERVICE, _Servicer(self))
                 self.grpc.start()
                 self.grpc_address = self.grpc.address

@@ -27,7 +27,6 @@ from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftStopped, RaftTimeout
 from logtide.engine.nodehost.channel import ReplicaTransport, connect_replica
 from logtide.engine.rpc import RpcClient
-from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, InvalidTruncateLsn, LogServiceClosed, LogServiceError, RpcError
 
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")
@@ -58,8 +57,8 @@ class ReplicatedLogServiceClient(LogServiceClient):
         self.call_timeout = call_timeout
         if carrier == "wire":   # the unary calls of every thread batch on one connection per replica
             self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
-        elif carrier == "grpc":  # ... or share one pipelined stream per replica (engine/rpc/pipeline.py)
-            self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
+        elif carrier == "grpc":  # ... or the interop carrier, a plain gRPC call each
+            self._clients = {a: RpcClient(REPLICATED_SERVICE, ReplicaTransport(a, timeout=call_timeout))
                              for a in self.addresses}
         else:
             raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")

@@ -318,7 +318,7 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
 
     def dial(addr: str):
         return _call(connect, META, addr, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                     connect_timeout=min(timeout, 10.0), pipelined=carrier == "grpc", carrier=carrier)
+                     connect_timeout=min(timeout, 10.0), carrier=carrier)
 
     return MetaClient(dial(addresses[0]), addresses, dial, timeout, follow_leader)
 

@@ -3,7 +3,7 @@
 One hop only: the leader serves the forwarded request itself or refuses it (MetaForwardRefused);
 it never forwards it on. The forward carries what is left of the caller's deadline, and waits no
 longer than that, nor past the moment this replica learns that the leader it forwarded to is no
-longer the leader (a stopped or cut-off leader must not hold the caller, and the pipelined calls
+longer the leader (a stopped or cut-off leader must not hold the caller, and the calls batched
 behind it on the same connection, until the deadline). Transport failures and a replaced leader
 become MetaUnavailableError for a write (its outcome is unknown: the old leader may have applied
 it) and MetaNotLeader for a read (sent again); typed errors from the leader pass through unchanged.
@@ -21,7 +21,7 @@ from logtide.engine.rpc import RpcClient, connect
 from logtide.errors import (DeadlineExceededError, MetaDeadlineExceeded, MetaError, MetaNotLeader,
                             MetaUnavailableError, MessageTooLarge, RpcError)
 
-FORWARD_WORKERS = 64   # forwards of one pipelined batch run side by side (each waits for the leader's commit)
+FORWARD_WORKERS = 64   # forwards of one batch of calls run side by side (each waits for the leader's commit)
 LEADER_CHECK_S = 0.05  # how often a waiting forward checks that its leader still leads
 WRITES = ("Upsert", "Txn", "ChangeMember")
 

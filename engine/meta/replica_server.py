@@ -126,7 +126,7 @@ class ReplicaServicer:
     def ChangeMember(self, request: pb.MemberRequest, context) -> pb.MemberReply:
         return self._serve("ChangeMember", request, context)
 
-    # ------------------------------------------------------------------ a pipelined batch
+    # ------------------------------------------------------------------ a batch of calls (one frame)
     def batch_Upsert(self, requests: list, context) -> list:
         """The pipeline's batch of Upserts: proposed together on the leader (one group, one fsync)."""
         return self._batch_writes("Upsert", requests, context, upsert_from_pb,

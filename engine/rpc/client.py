@@ -40,18 +40,14 @@ class RpcClient:
         self.close()
 
 
-def connect(service: ServiceDef, target: Any, *, pipelined: bool = False, carrier: str = "grpc",
-            **options: Any) -> RpcClient:
+def connect(service: ServiceDef, target: Any, *, carrier: str = "grpc", **options: Any) -> RpcClient:
     """A client of `service`: over the network when target is "host:port" (carrier "grpc", or
-    "wire": the framed carrier of a WireServer), in-process when it is a servicer.
-    pipelined=True carries gRPC unary calls of many threads on one stream (engine/rpc/pipeline.py)."""
+    "wire": the framed carrier of a WireServer or DualServer), in-process when it is a servicer."""
     if isinstance(target, str) and carrier == "wire":
         from logtide.engine.rpc.wire_client import WireTransport
         return RpcClient(service, WireTransport(target, **options))
     if isinstance(target, str):
-        transport = GrpcTransport(target, **options)
-        if pipelined:
-            from logtide.engine.rpc.pipeline import PipelinedTransport
-            transport = PipelinedTransport(transport)
-        return RpcClient(service, transport)
+        if carrier != "grpc":
+            raise InvalidRequest(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
+        return RpcClient(service, GrpcTransport(target, **options))
     return RpcClient(service, InProcessTransport(target, **options))

@@ -72,7 +72,7 @@ def from_rpc_error(err: grpc.RpcError, method: str) -> BaseException:
 
 
 def from_status(code: grpc.StatusCode | None, error_type: str | None, details: str, method: str) -> BaseException:
-    """The typed error of a status (code, error type name, details): a unary call's or a pipelined call's."""
+    """The typed error of a status (code, error type name, details): a gRPC call's or a call of a framed batch."""
     if error_type:
         return make_error(error_type, details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -11,7 +11,6 @@ from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import deadlines, fork_guard
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
-from logtide.engine.rpc.pipeline_server import MAX_PIPELINE_STREAMS, PIPELINE_PATH, PipelineDispatcher
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
@@ -33,12 +32,7 @@ class RpcServer:
         self._forked = False
         self.max_message_size = max_message_size
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
-        # every unary method is also served on the call pipeline (docs/rpc.md, "Pipelined calls")
-        self.pipeline = PipelineDispatcher(max_message_size)
-        self._methods[PIPELINE_PATH] = self.pipeline.handler()
-        # each open pipeline stream holds a worker for its lifetime: room for that many beside the calls
-        workers = max_workers + MAX_PIPELINE_STREAMS
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
                                    handlers=[_Router(self._methods)], options=[
                                        ("grpc.max_send_message_length", max_message_size),
                                        ("grpc.max_receive_message_length", max_message_size),
@@ -54,7 +48,6 @@ class RpcServer:
             if fn is None:
                 raise TypeError(f"{type(servicer).__name__} does not implement {service.name}.{m.name}")
             self._methods[m.path] = _handler(m, fn)
-            self.pipeline.add(m, fn, servicer)
         return self
 
     def start(self) -> int:
@@ -84,7 +77,6 @@ class RpcServer:
             if self._forked:   # the parent's server, not this process's to stop
                 return
             self._server.stop(grace).wait()
-            self.pipeline.close()
 
     def forked_copy(self) -> None:
         """In a child forked with this server running: it serves nothing here (see fork_guard)."""

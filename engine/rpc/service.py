@@ -65,20 +65,20 @@ class CallContext:
         self.metadata = metadata or {}
         self._grpc = grpc_context
         self._cancelled = False
-        # the gRPC context is this call's own (not the stream a pipelined call shares with others)
+        # the gRPC context is this call's own (not a connection whose calls travel in batches)
         self._own_call = own_call
         self._header_sent = False
 
     def time_remaining(self) -> float | None:
         """Seconds left before this call's deadline; None when no deadline of its own is known
-        (in-process and pipelined calls)."""
+        (in-process calls and the framed carrier's)."""
         if self._own_call and self._grpc is not None:
             return self._grpc.time_remaining()
         return None
 
     def send_header(self, key: str, value: str) -> None:
         """Send key: value in this gRPC call's initial metadata (once per call; ignored for
-        in-process and pipelined calls, whose replies carry no metadata of their own)."""
+        in-process calls and the framed carrier's, whose replies carry no metadata of their own)."""
         if self._own_call and self._grpc is not None and not self._header_sent:
             self._header_sent = True
             self._grpc.send_initial_metadata(((key, value),))

@@ -231,7 +231,6 @@ class GrpcTransport(Transport):
         self._timeout = timeout
         self.timeout = timeout                  # the default per-call deadline (None: none)
         self.max_message_size = max_message_size
-        # also those of the call pipeline's asyncio channel to the same address (engine/rpc/call_loop.py)
         self.channel_options = [
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),

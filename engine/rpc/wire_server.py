@@ -3,7 +3,7 @@
 Every connection is an asyncio.Protocol on the process's WireLoop (no thread per connection). The
 loop splits received bytes into verified frames in C; a CALLS frame's calls are split per method in
 C and handed, as one job, to a small worker pool, which runs them like the call pipeline does
-(engine/rpc/pipeline_server.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
+(engine/rpc/call_dispatch.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
 REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
 runs on the loop itself, without the two thread hand-offs. A streaming call runs its servicer in a
@@ -30,9 +30,9 @@ from typing import Any
 from logtide._ext import wire_codec as wc
 from logtide._ext.frame_codec import split_calls
 from logtide.engine.rpc import deadlines
+from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
 from logtide.engine.rpc.error_mapping import status_code, type_name
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
-from logtide.engine.rpc.pipeline_server import PipelineDispatcher, Replies, error_reply
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
@@ -421,7 +421,7 @@ class WireServer:
         self.keepalive = deadlines.KEEPALIVE_S if keepalive is None else keepalive
         self.keepalive_timeout = deadlines.KEEPALIVE_TIMEOUT_S if keepalive_timeout is None else keepalive_timeout
         self._sweep_every = min(1.0, frame_timeout / 2, self.keepalive / 2, self.keepalive_timeout / 2)
-        self.dispatcher = PipelineDispatcher(max_message_size, workers=1)
+        self.dispatcher = CallDispatcher(max_message_size)
         self.streaming: dict[str, tuple[MethodDef, Any]] = {}
         self.on_loop: set[str] = set()         # paths of unary methods that run on the loop
         self.conns: set[_ServerConn] = set()
@@ -558,7 +558,6 @@ class WireServer:
             self._server = None
             for _ in self._workers:
                 self._jobs.put(None)
-            self.dispatcher.close()
 
     def __enter__(self) -> "WireServer":
         if self.port is None:
