@@ -4,11 +4,14 @@ with typed errors that leave the state as it was."""
 import io
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
+from hypothesis_profiles import scaled
 
 from logtide.engine.hakeeper import (CNHeartbeat, ClusterInfo, CommandType, HAKeeperConfig, HAKeeperStateMachine,
                                      InitialCluster, LogReplicaInfo, LogStoreHeartbeat, PrimaryHeartbeat,
                                      RegisterStore, RoHeartbeat, ScheduleCommand, ScheduleCommandBatch, StoreRole,
-                                     TNHeartbeat, Tick, encode_command)
+                                     TNHeartbeat, Tick, encode_command, leader_batch)
 from logtide.engine.hakeeper.cluster_info import BootstrapState
 from logtide.engine.hakeeper.state_machine import STALE_BATCH
 from logtide.engine.statemachine import Entry
@@ -321,15 +324,9 @@ def test_update_refuses_entries_out_of_order_and_a_closed_machine():
 
 # --- hypothesis: any command sequence, replayed or resumed from a snapshot, gives the same state -----
 
-from hypothesis import HealthCheck, given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis_profiles import scaled  # noqa: E402
-
-from logtide.engine.hakeeper import HAKeeperConfig as _Config, leader_batch  # noqa: E402
-
 STORE_IDS = [("log-1", StoreRole.LOG), ("log-2", StoreRole.LOG), ("log-3", StoreRole.LOG), ("log-4", StoreRole.LOG),
              ("tn-1", StoreRole.TN), ("cn-1", StoreRole.CN), ("ro-1", StoreRole.RO), ("primary", StoreRole.PRIMARY)]
-SHORT = _Config(log_store_timeout=0.5, tn_store_timeout=0.3, cn_store_timeout=0.3, ro_timeout=0.3,
+SHORT = HAKeeperConfig(log_store_timeout=0.5, tn_store_timeout=0.3, cn_store_timeout=0.3, ro_timeout=0.3,
                 primary_timeout=0.3, command_timeout=0.4)
 
 
