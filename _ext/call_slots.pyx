@@ -127,8 +127,8 @@ cdef extern from *:
     uint64_t cs_get64(const uint8_t* p) nogil
     uint32_t cs_get32(const uint8_t* p) nogil
 
-DEF CALL_HEADER = 14      # u64 id, u16 method, u32 length
-DEF REPLY_HEADER = 12     # u64 id, u32 length
+# the call and reply frames' layout is the framed carrier's (one format, one place)
+from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2

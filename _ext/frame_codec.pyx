@@ -35,8 +35,8 @@ cdef object _malformed(str msg):
     from logtide.engine.rpc.call_frames import MalformedFrames
     return MalformedFrames(msg)
 
-DEF CALL_HEADER = 14      # u64 id, u16 method, u32 length
-DEF REPLY_HEADER = 12     # u64 id, u32 length
+# the call and reply frames' layout is the framed carrier's (one format, one place)
+from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER
 
 
 cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:

@@ -17,6 +17,8 @@ RATIOS = [
           "test_dict_insert_per_call", 4.0, 3),
     Ratio("LogIndex.insert per call, one Cython call, background flushes (all saved and fsynced at the end) "
           "vs dict-of-lists", "test_logindex_insert_per_call", "test_dict_insert_per_call", 2.0, 13),
+    Ratio("LogIndex.insert(PageTag) per call vs dict-of-lists keyed by the same PageTags",
+          "test_logindex_insert_per_call_pagetag", "test_dict_insert_per_call_pagetag", 2.0, 27),
     Ratio("Memtable.insert_many vs dict-of-lists per call", "test_memtable_insert_many",
           "test_dict_insert_per_call", 25.0, 3),
     Ratio("LogIndex.insert_many (ring, flushes, fsync) vs dict-of-lists per call", "test_logindex_insert_many",
@@ -42,6 +44,14 @@ def inserts():
     return tags, lsns, [tuple(t) for t in tags.tolist()], lsns.tolist()
 
 
+@pytest.fixture(scope="module")
+def pagetag_inserts(inserts):
+    """The same rows with the library's own key type, made the way a user makes them."""
+    from logtide import PageTag
+    _, _, tag_list, lsn_list = inserts
+    return [PageTag(*t) for t in tag_list], lsn_list
+
+
 # -- inserts --
 
 @pytest.mark.benchmark(group="logindex-insert")
@@ -55,6 +65,22 @@ def test_dict_insert_per_call(benchmark, items, inserts):
             d.setdefault(t, []).append(l)
         return d
     benchmark(run)
+
+
+def _dict_insert(benchmark, items, tag_list, lsn_list):
+    items(len(tag_list))
+
+    def run():
+        d = {}
+        for t, l in zip(tag_list, lsn_list):
+            d.setdefault(t, []).append(l)
+        return d
+    benchmark(run)
+
+
+@pytest.mark.benchmark(group="logindex-insert")
+def test_dict_insert_per_call_pagetag(benchmark, items, pagetag_inserts):
+    _dict_insert(benchmark, items, *pagetag_inserts)
 
 
 @pytest.mark.benchmark(group="logindex-insert")
@@ -94,10 +120,8 @@ def _fresh_dir():
     return Path(tempfile.mkdtemp(prefix="bench-li-"))
 
 
-@pytest.mark.benchmark(group="logindex-insert")
-def test_logindex_insert_per_call(benchmark, items, inserts):
+def _logindex_insert(benchmark, items, tag_list, lsn_list):
     from logtide import LogIndex
-    _, _, tag_list, lsn_list = inserts
     items(len(tag_list))
     dirs = []
 
@@ -117,6 +141,17 @@ def test_logindex_insert_per_call(benchmark, items, inserts):
     benchmark.pedantic(run, setup=setup, rounds=5)
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.benchmark(group="logindex-insert")
+def test_logindex_insert_per_call(benchmark, items, inserts):
+    _, _, tag_list, lsn_list = inserts
+    _logindex_insert(benchmark, items, tag_list, lsn_list)
+
+
+@pytest.mark.benchmark(group="logindex-insert")
+def test_logindex_insert_per_call_pagetag(benchmark, items, pagetag_inserts):
+    _logindex_insert(benchmark, items, *pagetag_inserts)
 
 
 @pytest.mark.benchmark(group="logindex-insert")

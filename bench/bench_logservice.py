@@ -199,7 +199,8 @@ def test_file_read_4k_ceiling(benchmark, items, log_4k):
 
 # --- gRPC beside in-process -----------------------------------------------------------------------
 # The server runs as `logtide logservice serve` in its own process, as deployed: client and server
-# do not share a GIL.
+# do not share a GIL. The client speaks gRPC to its --grpc-listen port (carrier="grpc"); the framed
+# carrier's figures are bench_wire_floor's.
 
 class _Served:
     def __init__(self, path, **flags):
@@ -209,8 +210,9 @@ class _Served:
         exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
         cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
             "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
-            "--max-message-size", str(64 << 20)] + [x for k, v in flags.items() for x in (f"--{k}", str(v))]
-        self.proc, self.address = start_server(cmd, Path(path).parent)
+            "--grpc-listen", "127.0.0.1:0", "--max-message-size", str(64 << 20)] + [
+            x for k, v in flags.items() for x in (f"--{k}", str(v))]
+        self.proc, self.address = start_server(cmd, Path(path).parent, "gRPC on ")   # the gRPC port
 
     def stop(self):
         self.proc.terminate()
@@ -223,7 +225,7 @@ def grpc_4k(tmp_path_factory):
     path = tmp_path_factory.mktemp("grpc4k") / "log"
     _filled(path, 4096, scaled(128 << 20, minimum=4 << 20)).close()
     server = _Served(path)
-    client = connect_logservice(server.address, max_message_size=64 << 20)
+    client = connect_logservice(server.address, max_message_size=64 << 20, carrier="grpc")
     yield client
     client.close()
     server.stop()
@@ -333,7 +335,7 @@ def test_append_1_thread_fsync_never_grpc(benchmark, items, tmp_path):
     from logtide import connect_logservice
     n = items(scaled(2000, minimum=200))
     server = _Served(tmp_path / "log", fsync="never")
-    client = connect_logservice(server.address)
+    client = connect_logservice(server.address, carrier="grpc")
     try:
         def run():
             for _ in range(n):

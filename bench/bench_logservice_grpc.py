@@ -1,9 +1,10 @@
 """The log service over gRPC beside the in-process service: durable 256 B appends (fsync=always)
 from 1, 4, 16 and 32 client threads.
 
-The server runs as `logtide logservice serve` in its own process, as deployed (client and server do
-not share a GIL). All client threads share one client, so their calls are pipelined on its one
-stream (docs/rpc.md, "Pipelined calls"). Each gRPC round also records the CPU time per append of
+The server runs as `logtide logservice serve --grpc-listen` in its own process, as deployed (client
+and server do not share a GIL), and the client speaks gRPC to that port (carrier="grpc": the framed
+carrier, logtide's default, is bench_wire_floor's). All client threads share one client, so their
+calls are pipelined on its one stream (docs/rpc.md, "Pipelined calls"). Each gRPC round also records the CPU time per append of
 the client process and of the server process.
 
 test_grpc_stream_floor is the floor under the pipelined rows: round trips of a bare gRPC stream
@@ -45,7 +46,7 @@ PAYLOAD = b"\xa5" * 256
 
 
 class Served:
-    """`logtide logservice serve` on a directory, in its own process."""
+    """`logtide logservice serve` on a directory, in its own process; `.address` is its gRPC port."""
 
     def __init__(self, path, fsync: str = "always", aio: bool = False) -> None:
         import shutil
@@ -57,8 +58,9 @@ class Served:
             exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
             cmd = ([exe] if exe else [sys.executable, "-m", "logtide"]) + [
                 "logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0", "--stats-interval", "0",
-                "--fsync", fsync]
-        self.proc, self.address = start_server(cmd, Path(path).parent)
+                "--grpc-listen", "127.0.0.1:0", "--fsync", fsync]
+        # the aio server speaks only gRPC and prints "on ADDR"; `serve` prints its gRPC port after "gRPC on"
+        self.proc, self.address = start_server(cmd, Path(path).parent, " on " if aio else "gRPC on ")
 
     def cpu_s(self) -> float:
         """The server process's user + system CPU seconds so far."""
@@ -100,7 +102,7 @@ def _grpc_bench(benchmark, items, tmp_path, clients: int, aio: bool) -> None:
     per = _per_thread(clients)
     n = items(per * clients, clients=clients, server="grpc.aio" if aio else "grpc (sync)")
     server = Served(tmp_path / "log", fsync="always", aio=aio)
-    client = connect_logservice(server.address)
+    client = connect_logservice(server.address, carrier="grpc")
     pool = Threads(clients)
     cpu = {"client": 0.0, "server": 0.0, "rounds": 0}
 

@@ -41,7 +41,8 @@ def main(reply_bytes: int, durable_file: str | None) -> None:
 
     handler = grpc.method_handlers_generic_handler(
         "floor.Echo", {"Calls": grpc.stream_stream_rpc_method_handler(calls)})
-    server = grpc.server(ThreadPoolExecutor(max_workers=8))
+    # one worker per open stream (the floor benchmarks open up to 32), as RpcServer has room for
+    server = grpc.server(ThreadPoolExecutor(max_workers=64))
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -1,5 +1,6 @@
 """PostgreSQL 15 as the durable-write peer: a throwaway server with fsync=on and
-synchronous_commit=on in a temporary directory, and pgbench runs of a custom script against it.
+synchronous_commit=on in a temporary directory, and sustained pgbench runs of a custom script
+against it (`pgbench -T`: its tps without initial connection time, and its per-second progress).
 
 As root the server commands run as the `postgres` user, with a data and socket directory it owns.
 """
@@ -13,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench.sustained import SustainedRun
 from logtide.logindex.pgcluster import PG_BIN, pg_available
 
 __all__ = ["PgPeer", "pg_available"]
@@ -22,11 +24,16 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
-def _run(cmd: list[str], timeout: float) -> str:
+def _run(cmd: list[str], timeout: float, both: bool = False):
     p = subprocess.run(_as_postgres(cmd), capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p.stdout
+    return (p.stdout, p.stderr) if both else p.stdout
+
+
+_TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
+_DONE = re.compile(r"number of transactions actually processed: (\d+)")
+_PROGRESS = re.compile(r"progress: ([0-9.]+) s, ([0-9.]+) tps")
 
 
 class PgPeer:
@@ -68,15 +75,21 @@ class PgPeer:
         return _run([str(PG_BIN / "psql"), *self._common(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", statement,
                      "postgres"], 60)
 
-    def pgbench(self, script: str, clients: int, transactions: int) -> int:
-        """Run `script` (pgbench syntax) with `clients` connections, `transactions` each; the
-        transactions processed (pgbench fails on any error)."""
+    def pgbench(self, script: str, clients: int, seconds: int) -> SustainedRun:
+        """Run `script` (pgbench syntax) with `clients` connections for `seconds` (pgbench -T, whole
+        seconds); its steady rate is the tps pgbench reports without initial connection time, its
+        per-second series the -P 1 progress lines. pgbench fails on any error."""
         path = self.dir / f"script-{clients}.sql"
         path.write_text(script)
         os.chmod(path, 0o644)
-        out = _run([str(PG_BIN / "pgbench"), *self._common(), "-n", "-c", str(clients), "-j", str(min(clients, 4)),
-                    "-t", str(transactions), "-f", str(path), "postgres"], 600)
-        m = re.search(r"number of transactions actually processed: (\d+)", out)
-        if not m:
-            raise RuntimeError(f"pgbench printed no transaction count:\n{out[-2000:]}")
-        return int(m.group(1))
+        seconds = max(1, int(round(seconds)))
+        out, err = _run([str(PG_BIN / "pgbench"), *self._common(), "-n", "-c", str(clients),
+                         "-j", str(min(clients, 4)), "-T", str(seconds), "-P", "1", "-f", str(path), "postgres"],
+                        seconds + 600, both=True)
+        tps, done = _TPS.search(out), _DONE.search(out)
+        if not tps or not done:
+            raise RuntimeError(f"pgbench printed no tps or transaction count:\n{out[-2000:]}")
+        rate, ops = float(tps.group(1)), int(done.group(1))
+        per_second = [float(m.group(2)) for m in _PROGRESS.finditer(err)]
+        # the time pgbench's own figure covers: its transactions over its rate
+        return SustainedRun(clients, ops / rate if rate > 0 else float(seconds), ops, per_second)

@@ -45,7 +45,7 @@ class RaftCluster:
     def status(self, i: int) -> dict:
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.raft.channel import connect_replica
+        from logtide.engine.nodehost.channel import connect_replica
         c = connect_replica(REPLICATED_SERVICE, f"127.0.0.1:{self.ports[i]}", timeout=0.5)
         try:
             return json.loads(c.invoke("Status", pb.REmpty()).json)

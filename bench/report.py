@@ -59,6 +59,9 @@ def by_name(raw_benchmarks: list[dict]) -> dict[str, dict]:
 
 
 def per_item(b: dict) -> float | None:
+    rate = b.get("extra_info", {}).get("rate")
+    if rate:   # a sustained run's own steady rate (bench/sustained.py, pgbench -T): its round's wall
+        return 1 / rate   # time also holds thread or process start, which the rules keep out
     items = b.get("extra_info", {}).get("items")
     if not items:
         return None

@@ -5,18 +5,19 @@ import os
 import subprocess
 
 
-def start_server(cmd: list, cwd) -> tuple[subprocess.Popen, str]:
-    """Start a server process that prints "... on HOST:PORT" as its first line: (Popen, address)."""
+def start_server(cmd: list, cwd, label: str = " on ") -> tuple[subprocess.Popen, str]:
+    """Start a server process that prints "... on HOST:PORT" as its first line: (Popen, address).
+    `label` picks another address on that line (e.g. "gRPC on " for a log service's gRPC port)."""
     # outside the source tree, without the report's PYTHONPATH: the server imports the installed wheel
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                             cwd=str(cwd))
     line = proc.stdout.readline()
-    if " on " not in line:
+    if label not in line:
         proc.kill()
         proc.wait(timeout=30)
         raise RuntimeError(f"{' '.join(map(str, cmd[:3]))}...: the server did not start: {line!r}")
-    return proc, line.split(" on ")[1].split()[0]
+    return proc, line.split(label)[1].split()[0].rstrip(",")
 
 
 def cpu_seconds(pid: int) -> float:

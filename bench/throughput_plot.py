@@ -11,7 +11,9 @@ def series(benchmarks: dict, prefix: str) -> list[tuple[int, float]]:
         if not (name.startswith(prefix + "[") and name[len(prefix) + 1:-1].isdigit()):
             continue                   # other parameters of the same test are not client counts
         info = b.get("extra_info", {})
-        if info.get("items") and info.get("clients"):
+        if info.get("rate") and info.get("clients"):     # a sustained run: its steady rate
+            out.append((int(info["clients"]), float(info["rate"])))
+        elif info.get("items") and info.get("clients"):
             out.append((int(info["clients"]), info["items"] / b["stats"]["min"]))
     return sorted(out)
 
@@ -29,6 +31,16 @@ def throughput_plot(benchmarks: dict, outdir, filename: str, lines: dict[str, st
     except ImportError:
         return []
     fig, ax = plt.subplots(figsize=(7, 4))
+    draw_by_clients(ax, data, title, unit)
+    out = Path(outdir) / filename
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]
+
+
+def draw_by_clients(ax, data: dict[str, list[tuple[int, float]]], title: str, unit: str) -> None:
+    """Throughput against client count on `ax`, one line per label."""
     for label, pts in data.items():
         if pts:
             ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=label)
@@ -39,8 +51,3 @@ def throughput_plot(benchmarks: dict, outdir, filename: str, lines: dict[str, st
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    out = Path(outdir) / filename
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return [out]

@@ -17,7 +17,7 @@ import numpy as np
 
 from logtide import Bloom4K
 from logtide.errors import CorruptBlockError, LogtideError, LsnOrderError, ReadOnlyError
-from logtide.pagetag import PageTag, tag_array
+from logtide.pagetag import PageTag, tag_array, tags_from_array
 from logtide._ext import memtable as _mt
 from logtide._ext.insert_path import InsertPath
 from logtide._ext.lookup import TableLookup
@@ -694,8 +694,7 @@ class LogIndex:
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
         """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
         for lsns, tags in self.iter_lsn_arrays(from_lsn):
-            for lsn, t in zip(lsns.tolist(), tags.tolist()):
-                yield lsn, tuple.__new__(PageTag, t)
+            yield from zip(lsns.tolist(), tags_from_array(tags))
 
     iter_from = iter_lsn   # the DESIGN's name for the LSN iterator
 

@@ -12,12 +12,27 @@ import logtide.commands
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logtide", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"logtide {_version()}")
+    tls = parser.add_argument_group("mutual TLS (both carriers, every server and client of the command; "
+                                    "also LOGTIDE_TLS_CA/CERT/KEY)")
+    tls.add_argument("--tls-ca", metavar="PEM", help="CA that signed every peer's certificate")
+    tls.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
+    tls.add_argument("--tls-key", metavar="PEM", help="its private key")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(logtide.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"logtide.commands.{info.name}")
         module.register(sub)
     return parser
+
+
+def _apply_tls(args: argparse.Namespace) -> None:
+    given = [args.tls_ca, args.tls_cert, args.tls_key]
+    if any(given):
+        from logtide.engine.rpc.tls import TlsConfig, set_default
+        from logtide.errors import InvalidArgument
+        if not all(given):
+            raise InvalidArgument("--tls-ca, --tls-cert and --tls-key go together")
+        set_default(TlsConfig(*given))
 
 
 def _version() -> str:
@@ -28,6 +43,7 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _apply_tls(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -44,6 +44,17 @@ class MetaUnknownMember(MetaInvalidArgument):
     """A request names a replica id that is not a member of the meta-service group."""
 
 
+class MetaMembershipRefused(MetaError):
+    """A membership change of the meta-service group was refused before it was proposed: it would
+    leave the voters without a reachable quorum, or the learner to promote has not caught up, or
+    the change is already done or another one is in flight."""
+
+
+class MetaWatchCompacted(MetaError):
+    """A watch asked to resume after a cursor whose following events this replica no longer keeps
+    (or never had: it was restored from a snapshot after it). Re-read the range (initial_flush)."""
+
+
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
 
 class InvalidArgument(LogtideError, ValueError):
@@ -99,8 +110,43 @@ class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
 
 
+class TlsError(RpcError):
+    """A TLS handshake failed: a certificate the other side's CA did not sign, a host name the
+    server's certificate does not carry, or one side without TLS."""
+
+
 class RpcStreamBroken(RpcError):
     """The stream a pipelined call travelled on broke before its reply came; the next call reconnects."""
+
+
+class WireProtocolError(InvalidRequest):
+    """Bytes on a framed-carrier connection that break its format (docs/rpc.md, "The framed
+    carrier"); the receiver closes that connection, saying why, and serves its other ones."""
+
+
+class BadWireMagic(WireProtocolError):
+    """A connection did not open with the framed carrier's magic and version."""
+
+
+class FrameTooLarge(WireProtocolError):
+    """A frame's length is over the receiver's limit (refused before its body is read), or zero."""
+
+
+class FrameChecksumError(WireProtocolError):
+    """A frame's body does not match its CRC-32C."""
+
+
+class MalformedFrame(WireProtocolError):
+    """A frame whose body does not parse for its kind, of an unknown kind, or cut short by the
+    connection's end."""
+
+
+class UnknownWireId(WireProtocolError):
+    """A frame names a method index never bound on the connection, or a stream never opened."""
+
+
+class FrameTimeout(WireProtocolError):
+    """A frame was begun and not finished within the receiver's frame timeout."""
 
 
 class ForkedProcessError(LogtideError, RuntimeError):
@@ -231,6 +277,18 @@ class DirectoryInUseError(LogtideError):
 
 class LogDirectoryInUse(DirectoryInUseError, LogServiceError):
     """The log directory is open in another LogService (this process or another)."""
+
+
+class ClusterError(LogtideError):
+    """A `logtide cluster` command could not do what it was asked."""
+
+
+class ClusterRunningError(ClusterError):
+    """`cluster up` on a directory whose cluster still has processes running."""
+
+
+class UnknownClusterProcess(ClusterError, ValueError):
+    """A process named by ROLE#N that the cluster does not have (or a role it does not know)."""
 
 
 # --- HAKeeper (engine/hakeeper) ---

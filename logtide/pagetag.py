@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import operator
 import struct
+
 import numpy as np
+
+from logtide._ext.pagetag_alloc import adopt_tags, make_tag
 
 _PACK = struct.Struct("<5I")
 TAG_BYTES = _PACK.size  # 20
@@ -16,23 +19,14 @@ _U32_MAX = 0xFFFFFFFF
 
 
 class PageTag(tuple):
-    """PageTag(spc, db, rel, fork, block): hashable, ordered field by field."""
+    """PageTag(spc, db, rel, fork, block): hashable, ordered field by field, equal to the plain
+    5-tuple of its fields. It costs what a plain tuple costs: the garbage collector does not walk it."""
 
     __slots__ = ()
     _fields = ("spc", "db", "rel", "fork", "block")
 
     def __new__(cls, spc: int, db: int, rel: int, fork: int, block: int) -> "PageTag":
-        vals = (spc, db, rel, fork, block)
-        out = []
-        for name, v in zip(cls._fields, vals):
-            try:
-                v = operator.index(v)
-            except TypeError:
-                raise TypeError(f"PageTag.{name} must be an int, not {type(v).__name__}") from None
-            if not 0 <= v <= _U32_MAX:
-                raise ValueError(f"PageTag.{name} must fit in u32, got {v}")
-            out.append(v)
-        return tuple.__new__(cls, out)
+        return make_tag(cls, spc, db, rel, fork, block)
 
     spc = property(operator.itemgetter(0), doc="tablespace oid")
     db = property(operator.itemgetter(1), doc="database oid")
@@ -49,7 +43,7 @@ class PageTag(tuple):
         """Parse the 20-byte form."""
         if len(data) != TAG_BYTES:
             raise ValueError(f"a PageTag is {TAG_BYTES} bytes, got {len(data)}")
-        return tuple.__new__(cls, _PACK.unpack(data))
+        return adopt_tags(cls, (_PACK.unpack(data),))[0]
 
     @classmethod
     def parse(cls, text: str) -> "PageTag":
@@ -102,7 +96,7 @@ def tag_rows(tags) -> np.ndarray:
 
 def tags_from_array(arr) -> list[PageTag]:
     """An (n, 5) array back to a list of PageTags."""
-    return [tuple.__new__(PageTag, row) for row in tag_array(arr).tolist()]
+    return adopt_tags(PageTag, tag_array(arr).tolist())
 
 
 def random_tags(n: int, seed: int = 0, relations: int = 16, blocks: int = 1 << 20) -> np.ndarray:

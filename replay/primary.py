@@ -31,13 +31,13 @@ from logtide.engine.pipelined_commit import PipelinedCommitter
 from logtide.engine.relay_commit import RelayCommitter
 from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
                             TruncatedSubscribeError)
-from logtide.replay.batch_replay import block_refs, replay_into_pool
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, read_control, write_control
 from logtide.replay.meta_queue import MetaQueue
 from logtide.replay.meta_stream import decode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
+from logtide.replay.page_redo import redo_pages
 from logtide.replay.page_store import PageStore
 from logtide.replay.row_address import DB, SPC, check_page_tag, check_rel, check_tid, rel_tag
 from logtide.replay.wal_frames import FramedWal, needs_frames
@@ -53,6 +53,7 @@ REPLICA_TIMEOUT_S = 10.0
 FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
 PRIMARY_LOCK = "primary.lock"
+RECOVERY_RUN_BYTES = 64 << 20   # WAL read and redone at a time at open
 
 
 class TupleNotFoundError(LogtideError, KeyError):
@@ -166,27 +167,23 @@ class Primary:
         n = 0
         lsn = min(index_from, redo_from)
         while lsn <= latest:
-            recs = self.wal.read(lsn, 4 << 20)
-            if not recs:
+            # big runs: each page is pinned once per run (page_redo.py), so fewer runs, fewer pins
+            refs = self.wal.read_refs(lsn, RECOVERY_RUN_BYTES)
+            if refs is None:
                 break
-            lsns = np.fromiter((l for l, _ in recs), dtype=np.uint64, count=len(recs))
-            offs = np.zeros(len(recs) + 1, dtype=np.int64)
-            np.cumsum([len(r) for _, r in recs], out=offs[1:])
-            blob = np.frombuffer(b"".join(r for _, r in recs), dtype=np.uint8)
-            tags, rec = block_refs(blob, offs)
-            rl = lsns[rec]
+            tags, rl = refs.tags, refs.lsn
             keep = rl >= index_from
             self.index.add(tags[keep], rl[keep])
-            xids = blob[(offs[:-1, None] + np.arange(4, 8)).reshape(-1)].view("<u4")
-            self._xid = max(self._xid, int(xids.max()) + 1)
+            self._xid = max(self._xid, refs.max_xid + 1)
             ours = (tags[:, 0] == SPC) & (tags[:, 1] == DB) & (tags[:, 3] == 0)
             for r in np.unique(tags[ours, 2]).tolist():
                 top = int(tags[ours & (tags[:, 2] == r), 4].max()) + 1
                 self._rel_blocks[r] = max(self._rel_blocks.get(r, 0), top)
             todo = rl >= redo_from
-            replay_into_pool(self.pool, self._load, blob, offs, lsns, tags[todo], rec[todo])
-            n += int((lsns >= redo_from).sum())
-            lsn = recs[-1][0] + 1
+            redo_pages(self.pool, self._load, refs.bufs, refs.buf_id[todo], tags[todo], rl[todo], refs.rec_off[todo],
+                       refs.rec_len[todo])
+            n += max(0, min(refs.next_lsn - 1, latest) - max(lsn, redo_from) + 1)
+            lsn = refs.next_lsn
         low = self.pool.min_rec_lsn()
         self.consistent_lsn = max(self.consistent_lsn, latest if low == 0 else low - 1)
         return n

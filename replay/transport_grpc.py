@@ -65,7 +65,7 @@ class GrpcLink:
         self._stream = None
         self._joins = 0   # subscriptions so far: a stream's error from before the latest one is stale
         self.reconnects = 0
-        self.client = connect(REPLICATION, address, **rpc_options)
+        self.client = connect(REPLICATION, address, carrier="wire", **rpc_options)
         ro._link = self
         self._join()
         self._thread = threading.Thread(target=self._run, name=f"receiver-ro{ro.node_id}", daemon=True)

@@ -12,7 +12,9 @@ fence a primary appends when it opens; its log LSN is that primary's *epoch*, wh
 it writes carries. A reader keeps the highest epoch seen and skips frames of a lower one: an
 append of a dead primary that reaches the log after a new primary's fence is never read. An OPEN
 frame's epoch field holds the highest epoch its primary had seen, so the fence outlives the
-truncation of the frames that set it. The layout is in docs/replication.md.
+truncation of the frames that set it. Frames are records of type WAL_FRAME_RECORD; records of
+other types belong to other writers sharing the log (a cluster's log shard) and are skipped. The
+layout is in docs/replication.md.
 
 Truncation and registered readers' LSNs are translated between WAL and log LSNs at frame
 boundaries, always to the conservative side (hold more, never less). The newest record frame is
@@ -25,7 +27,7 @@ import logging
 import struct
 import threading
 
-from logtide.engine.logservice.log_format import DATA_HEADER_SIZE
+from logtide.engine.logservice.log_format import DATA_HEADER_SIZE, WAL_FRAME_RECORD
 from logtide.engine.logservice.record import data_prefix
 from logtide.errors import CorruptionError, InvalidArgument, InvalidRange, LogtideError, WalGoneError
 
@@ -89,6 +91,7 @@ class FramedWal:
         self._scan_from = 0         # the first log LSN scanned: OPEN frames below it are unseen
         self._truncated = 0         # WAL LSNs at or below it are truncated
         self.stale_frames = 0
+        self.foreign_records = 0
         with self._lock:
             self._scan_lsn = self._scan_from = max(1, self.log.get_first_lsn())
             self._scan()
@@ -96,7 +99,8 @@ class FramedWal:
             if writer:
                 # the fence carries the newest epoch seen: a reader that starts after the frames
                 # of that epoch are truncated still knows a frame of an older one is stale
-                f = self.log.append(encode_frame(KIND_OPEN, self._epoch, self._next_wal, []), replica_id)
+                f = self.log.append(encode_frame(KIND_OPEN, self._epoch, self._next_wal, []), replica_id,
+                                    type=WAL_FRAME_RECORD)
                 self._scan()
                 if self._epoch != f:
                     raise FencedError(f"a newer primary (epoch {self._epoch}) opened on this log after this one "
@@ -117,6 +121,9 @@ class FramedWal:
                 self._scan_lsn = self._scan_from = first   # removed under us (compaction): the log starts later now
                 continue
             for r in recs:
+                if r.type != WAL_FRAME_RECORD:
+                    self.foreign_records += 1       # another writer's record on the shared log
+                    continue
                 self._index(r.lsn, r.data[DATA_HEADER_SIZE:])
             self._scan_lsn = max(self._scan_lsn, nxt)
             if not recs:
@@ -204,7 +211,8 @@ class FramedWal:
             raise InvalidArgument("append_many needs at least one record")
         with self._append_lock:   # one frame at a time; readers go on meanwhile (the index lock is not held)
             first = self._next_wal
-            lsn = self.log.append(encode_frame(KIND_RECORDS, self._my_epoch, first, records), self.replica_id)
+            lsn = self.log.append(encode_frame(KIND_RECORDS, self._my_epoch, first, records), self.replica_id,
+                                  type=WAL_FRAME_RECORD)
             with self._lock:
                 self._fw.append(first)
                 self._ll.append(lsn)

@@ -1,9 +1,11 @@
-"""Single-process replay of a `logtide.replay` directory to a target LSN: the reference the Spark
-replay must equal byte for byte, and the baseline of its benchmark.
+"""Single-process replay of a `logtide.replay` directory to a target LSN: the pages plan of
+partitioned_replay run in this process, without Spark, as one partition that owns every page.
 
-It is logtide.replay's own recovery path (the one `Primary` runs at open): full WAL records in LSN
-order, block references from the Cython meta decoder, `replay_into_pool` into a BufferPool whose
-evictions write pages out. Output layout and manifest as in page_output.py.
+It is the fastest single-process path, so it is the baseline of the Spark speed-up: each page's
+(LSN, record location) rows come from the LogIndex's saved tables or a Cython scan of the WAL meta
+of the log segments (page_lsns.py), sorted by page then LSN, and the located per-page Cython redo
+applies them straight from the mmap'ed segments, a chunk of pages at a time (redo_task.py). The
+Spark replay must equal it byte for byte. Output layout and manifest as in page_output.py.
 """
 from __future__ import annotations
 
@@ -12,87 +14,44 @@ import time
 
 import numpy as np
 
-from logtide._ext import page as pg
-from logtide.replay.batch_replay import block_refs, replay_into_pool
-from logtide.replay.buffer_pool import BufferPool
-from logtide.spark.log_segments import WAL_DATA_OFFSET, scan_segment
-from logtide.spark.page_output import PageWriter, abort, commit, temp_dir_for
+from logtide.spark.page_lsns import owned_rows
+from logtide.spark.page_output import abort, commit, temp_dir_for
+from logtide.spark.redo_task import PartitionReplayer, ReplayContext
 from logtide.spark.replay_input import analyze
 
-BATCH_RECORDS = 65536
 
-
-def replay_local(data_dir, target_lsn: int, out_dir, *, pool_pages: int = 32768) -> dict:
+def replay_local(data_dir, target_lsn: int, out_dir) -> dict:
     """Replay data_dir up to target_lsn in this process; commit a page store in out_dir.
-    Returns {"records", "pages", "seconds", "manifest"}. The pool is large (256 MiB of frames, touched
-    only as used) so that replay_into_pool works in big chunks: the fastest this path goes."""
-    from logtide.replay.page_store import PageStore
+    Returns {"records", "pages", "applied", "seconds", "manifest"}."""
     t0 = time.perf_counter()
     inp = analyze(data_dir, target_lsn)
+    segs = inp.segments
     tmp = temp_dir_for(os.fspath(out_dir))
-    store = PageStore(inp.pages_dir) if os.path.isdir(inp.pages_dir) else None
-    writer = PageWriter(tmp)
-    written: dict[tuple, tuple[int, int]] = {}
-
-    def out(tag, page) -> bool:
-        p = np.array(page, dtype=np.uint8).reshape(1, -1)
-        crc = writer.write(np.array([tag], np.uint32), p)
-        written[tuple(tag)] = (pg.get_lsn(p[0]), int(crc[0]))
-        return True
-
-    def load(tag, frame) -> None:
-        if store is not None:
-            store.read_into(tag, frame)
-        else:
-            frame[:] = 0
-
-    pool = BufferPool(pool_pages, evict_dirty=out)
-    records = 0
+    ctx = ReplayContext(tuple(s.path for s in segs), inp.pages_dir, target_lsn, tmp, 1)
+    first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
+    rp = None
     try:
-        base = inp.base_tags()
-        if len(base):     # stored pages first; replayed pages overwrite them
-            page = np.empty(8192, np.uint8)
-            for t in base.tolist():
-                load(tuple(t), page)
-                out(tuple(t), page)
-        for seg in inp.segments:
-            s = scan_segment(seg)
-            n = min(len(s.starts), target_lsn - seg.first_lsn + 1)
-            user = np.nonzero(s.types[:n] == 0)[0]
-            if not len(user):
-                continue
-            # the records back to back: drop each frame's header and data prefix in one masked copy
-            first = s.starts[user].astype(np.int64) + WAL_DATA_OFFSET
-            end = s.starts[user].astype(np.int64) + 20 + s.lengths[user].astype(np.int64)
-            mv = np.frombuffer(s.buf, np.uint8)
-            edge = np.zeros(len(mv) + 1, np.int8)
-            edge[first] += 1
-            edge[end] -= 1
-            blob_all = mv[np.cumsum(edge[:-1], dtype=np.int8).view(bool)]   # ranges never overlap: 0 or 1
-            offs_all = np.zeros(len(user) + 1, np.int64)
-            np.cumsum(end - first, out=offs_all[1:])
-            lsns_all = np.uint64(seg.first_lsn) + user.astype(np.uint64)
-            for a in range(0, len(user), BATCH_RECORDS):
-                z = min(len(user), a + BATCH_RECORDS)
-                blob = blob_all[offs_all[a]:offs_all[z]]
-                offs = offs_all[a:z + 1] - offs_all[a]
-                lsns = lsns_all[a:z]
-                tags, rec = block_refs(blob, offs)
-                replay_into_pool(pool, load, blob, offs, lsns, tags, rec)
-                records += z - a
-        for tag, f in pool.resident():
-            out(tag, pool.frames[f])
-        tags = np.array(sorted(written), np.uint32).reshape(-1, 5)
-        vals = np.array([written[tuple(t)] for t in tags.tolist()], np.int64).reshape(-1, 2)
-        writer.close()
-        manifest = commit(tmp, os.fspath(out_dir), tags, vals[:, 0], vals[:, 1].astype(np.uint32),
-                          target_lsn=target_lsn, plan="local", partitions=1)
+        rows = owned_rows(ctx, segs, inp.index_dir, first_needed, inp.base_tags(), 0)
+        rp = PartitionReplayer(ctx)
+        tags, lsns, crcs, applied = [], [], [], 0
+        for b in rp.apply(*rows):
+            tags.append(np.stack([b.column(c).to_numpy() for c in ("spc", "db", "rel", "fork", "block")], axis=1))
+            lsns.append(b.column("page_lsn").to_numpy())
+            crcs.append(b.column("crc").to_numpy())
+            applied += int(b.column("applied").to_numpy().sum())
+        rp.close()
+        rp = None
+        tags = np.concatenate(tags).astype(np.uint32) if tags else np.empty((0, 5), np.uint32)
+        lsns = np.concatenate(lsns) if lsns else np.empty(0, np.int64)
+        crcs = np.concatenate(crcs).astype(np.uint32) if crcs else np.empty(0, np.uint32)
+        manifest = commit(tmp, os.fspath(out_dir), tags, lsns, crcs, target_lsn=target_lsn, plan="local",
+                          partitions=1)
     except BaseException:
-        writer.close()
+        if rp is not None:
+            rp.close()
         abort(tmp)
         raise
-    finally:
-        if store is not None:
-            store.close()
-    return {"records": records, "pages": len(tags), "seconds": time.perf_counter() - t0, "manifest": manifest}
-
+    # the records the replay covers, counted as partitioned_replay counts them
+    records = max(0, target_lsn - segs[0].first_lsn + 1)
+    return {"records": records, "pages": len(tags), "applied": applied, "seconds": time.perf_counter() - t0,
+            "manifest": manifest}

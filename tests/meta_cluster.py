@@ -1,4 +1,10 @@
-"""A meta-service Raft group of separate `logtide meta serve --raft` processes on loopback."""
+"""A meta-service Raft group of separate `logtide meta serve --raft` processes on loopback.
+
+With proxied=True every replica reaches every other one through its own loopback TCP proxy (one
+per direction of each pair: replica i's --peers names j at proxy (i, j), which forwards to j's
+port), so a test cuts links between replicas (cut, isolate, heal) at the byte level, whatever
+carrier the replicas speak. Clients use the replicas' own ports (addr), outside the proxies.
+"""
 import os
 import signal
 import subprocess
@@ -14,12 +20,20 @@ TICK = "0.05"  # 0.3-0.6 s elections keep fault rounds short (the default tick i
 
 
 class MetaCluster:
-    def __init__(self, tmp_path, n=3, clock_file=None, extra=()):
+    def __init__(self, tmp_path, n=3, clock_file=None, extra=(), proxied=False):
         self.tmp = tmp_path
         self.clock_file = clock_file
         self.extra = list(extra)
         self.ports = dict(zip(range(1, n + 1), free_ports(n)))
         self.procs = {}
+        self.joined = set()     # replicas started with --join (added later as learners)
+        self.links = {}         # (i, j) -> the TcpProxy replica i reaches replica j through
+        if proxied:
+            from tcp_proxy import TcpProxy
+            for i in self.ports:
+                for j in self.ports:
+                    if i != j:
+                        self.links[(i, j)] = TcpProxy(self.addr(j))
         for i in self.ports:
             self.start(i)
 
@@ -29,21 +43,54 @@ class MetaCluster:
     def addrs(self):
         return ",".join(self.addr(i) for i in self.ports)
 
-    def peers(self):
-        return ",".join(f"{j}={self.addr(j)}" for j in self.ports)
+    def peers(self, i=None):
+        """The --peers of replica i: itself at its own port, the others through its proxies."""
+        def at(j):
+            return self.links[(i, j)].address if (i, j) in self.links else self.addr(j)
+        return ",".join(f"{j}={at(j)}" for j in self.ports)
 
     def start(self, i):
         log = open(self.tmp / f"meta{i}.log", "ab")
         clock = ["--clock-file", str(self.clock_file)] if self.clock_file else []
+        join = ["--join"] if i in self.joined else []
         self.procs[i] = subprocess.Popen(
-            [LOGTIDE, "meta", "serve", "--raft", "--id", str(i), "--peers", self.peers(),
-             "--dir", str(self.tmp / f"m{i}"), "--tick", TICK, *clock, *self.extra],
+            [LOGTIDE, "meta", "serve", "--raft", "--id", str(i), "--peers", self.peers(i), "--listen", self.addr(i),
+             "--dir", str(self.tmp / f"m{i}"), "--tick", TICK, *clock, *join, *self.extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+
+    def add(self, i):
+        """Start replica i on a new port with --join: it serves once `meta member add --learner` adds it."""
+        assert i not in self.ports and not self.links
+        self.ports[i] = free_ports(1)[0]
+        self.joined.add(i)
+        self.start(i)
+
+    # ------------------------------------------------------------------ partitions (proxied=True)
+    def cut(self, i, j):
+        """No byte between replicas i and j, either way (each end sees a silent peer)."""
+        self.links[(i, j)].blackhole(True)
+        self.links[(j, i)].blackhole(True)
+
+    def isolate(self, i):
+        for j in self.ports:
+            if j != i:
+                self.cut(i, j)
+
+    def heal(self):
+        for p in self.links.values():
+            p.blackhole(False)
 
     def kill(self, i, sig=signal.SIGKILL):
         p = self.procs.pop(i)
         p.send_signal(sig)
         p.wait(timeout=30)
+
+    def freeze(self, i):
+        """SIGSTOP replica i (it keeps its sockets; peers and clients see a silent process)."""
+        self.procs[i].send_signal(signal.SIGSTOP)
+
+    def thaw(self, i):
+        self.procs[i].send_signal(signal.SIGCONT)
 
     def status(self, i, timeout=1.0):
         """Replica i's own view (a stale Status): role, term, leader_id, commit_index, applied_index, seq..."""
@@ -101,6 +148,8 @@ class MetaCluster:
                 p.kill()
                 p.wait(10)
         self.procs.clear()
+        for p in self.links.values():
+            p.close()
 
 
 def wait_ready(cluster, timeout=30.0):

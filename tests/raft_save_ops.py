@@ -61,7 +61,7 @@ def readys(seed: int):
 
 
 if __name__ == "__main__":
-    from logtide.engine.raft.disk_storage import DiskStorage
+    from logtide.engine.nodehost.disk_storage import DiskStorage
     st = DiskStorage.open(sys.argv[1], voters=VOTERS, segment_size=4096)
     for k, rd in enumerate(readys(int(sys.argv[2]))):
         print("B", k, flush=True)

@@ -43,7 +43,7 @@ def apply(store, op) -> None:
 
 
 if __name__ == "__main__":
-    from logtide.engine.raft.disk_storage import DiskStorage
+    from logtide.engine.nodehost.disk_storage import DiskStorage
     st = DiskStorage.open(sys.argv[1], voters=[1, 2, 3], segment_size=4096)
     for k, op in enumerate(ops(int(sys.argv[2])), 1):
         apply(st, op)

@@ -36,3 +36,13 @@ def test_demo_bloom_stage(tmp_path):
 def test_bad_subcommand_is_an_error():
     p = subprocess.run(_logtide() + ["no-such-command"], capture_output=True, text=True)
     assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_meta_serve_has_no_log_mode(tmp_path):
+    """The meta-service replicates as a Raft group (--raft); the --log mode is gone, flags and all."""
+    for flags in (["--log", "127.0.0.1:1"], ["--log-deadline", "1"]):
+        p = subprocess.run(_logtide() + ["meta", "serve", "--dir", str(tmp_path / "m"), *flags],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "unrecognized arguments" in p.stderr, p.stdout + p.stderr
+    out = subprocess.run(_logtide() + ["meta", "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--raft" in out and "--log" not in out

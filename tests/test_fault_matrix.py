@@ -9,8 +9,8 @@ the peer rejoins, and its state is compared with a model built from scratch.
 
 | pair                        | faulted   | survivor checks                                            |
 |-----------------------------|-----------|------------------------------------------------------------|
-| primary <-> RO (gRPC)       | RO        | inserts never stall; RO dropped within replica timeout     |
-| TN <-> CN (gRPC)            | TN        | CN serves reads at its watermark; waits past it time out   |
+| primary <-> RO (framed)     | RO        | inserts never stall; RO dropped within replica timeout     |
+| TN <-> CN (framed)          | TN        | CN serves reads at its watermark; waits past it time out   |
 | log-service client <-> server | server  | calls end in RpcError / DeadlineExceededError              |
 | meta client <-> server      | server    | calls end in MetaUnavailableError / MetaDeadlineExceeded   |
 """

@@ -12,10 +12,10 @@ from hakeeper_world import World
 from logtide.engine.hakeeper import (ClusterInfo, CommandType, HAKeeperStateMachine, InitialCluster,
                                      LogStoreHeartbeat, StoreRole, Tick, encode_command, leader_batch)
 from logtide.engine.hakeeper.cluster_info import BootstrapState
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftTimeout
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer
 from logtide.errors import MalformedCommandError, UnknownStoreError
 

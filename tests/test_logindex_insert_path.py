@@ -1,5 +1,6 @@
 """LogIndex.insert's one-call Cython path (InsertPath) against a dict-of-sets model: every return
-value, every error and every lookup, across memtable switches, flushes and the slow path's cases."""
+value, every error and every lookup, across memtable switches, flushes and the slow path's cases,
+with the tag spelled as a tuple, a list, an array or the library's own PageTag."""
 import time
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis_profiles import scaled
 
-from logtide import LogIndex
+from logtide import LogIndex, PageTag
 from logtide.errors import LsnOrderError
 
 TAGS = [(1663, 5, 16384, f, b) for f in (0, 1) for b in range(5)]
@@ -15,7 +16,7 @@ MAX = 2**64 - 1
 
 # one op: (tag index, LSN step, how the call is spelled, what goes wrong)
 ops = st.lists(st.tuples(st.integers(0, len(TAGS) - 1), st.sampled_from([0, 0, 1, 1, 2, 5, 2**32]),
-                         st.sampled_from(["tuple", "list", "array", "np_lsn"]),
+                         st.sampled_from(["tuple", "list", "array", "np_lsn", "pagetag", "pagetag_bytes"]),
                          st.sampled_from([None] * 8 + ["older", "negative", "too_big", "bad_tag", "flush"])),
                min_size=1, max_size=120)
 
@@ -59,7 +60,8 @@ def test_insert_per_call_matches_model(tmp_path_factory, ops, max_segments, back
                     li.insert((1, 2, 3, 4, -5), lsn + step)
             assert li.stats()["inserted"] == before, "a refused insert stores nothing"
             lsn += step
-            spelled = {"tuple": tag, "list": list(tag), "array": np.array(tag, np.uint32)}.get(form, tag)
+            spelled = {"tuple": tag, "list": list(tag), "array": np.array(tag, np.uint32), "pagetag": PageTag(*tag),
+                       "pagetag_bytes": PageTag.from_bytes(PageTag(*tag).to_bytes())}.get(form, tag)
             arg = np.uint64(lsn) if form == "np_lsn" else lsn
             new = lsn not in model.setdefault(tag, set())
             assert li.insert(spelled, arg) is new

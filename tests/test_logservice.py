@@ -11,13 +11,13 @@ from logtide.errors import InvalidArgument, LogServiceClosed, LogtideError, Reco
 
 pytestmark = pytest.mark.timeout(120)
 
-TRANSPORTS = ["inproc", "grpc", "rpc-inproc"]
+TRANSPORTS = ["inproc", "wire", "grpc", "rpc-inproc"]
 
 
 @pytest.fixture(params=TRANSPORTS)
 def client(request, tmp_path):
-    """The embedded service; a client of it through a real gRPC server on 127.0.0.1:0; or that
-    client over the RPC layer's in-process transport."""
+    """The embedded service; a client of it through a real server on 127.0.0.1:0, over the framed
+    carrier or gRPC; or that client over the RPC layer's in-process transport."""
     svc = LogService.open(tmp_path / "log", max_record_size=1 << 20)
     if request.param == "inproc":
         try:
@@ -39,8 +39,12 @@ def client(request, tmp_path):
             c.close()
             svc.close()
         return
-    server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
-    c = connect_logservice(f"127.0.0.1:{server.port}")
+    if request.param == "grpc":
+        server = LogServiceServer(svc, "127.0.0.1:0", own_service=True, grpc_listen="127.0.0.1:0")
+        c = connect_logservice(server.grpc_address, carrier="grpc")
+    else:
+        server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
+        c = connect_logservice(f"127.0.0.1:{server.port}")
     try:
         yield c
     finally:

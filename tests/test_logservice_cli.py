@@ -57,4 +57,4 @@ def test_demo_logservice_stage(tmp_path):
                        capture_output=True, text=True, timeout=170)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "-- logservice: PASS" in p.stdout and "bad records: 0" in p.stdout
-    assert "records per fdatasync" in p.stdout and "gRPC at 127.0.0.1:" in p.stdout
+    assert "records per fdatasync" in p.stdout and "framed carrier at 127.0.0.1:" in p.stdout

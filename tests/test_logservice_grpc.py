@@ -1,5 +1,7 @@
-"""The log service's gRPC server under bad requests: malformed frames, oversize messages and
-payloads, unknown LSNs, abrupt clients. It answers each with a clear status and keeps serving."""
+"""The log service's server under bad requests: malformed frames, oversize messages and payloads,
+unknown LSNs, abrupt clients, on both carriers (the framed one and gRPC; the raw-bytes cases are
+gRPC's, tests/test_rpc_wire.py has the framed carrier's). It answers each with a clear status and
+keeps serving."""
 from __future__ import annotations
 
 import threading
@@ -17,13 +19,26 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def server(tmp_path):
-    s = LogServiceServer.open(tmp_path / "log", max_record_size=64 << 10, max_message_size=1 << 20)
+    s = LogServiceServer.open(tmp_path / "log", max_record_size=64 << 10, max_message_size=1 << 20,
+                              grpc_listen="127.0.0.1:0")
     yield s
     s.stop()
 
 
+@pytest.fixture(params=["wire", "grpc"])
+def carrier(request):
+    return request.param
+
+
+def connect(server, carrier, **options):
+    """A client of the server over `carrier`."""
+    if carrier == "grpc":
+        return connect_logservice(server.grpc_address, carrier="grpc", **options)
+    return connect_logservice(server.address, **options)
+
+
 def raw(server, method, payload: bytes, stream=False):
-    with grpc.insecure_channel(server.address) as ch:
+    with grpc.insecure_channel(server.grpc_address) as ch:
         path = f"/logtide.logservice.LogService/{method}"
         if stream:
             return list(ch.unary_stream(path)(payload, timeout=10))
@@ -38,8 +53,8 @@ def test_malformed_requests(server):
     with pytest.raises(grpc.RpcError) as e:
         raw(server, "DropEverything", b"")
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    with connect_logservice(server.address) as c:
-        assert c.append(b"still serving") == 1
+    with connect(server, "wire") as c, connect(server, "grpc") as g:
+        assert c.append(b"still serving") == 1 and g.append(b"on both carriers") == 2
 
 
 def test_wire_level_bad_values_are_typed(server):
@@ -53,8 +68,8 @@ def test_wire_level_bad_values_are_typed(server):
     assert dict(e.value.trailing_metadata())["logtide-error-type"] == "logtide.errors.InvalidArgument"
 
 
-def test_oversize_payload_and_message(server):
-    with connect_logservice(server.address, max_message_size=8 << 20) as c:
+def test_oversize_payload_and_message(server, carrier):
+    with connect(server, carrier, max_message_size=8 << 20) as c:
         with pytest.raises(RecordTooLarge, match="max_record_size"):
             c.append(b"x" * (64 << 10))  # over the log's record limit: refused by the service
         with pytest.raises(MessageTooLarge):
@@ -63,8 +78,8 @@ def test_oversize_payload_and_message(server):
         assert c.append(b"fine") == 1
 
 
-def test_unknown_lsns(server):
-    with connect_logservice(server.address) as c:
+def test_unknown_lsns(server, carrier):
+    with connect(server, carrier) as c:
         c.append_many([b"a", b"b"])
         for lsn in (0, 4, 1 << 40, (1 << 64) - 1):
             with pytest.raises(InvalidRange):
@@ -73,10 +88,11 @@ def test_unknown_lsns(server):
         assert [r.payload for r in c.read(1, 100)[0]] == [b"a", b"b"]
 
 
-def test_reads_stream_in_chunks(tmp_path):
+def test_reads_stream_in_chunks(tmp_path, carrier):
     svc = LogService.open(tmp_path / "log")
     svc.append_many([bytes([i]) * 1000 for i in range(100)])
-    with LogServiceServer(svc, own_service=True) as s, connect_logservice(s.address, chunk_size=4096) as c:
+    with LogServiceServer(svc, own_service=True, grpc_listen="127.0.0.1:0") as s, \
+            connect(s, carrier, chunk_size=4096) as c:
         chunks = c._chunks(1, 1 << 20)
         assert len(chunks) > 20 and all(len(ch.frames) <= 4096 for ch in chunks)
         assert sum(ch.count for ch in chunks) == 100 and chunks[-1].last and chunks[-1].next_lsn == 101
@@ -85,8 +101,8 @@ def test_reads_stream_in_chunks(tmp_path):
         assert recs == svc.read(1, 1 << 20)[0]
 
 
-def test_abandoned_stream_and_many_clients(server):
-    with connect_logservice(server.address) as c:
+def test_abandoned_stream_and_many_clients(server, carrier):
+    with connect(server, carrier) as c:
         c.append_many([b"z" * 1000] * 500)
         it = c._rpc.invoke("Read", pb.ReadRequest(first_lsn=1, max_size=1 << 20, chunk_size=2000))
         next(it)
@@ -95,7 +111,7 @@ def test_abandoned_stream_and_many_clients(server):
 
     def client(t):
         try:
-            with connect_logservice(server.address) as c:
+            with connect(server, carrier) as c:
                 for i in range(20):
                     c.append(b"%d-%d" % (t, i), replica_id=t)
                     c.read(1, 5000)
@@ -108,18 +124,18 @@ def test_abandoned_stream_and_many_clients(server):
     for th in ths:
         th.join()
     assert not errors
-    with connect_logservice(server.address) as c:
+    with connect(server, carrier) as c:
         assert c.get_latest_lsn() == 500 + 160
 
 
-def test_connect_errors(tmp_path):
+def test_connect_errors(tmp_path, carrier):
     with pytest.raises(RpcError, match="could not connect"):
-        connect_logservice("127.0.0.1:1", connect_timeout=0.5)
+        connect_logservice("127.0.0.1:1", connect_timeout=0.5, carrier=carrier)
     with pytest.raises(InvalidArgument, match="host:port"):
         connect_logservice("no-port-here")
 
 
-def test_bit_rot_reaches_the_client_as_corrupt_log_error(tmp_path):
+def test_bit_rot_reaches_the_client_as_corrupt_log_error(tmp_path, carrier):
     import os
     from logtide import CorruptLogError
     svc = LogService.open(tmp_path / "log")
@@ -128,17 +144,17 @@ def test_bit_rot_reaches_the_client_as_corrupt_log_error(tmp_path):
     with open(tmp_path / "log" / seg, "r+b") as f:
         f.seek(5 * 132 + 60)
         f.write(b"!")
-    with LogServiceServer(svc, own_service=True) as s, connect_logservice(s.address) as c:
+    with LogServiceServer(svc, own_service=True, grpc_listen="127.0.0.1:0") as s, connect(s, carrier) as c:
         with pytest.raises(CorruptLogError, match=seg):
             c.read(1, 1 << 20)
         assert [r.lsn for r in c.read(7, 1 << 20)[0]][:1] == [7]  # the server keeps serving
 
 
-def test_append_fast_path_matches_the_protobuf_path(server):
+def test_append_fast_path_matches_the_protobuf_path(server, carrier):
     """The client's C-encoded append (plain bytes payloads) and its protobuf path give the same
     LSNs, records and typed errors."""
     from logtide.errors import LogServiceClosed
-    with connect_logservice(server.address) as c:
+    with connect(server, carrier) as c:
         assert c._pipe is not None                  # the fast path is in use
         lsns = [c.append(b"fast", 5, 7), c.append(bytearray(b"slow"), 5, 7), c.append(b"", 0, 0),
                 c.append(b"big" * 100, (1 << 64) - 1, (1 << 32) - 1)]

@@ -1,7 +1,7 @@
 """The replicated log's multi-record append (`append_each`: one call, one proposal batch, each
 record's LSN): the state machine's exactly-once bookkeeping against a simple model (hypothesis),
-and three in-process replicas over real gRPC, with a retried call and the leader stopped while
-batches are in flight."""
+and three in-process replicas over the framed carrier on loopback, with a retried call and the
+leader stopped while batches are in flight; the same client over their gRPC ports."""
 import io
 import threading
 import time
@@ -16,7 +16,7 @@ from logtide.engine.logservice.replicated import REPLICATED_SERVICE, ReplicatedL
 from logtide.engine.logservice.replicated_client import NoLeaderError
 from logtide.engine.logservice.replicated_state_machine import (
     ReplicatedLogStateMachine, append_command, batch_append_commands, parse_append)
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.statemachine import Entry
 from logtide.errors import InvalidArgument
 
@@ -92,7 +92,7 @@ def test_parse_append_reads_both_kinds():
 
 # --- three replicas ------------------------------------------------------------------------------------
 
-def _group(tmp_path):
+def _group(tmp_path, grpc: bool = False):
     import socket
     socks = [socket.socket() for _ in range(3)]
     for s in socks:
@@ -102,7 +102,8 @@ def _group(tmp_path):
         s.close()
     peers = {i: f"127.0.0.1:{p}" for i, p in ports.items()}
     return {i: ReplicatedLogService.open(tmp_path / f"r{i}", i, peers, peers[i], tick_interval=0.05,
-                                         request_timeout=2.0) for i in peers}, peers
+                                         request_timeout=2.0, grpc_listen="127.0.0.1:0" if grpc else None)
+            for i in peers}, peers
 
 
 def _leader(svcs, timeout=20.0):
@@ -214,5 +215,34 @@ def test_batches_in_flight_when_the_leader_stops_are_stored_exactly_once(tmp_pat
         bad = {d: (lsn, at.get(d)) for d, lsn in acked.items() if at.get(d) != lsn}
         assert not bad, f"acknowledged records not at their LSN (acked, in the log): {dict(list(bad.items())[:8])}"
     finally:
+        for s in svcs.values():
+            s.close()
+
+
+def test_the_client_speaks_either_carrier(tmp_path):
+    """The framed carrier by default; carrier="grpc" to the replicas' gRPC ports (`--grpc-listen`):
+    the same log, appends of either exactly once, each at its LSN."""
+    from logtide.engine.rpc.pipeline import PipelinedTransport
+    from logtide.engine.rpc.wire_client import WireTransport
+    svcs, peers = _group(tmp_path, grpc=True)
+    wire = connect_logservice(",".join(peers.values()), deadline=20.0)
+    grpc = connect_logservice(",".join(s.grpc_address for s in svcs.values()), carrier="grpc", deadline=20.0)
+    try:
+        assert all(isinstance(c.transport, WireTransport) for c in wire._clients.values())
+        assert all(isinstance(c.transport, PipelinedTransport) for c in grpc._clients.values())
+        lead = _leader(svcs)
+        a = wire.append_each([b"w%d" % k for k in range(20)])
+        b = grpc.append_each([b"g%d" % k for k in range(20)])
+        c1, c2 = wire.append(b"w-one"), grpc.append(b"g-one")
+        assert grpc.get_latest_lsn() == wire.get_latest_lsn() == c2 > c1 > b[-1] > a[-1]
+        want = {**{b"w%d" % k: lsn for k, lsn in enumerate(a)}, **{b"g%d" % k: lsn for k, lsn in enumerate(b)},
+                b"w-one": c1, b"g-one": c2}
+        for client in (wire, grpc):
+            recs, _ = client.read(1, 8 << 20)
+            assert {r.payload: r.lsn for r in recs} == want
+        assert _log(svcs[lead]) == sorted((lsn, d) for d, lsn in want.items())
+    finally:
+        wire.close()
+        grpc.close()
         for s in svcs.values():
             s.close()

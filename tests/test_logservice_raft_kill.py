@@ -94,7 +94,7 @@ class Cluster:
     def status(self, i, timeout=0.5):
         from logtide.engine.logservice import replicated_pb2 as pb
         from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-        from logtide.engine.raft.channel import connect_replica
+        from logtide.engine.nodehost.channel import connect_replica
         import json
         c = connect_replica(REPLICATED_SERVICE, self.addr(i), timeout=timeout)
         try:
@@ -133,7 +133,7 @@ def cluster(tmp_path):
     c.stop()
 
 
-def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+def _sigkill_rounds(cluster):
     def faults():
         rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
         for kind in rounds:
@@ -148,6 +148,31 @@ def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
                 cluster.start(v)
 
     _run_and_verify(cluster, faults)
+
+
+def test_sigkill_rounds_lose_no_acknowledged_append(cluster):
+    _sigkill_rounds(cluster)
+
+
+def test_sigkill_rounds_with_mutual_tls_between_every_peer_and_client(tmp_path):
+    """The same rounds and checks, with every replica and client on mutual TLS (the replicas get
+    it through LOGTIDE_TLS_*, as `logtide --tls-*` sets it); a client the CA did not sign is refused."""
+    from logtide.engine.rpc.tls import set_default
+    from tls_certs import make_pki
+    pki = make_pki(tmp_path / "pki")
+    set_default(pki["node"])
+    c = None
+    try:
+        c = Cluster(tmp_path)
+        _sigkill_rounds(c)
+        set_default(pki["rogue"])
+        with pytest.raises(LogtideError) as refused:
+            connect_logservice(",".join(c.addr(i) for i in c.procs), deadline=3.0, call_timeout=1.0).append(b"x")
+        assert "TLS" in str(refused.value), refused.value
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
 
 
 def test_partitions_through_a_blackholing_proxy(tmp_path):
@@ -378,9 +403,9 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     from logtide.engine.raft import messages as M
     from logtide.engine.raft import raft_pb2 as rpb
     from logtide.engine.raft.messages import Entry, Message
-    from logtide.engine.raft.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.channel import connect_replica
     from logtide.engine.raft.wire import encode_message
-    from logtide.engine.rpc import connect
 
     addrs = ",".join(cluster.addr(i) for i in cluster.ports)
     c = connect_logservice(addrs, deadline=20.0)
@@ -409,7 +434,7 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
                       messages=[app]),                                  # forged sender
         rpb.RaftBatch(cluster=1, frm=lead, messages=[stale]),         # a stale term
     ]
-    raft = connect(RAFT_SERVICE, cluster.addr(victim), timeout=10)
+    raft = connect_replica(RAFT_SERVICE, cluster.addr(victim), timeout=10)
     for b in batches:
         raft.Send(b)
     raft.close()

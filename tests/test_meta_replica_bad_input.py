@@ -1,6 +1,7 @@
 """A 3-replica meta-service group of real processes given bad input between replicas and from
-clients: malformed forwarded requests, a forward that would loop (sent to a follower), requests
-naming unknown members, bad read consistency. Each gets a typed error, no replica crashes, and the
+clients: malformed forwarded requests (membership changes too), a forward that would loop (sent
+to a follower), requests naming unknown members, membership changes that cannot be made, bad
+watch cursors, bad read consistency. Each gets a typed error, no replica crashes, and the
 group keeps serving. Also: the leader's address in the gRPC header of a follower's reply, the
 status command, and a client given only a follower's address."""
 import subprocess
@@ -13,7 +14,7 @@ from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.replica_server import LEADER_HEADER, META_FORWARD
 from logtide.engine.meta.server import META
 from logtide.engine.rpc import connect
-from logtide.errors import MetaForwardRefused, MetaInvalidArgument, MetaUnknownMember
+from logtide.errors import MetaForwardRefused, MetaInvalidArgument, MetaMembershipRefused, MetaUnknownMember
 
 from meta_cluster import LOGTIDE, MetaCluster, wait_ready
 
@@ -27,7 +28,7 @@ def cluster(tmp_path_factory):
 
 
 def _forward(cluster, i, **fields):
-    c = connect(META_FORWARD, cluster.addr(i), timeout=10)
+    c = connect(META_FORWARD, cluster.addr(i), carrier="wire", timeout=10)   # replicas forward on the framed carrier only
     try:
         return c.invoke("Forward", pb.ForwardRequest(**fields))
     finally:
@@ -51,6 +52,20 @@ def _ok(fields=None):
     ({"from_id": 0}, MetaUnknownMember),
     ({"request": pb.UpsertRequest(key="k" * 5000, update=b"v").SerializeToString()}, MetaInvalidArgument),
     ({"method": "Txn", "request": pb.TxnRequest(if_then=[pb.TxnOp()]).SerializeToString()}, MetaInvalidArgument),
+    # membership changes: a bad op, node 0, a bad address, members that do not exist
+    ({"method": "ChangeMember", "request": pb.MemberRequest(op="nuke", node_id=4).SerializeToString()},
+     MetaInvalidArgument),
+    ({"method": "ChangeMember",
+      "request": pb.MemberRequest(op="add_learner", node_id=0, address="127.0.0.1:1").SerializeToString()},
+     MetaInvalidArgument),
+    ({"method": "ChangeMember",
+      "request": pb.MemberRequest(op="add_learner", node_id=5, address="no port").SerializeToString()},
+     MetaInvalidArgument),
+    ({"method": "ChangeMember", "request": pb.MemberRequest(op="remove", node_id=99).SerializeToString()},
+     MetaUnknownMember),
+    ({"method": "ChangeMember", "request": pb.MemberRequest(op="promote", node_id=99).SerializeToString()},
+     MetaUnknownMember),
+    ({"method": "ChangeMember", "request": b"\x08\x01 not a MemberRequest"}, MetaInvalidArgument),
 ])
 def test_malformed_forwarded_requests_get_typed_errors(cluster, fields, error):
     lead = cluster.leader()
@@ -59,6 +74,8 @@ def test_malformed_forwarded_requests_get_typed_errors(cluster, fields, error):
         with pytest.raises(error):
             _forward(cluster, lead, **_ok(fields))
         assert c.seq == seq                      # nothing was applied
+        m = c.members()
+        assert m["voters"] == [1, 2, 3] and m["learners"] == []
         assert c.upsert("after-bad", b"ok")[1].seq == seq + 1
     assert all(p.poll() is None for p in cluster.procs.values()), "a replica crashed"
 
@@ -74,6 +91,35 @@ def test_a_forward_to_a_follower_is_refused_not_forwarded_again(cluster):
     with connect_meta(cluster.addr(follower)) as c:
         _prev, res = c.upsert("via-follower", b"x")
         assert c.leader == cluster.addr(lead) and res.data == b"x"
+
+
+def test_bad_membership_changes_and_watches_through_any_replica(cluster):
+    """Sent to each replica (a follower forwards them): typed errors, membership unchanged."""
+    for i in cluster.ports:
+        with connect_meta(cluster.addr(i), follow_leader=False, timeout=20) as c:
+            with pytest.raises(MetaUnknownMember):
+                c.remove_member(42)
+            with pytest.raises(MetaUnknownMember):
+                c.promote_member(42)
+            with pytest.raises(MetaInvalidArgument):
+                c.add_learner(5, "127.0.0.1")            # no port
+            with pytest.raises(MetaInvalidArgument):
+                c.add_learner(-1, "127.0.0.1:1")
+            with pytest.raises(MetaMembershipRefused):   # already a voter
+                c.add_learner(i, cluster.addr(i))
+            with pytest.raises(MetaInvalidArgument):
+                c.watch("a", after=(-1, 0))
+            assert c.members()["voters"] == [1, 2, 3]
+        raw = connect(META, cluster.addr(i), timeout=10)
+        try:
+            with pytest.raises(MetaInvalidArgument):
+                raw.invoke("ChangeMember", pb.MemberRequest(op="", node_id=1))
+        finally:
+            raw.close()
+        with connect_meta(cluster.addr(i), follow_leader=False, timeout=20) as c:
+            with pytest.raises(MetaInvalidArgument):     # a resume and a flush at once: refused by the replica
+                c.watch("a", initial_flush=True, after=(1, 0)).close()
+    assert all(p.poll() is None for p in cluster.procs.values()), "a replica crashed"
 
 
 def test_bad_consistency_is_a_typed_error_on_every_replica(cluster):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.sim.disk import ALL_STEPS, ENTRIES, write_ready
 from logtide.engine.raft.storage import MemoryStorage
 

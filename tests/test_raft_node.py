@@ -1,4 +1,4 @@
-"""RaftNode: three replicas with DiskStorage over real gRPC on 127.0.0.1, driven by their threads:
+"""RaftNode: three replicas with DiskStorage over the framed carrier on 127.0.0.1, driven by their threads:
 replication, ReadIndex, leader loss, restart from disk, snapshot catch-up, membership and transfer."""
 import json
 import threading
@@ -7,11 +7,11 @@ import time
 import pytest
 
 from logtide.engine.raft import ADD_LEARNER, ADD_VOTER, REMOVE, ConfChange
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftTimeout
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
-from logtide.engine.rpc import RpcServer
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
+from logtide.engine.rpc.wire_server import WireServer
 from logtide.engine.statemachine import StateMachine
 
 
@@ -47,7 +47,7 @@ class Group:
         self.tmp, self.kw = tmp_path, kw
         self.servers, self.nodes, self.sms, self.ports = {}, {}, {}, {}
         for i in ids:
-            s = RpcServer("127.0.0.1:0")
+            s = WireServer("127.0.0.1:0")
             self.ports[i] = None
             self.servers[i] = s
         self.founders = list(ids)
@@ -62,7 +62,7 @@ class Group:
         st = DiskStorage.open(self.tmp / f"n{i}", voters=self.founders if founding else None)
         server = self.servers.get(i)
         if server is None or self.ports.get(i) is not None:
-            server = RpcServer(f"127.0.0.1:{self.ports.get(i) or 0}")
+            server = WireServer(f"127.0.0.1:{self.ports.get(i) or 0}")
             self.servers[i] = server
         node = RaftNode(i, st, sm, tick_interval=0.02, election_tick=10, seed=i, **self.kw)
         server.add_service(RAFT_SERVICE, node.transport.servicer)

@@ -14,7 +14,7 @@ import pytest
 from logtide._ext import wal
 from logtide.engine.raft import ADD_LEARNER, ConfChange, ConfState, Entry, HardState, MemoryStorage
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CorruptRaftEntry
 from logtide.engine.raft.raft_format import LOG_DIR, STATE_FILE
 from logtide.errors import CorruptionError

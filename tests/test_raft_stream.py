@@ -1,4 +1,4 @@
-"""The Raft replication stream over real gRPC on 127.0.0.1: one stream per peer carries batches in
+"""The Raft replication stream over the framed carrier on 127.0.0.1: one stream per peer carries batches in
 order and without loss under load, comes back after the peer restarts, finds a stopped peer
 (SIGSTOP) within its acknowledgement deadline, and survives bad frames (typed errors, logged)."""
 import os
@@ -9,23 +9,24 @@ import sys
 import threading
 import time
 
-import grpc
 import pytest
 
+from logtide._ext import wire_codec as wc
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
-from logtide.engine.raft import transport as T
+from logtide.engine.nodehost import transport as T
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage
 from logtide.engine.raft.messages import Entry, Message
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.raft.wire import encode_message
-from logtide.engine.rpc import RpcServer
+from logtide.engine.rpc.wire_client import WireTransport
+from logtide.engine.rpc.wire_server import WireServer
+from logtide.errors import InvalidRequest
 
-STREAM_PATH = "/logtide.raft.RaftTransport/Stream"
 
-
-def _serve(t: RaftTransport, address: str = "127.0.0.1:0") -> RpcServer:
-    s = RpcServer(address)
+def _serve(t: RaftTransport, address: str = "127.0.0.1:0") -> WireServer:
+    s = WireServer(address)
     s.add_service(RAFT_SERVICE, t.servicer)
     s.start()
     return s
@@ -139,11 +140,11 @@ def test_a_replaced_stream_takes_no_message_with_it():
 
 _PEER = """
 import sys, time
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
-from logtide.engine.rpc import RpcServer
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.rpc.wire_server import WireServer
 t = RaftTransport(2, 7, lambda ms: None)
 t.set_peer(1, "127.0.0.1:1")
-s = RpcServer("127.0.0.1:0"); s.add_service(RAFT_SERVICE, t.servicer); s.start()
+s = WireServer("127.0.0.1:0"); s.add_service(RAFT_SERVICE, t.servicer); s.start()
 print(s.port, flush=True)
 time.sleep(600)
 """
@@ -193,22 +194,26 @@ def test_bad_frames_on_the_stream_are_refused_and_the_server_stays_up():
     b = RaftTransport(2, 7, lambda ms: [got.put(m) for m in ms])
     b.set_peer(1, "127.0.0.1:1")
     sb = _serve(b)
-    ch = grpc.insecure_channel(sb.address)
-    raw = ch.stream_stream(STREAM_PATH)
+    raw = WireTransport(sb.address, timeout=10)
+    client = connect_replica(RAFT_SERVICE, sb.address, timeout=10)
     try:
-        # garbage instead of a RaftBatch: the stream ends with INVALID_ARGUMENT, the receiver logs it
-        with pytest.raises(grpc.RpcError) as info:
-            list(raw(iter([b"\xff\xff\xff not a batch"]), timeout=10))
-        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # garbage instead of a RaftBatch (a MSG frame of bytes that do not parse): the stream ends
+        # with InvalidRequest, the receiver logs it
+        conn = raw.connection
+        s = conn.open_stream(RAFT_SERVICE.method("Stream"), time.monotonic() + 10)
+        conn.send(wc.encode_msg(s.sid, b"\xff\xff\xff not a batch"))
+        conn.send(wc.encode_end(s.sid))
+        with pytest.raises(InvalidRequest):
+            list(s)
         assert isinstance(b.errors[-1], MalformedMessage) and b.rejected == 1
         # on a new stream: a batch whose entry fails its CRC is refused (and acknowledged: the stream
         # goes on), the next batch is delivered
         broken = encode_message(_app(5))
         broken.entries[0].data = b"tampered"
-        frames = [pb.RaftBatch(cluster=7, frm=1, seq=1, messages=[broken]).SerializeToString(),
-                  pb.RaftBatch(cluster=7, frm=1, seq=2, messages=[encode_message(_app(6))]).SerializeToString(),
-                  pb.RaftBatch(cluster=7, frm=1, seq=3).SerializeToString()]
-        acks = [pb.RaftAck.FromString(r).seq for r in raw(iter(frames), timeout=10)]
+        batches = [pb.RaftBatch(cluster=7, frm=1, seq=1, messages=[broken]),
+                   pb.RaftBatch(cluster=7, frm=1, seq=2, messages=[encode_message(_app(6))]),
+                   pb.RaftBatch(cluster=7, frm=1, seq=3)]
+        acks = [r.seq for r in client.Stream(iter(batches))]
         assert acks[-1] == 3
         assert got.get(timeout=5).index == 6 and got.empty()
         assert isinstance(b.errors[-1], CorruptRaftEntry) and b.rejected == 2
@@ -221,7 +226,8 @@ def test_bad_frames_on_the_stream_are_refused_and_the_server_stays_up():
         finally:
             a.close()
     finally:
-        ch.close()
+        raw.close()
+        client.close()
         b.close()
         sb.stop(0)
 

@@ -1,4 +1,4 @@
-"""RaftTransport: batches go between replicas over real gRPC on 127.0.0.1 and in-process; bad
+"""RaftTransport: batches go between replicas over the framed carrier on 127.0.0.1 and in-process; bad
 messages (CRC failures, unknown types, foreign groups, non-members) are refused with a typed error."""
 import queue
 import time
@@ -9,18 +9,18 @@ from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, UnknownPeer
 from logtide.engine.raft.messages import ConfState, Entry, Message, Snapshot, SnapshotMeta
-from logtide.engine.raft.transport import RAFT_SERVICE, RaftTransport
+from logtide.engine.nodehost.transport import RAFT_SERVICE, RaftTransport
 from logtide.engine.raft.wire import decode_message, encode_message
-from logtide.engine.rpc import RpcServer
+from logtide.engine.rpc.wire_server import WireServer
 
 
-def _pair(grpc: bool):
+def _pair(network: bool):
     got = {1: queue.Queue(), 2: queue.Queue()}
     ts = {i: RaftTransport(i, 7, lambda ms, i=i: [got[i].put(m) for m in ms]) for i in (1, 2)}
     servers = []
-    if grpc:
+    if network:
         for i in (1, 2):
-            s = RpcServer("127.0.0.1:0")
+            s = WireServer("127.0.0.1:0")
             s.add_service(RAFT_SERVICE, ts[i].servicer)
             s.start()
             servers.append(s)
@@ -32,9 +32,9 @@ def _pair(grpc: bool):
     return ts, got, servers
 
 
-@pytest.mark.parametrize("grpc", [True, False], ids=["grpc", "inproc"])
-def test_messages_go_both_ways_in_order(grpc):
-    ts, got, servers = _pair(grpc)
+@pytest.mark.parametrize("network", [True, False], ids=["wire", "inproc"])
+def test_messages_go_both_ways_in_order(network):
+    ts, got, servers = _pair(network)
     try:
         snap = Snapshot(SnapshotMeta(9, 2, ConfState([1, 2], [3])), b"image")
         for k in range(200):
@@ -99,7 +99,7 @@ def test_a_dead_peer_is_reported_unreachable_and_sending_resumes():
     a = RaftTransport(1, 7, lambda ms: None, on_unreachable=reports.append)
     b = RaftTransport(2, 7, lambda ms: [got.put(m) for m in ms])
     b.set_peer(1, "127.0.0.1:1")
-    server = RpcServer("127.0.0.1:0")
+    server = WireServer("127.0.0.1:0")
     server.add_service(RAFT_SERVICE, b.servicer)
     port = server.start()
     a.set_peer(2, server.address)
@@ -112,7 +112,7 @@ def test_a_dead_peer_is_reported_unreachable_and_sending_resumes():
             a.send([Message(M.HEARTBEAT, to=2, frm=1, term=1)])
             time.sleep(0.05)
         assert reports and reports[0] == 2
-        server = RpcServer(f"127.0.0.1:{port}")  # the peer comes back on the same address
+        server = WireServer(f"127.0.0.1:{port}")  # the peer comes back on the same address
         server.add_service(RAFT_SERVICE, b.servicer)
         server.start()
         deadline = time.monotonic() + 10

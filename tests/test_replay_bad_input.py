@@ -80,15 +80,17 @@ def test_truncated_and_altered_stream_messages_are_rejected(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_malformed_rpc_frames_get_typed_errors(tmp_path):
-    from logtide.engine.rpc import RpcServer, connect
+@pytest.mark.parametrize("carrier", ["wire", "grpc"])
+def test_malformed_rpc_frames_get_typed_errors(tmp_path, carrier):
+    from logtide.engine.rpc import connect
+    from logtide.engine.rpc.dual_server import DualServer
     from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
     log = LogService.open(tmp_path / "log")
     primary = Primary(tmp_path, log=log, checkpoint_interval=0)
-    server = RpcServer("127.0.0.1:0")
+    server = DualServer("127.0.0.1:0")
     server.add_service(REPLICATION, ReplicationServicer(primary))
     server.start()
-    client = connect(REPLICATION, server.address)
+    client = connect(REPLICATION, server.address, carrier=carrier)
     try:
         with pytest.raises(CorruptionError):
             client.Feedback(data=b"\x00" * 48)
@@ -106,9 +108,11 @@ def test_malformed_rpc_frames_get_typed_errors(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_bad_tuple_requests_get_typed_errors_over_grpc(tmp_path):
+@pytest.mark.parametrize("carrier", ["wire", "grpc"])
+def test_bad_tuple_requests_get_typed_errors_over_the_network(tmp_path, carrier):
     """Oversized tuples, wrong tids and missing tuples: typed errors across the wire, nothing written."""
-    from logtide.engine.rpc import RpcServer, connect
+    from logtide.engine.rpc import connect
+    from logtide.engine.rpc.dual_server import DualServer
     from logtide.errors import InvalidArgument, InvalidRequest
     from logtide.replay.primary import TupleNotFoundError
     from logtide.replay.transport_grpc import REPLAY_NODE, NodeServicer
@@ -122,10 +126,10 @@ def test_bad_tuple_requests_get_typed_errors_over_grpc(tmp_path):
 
     log = LogService.open(tmp_path / "log")
     primary = Primary(tmp_path, log=log, checkpoint_interval=0)
-    server = RpcServer("127.0.0.1:0")
+    server = DualServer("127.0.0.1:0")
     server.add_service(REPLAY_NODE, NodeServicer(Holder(primary)))
     server.start()
-    client = connect(REPLAY_NODE, server.address)
+    client = connect(REPLAY_NODE, server.address, carrier=carrier)
     try:
         with pytest.raises(InvalidArgument):
             client.Insert(rel=REL, data=b"x" * 9000)

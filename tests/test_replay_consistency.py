@@ -126,10 +126,10 @@ class Grpc:
 
     def _serve(self, log, primary=None):
         from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
-        from logtide.engine.rpc import RpcServer
+        from logtide.engine.rpc.dual_server import DualServer
         from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
         if self.server is None:
-            self.server = RpcServer("127.0.0.1:0")
+            self.server = DualServer("127.0.0.1:0")
             self.server.add_service(LOGSERVICE, LogServiceServicer(log, self.server.max_message_size))
             self.server.start()
         if primary is not None and not hasattr(self, "_repl"):
@@ -138,7 +138,7 @@ class Grpc:
 
     def log_for(self, log):
         self._serve(log)
-        c = connect_logservice(self.server.address)
+        c = connect_logservice(self.server.address)   # the framed carrier, as the RO node's CLI
         self.clients.append(c)
         return c
 

@@ -27,11 +27,12 @@ pytestmark = pytest.mark.timeout(120)
 def server(tmp_path):
     exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
     p = subprocess.Popen(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
-        "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0"],
+        "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0",
+        "--grpc-listen", "127.0.0.1:0", "--stats-interval", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(tmp_path), text=True)
     line = p.stdout.readline()
-    assert " on 127.0.0.1:" in line, line
-    yield line.split(" on ")[1].split()[0]
+    assert "gRPC on 127.0.0.1:" in line, line
+    yield line.split("gRPC on ")[1].split()[0]      # these tests are about gRPC: its port
     p.kill()
     p.wait()
 
@@ -62,7 +63,7 @@ def in_child(fn) -> dict:
 
 
 def test_a_child_forked_with_a_client_open_is_refused_at_once_and_the_parent_goes_on(server):
-    client = connect_logservice(server)
+    client = connect_logservice(server, carrier="grpc")
     first = client.append(b"before the fork")
     stop = threading.Event()
     acked = []
@@ -76,7 +77,7 @@ def test_a_child_forked_with_a_client_open_is_refused_at_once_and_the_parent_goe
     try:
         time.sleep(0.2)
         inherited = in_child(lambda: client.append(b"from the child"))
-        fresh = in_child(lambda: connect_logservice(server).append(b"from a new client in the child"))
+        fresh = in_child(lambda: connect_logservice(server, carrier="grpc").append(b"from a new client in the child"))
     finally:
         stop.set()
         for t in threads:
@@ -99,7 +100,7 @@ import json, os, sys, time
 from logtide import connect_logservice
 address, before = sys.argv[1], sys.argv[2]
 if before == "used":            # the parent uses gRPC and closes everything before it forks
-    c = connect_logservice(address)
+    c = connect_logservice(address, carrier="grpc")
     c.append(b"parent")
     c.close()
 pid = os.fork()
@@ -108,7 +109,7 @@ if pid == 0:
     signal.alarm(30)            # a hang ends here, as a wait status the parent reports
     t0 = time.monotonic()
     try:
-        with connect_logservice(address) as child:
+        with connect_logservice(address, carrier="grpc") as child:
             out = {"result": child.append(b"child")}
     except Exception as exc:
         out = {"error": type(exc).__name__}
@@ -117,7 +118,7 @@ if pid == 0:
     os._exit(0)
 _, status = os.waitpid(pid, 0)
 if before == "unused":          # the parent may use gRPC after the fork
-    with connect_logservice(address) as c:
+    with connect_logservice(address, carrier="grpc") as c:
         c.append(b"parent")
 sys.exit(os.waitstatus_to_exitcode(status))
 """
@@ -134,26 +135,26 @@ def run_child(server, tmp_path, before):
 def test_a_child_forked_after_the_parent_closed_its_clients_is_still_refused(server, tmp_path):
     out = run_child(server, tmp_path, "used")
     assert out.get("error") == "ForkedProcessError" and out["seconds"] < 5, out
-    with connect_logservice(server) as c:
+    with connect_logservice(server, carrier="grpc") as c:
         assert [r.data[12:] for r in c.read(1, 1 << 20)[0]] == [b"parent"]
 
 
 def test_a_child_forked_before_the_first_use_of_grpc_uses_it(server, tmp_path):
     out = run_child(server, tmp_path, "unused")
     assert out.get("result") == 1, out
-    with connect_logservice(server) as c:
+    with connect_logservice(server, carrier="grpc") as c:
         assert sorted(r.data[12:] for r in c.read(1, 1 << 20)[0]) == [b"child", b"parent"]
 
 
 SPAWNED = """
 from logtide import connect_logservice
-with connect_logservice(address) as c:
+with connect_logservice(address, carrier="grpc") as c:
     q.put(c.append(b"spawned"))
 """
 
 
 def test_a_spawned_worker_uses_grpc_while_the_parent_has_clients_open(server):
-    client = connect_logservice(server)
+    client = connect_logservice(server, carrier="grpc")
     client.append(b"parent")
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()

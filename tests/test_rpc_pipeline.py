@@ -219,8 +219,9 @@ def _free_port() -> int:
 
 
 def _serve(path, port):
-    p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", str(path), "--listen", f"127.0.0.1:{port}",
-                                       "--stats-interval", "0"],
+    # the gRPC pipeline's tests: the server's gRPC port, clients with carrier="grpc"
+    p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", str(path), "--listen", "127.0.0.1:0",
+                                       "--grpc-listen", f"127.0.0.1:{port}", "--stats-interval", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()
     assert " on " in line, line
@@ -258,7 +259,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
     from logtide import connect_logservice
     port = _free_port()
     p = _serve(tmp_path / "log", port)
-    client = connect_logservice(f"127.0.0.1:{port}", timeout=1.5)
+    client = connect_logservice(f"127.0.0.1:{port}", carrier="grpc", timeout=1.5)
     try:
         # stopped: every caller's deadline passes (DeadlineExceededError), nobody hangs
         stop, acked, failures = threading.Event(), [], []
@@ -276,7 +277,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path):
         # killed while calls are in flight on the stream: they fail with a typed error at once
         failures.clear()
         stop2 = threading.Event()
-        client2 = connect_logservice(f"127.0.0.1:{port}", timeout=30, connect_timeout=0)
+        client2 = connect_logservice(f"127.0.0.1:{port}", carrier="grpc", timeout=30, connect_timeout=0)
         ths = _hammer(client2, 8, stop2, acked, failures)
         time.sleep(0.3)                          # the calls queue on the stopped server
         t0 = time.monotonic()
@@ -314,7 +315,7 @@ def test_sigkill_mid_batch_under_32_callers(tmp_path):
     from logtide import connect_logservice
     port = _free_port()
     p = _serve(tmp_path / "log", port)
-    client = connect_logservice(f"127.0.0.1:{port}", timeout=30)
+    client = connect_logservice(f"127.0.0.1:{port}", carrier="grpc", timeout=30)
     try:
         stop, acked, failures = threading.Event(), [], []
         ths = _hammer(client, 32, stop, acked, failures)
@@ -380,8 +381,8 @@ def test_a_frozen_server_does_not_stall_the_other_clients_of_the_process(tmp_pat
     from logtide import connect_logservice
     pa, pb_ = _free_port(), _free_port()
     frozen, live = _serve(tmp_path / "a", pa), _serve(tmp_path / "b", pb_)
-    ca = connect_logservice(f"127.0.0.1:{pa}", timeout=1.5)
-    cb = connect_logservice(f"127.0.0.1:{pb_}", timeout=10)
+    ca = connect_logservice(f"127.0.0.1:{pa}", carrier="grpc", timeout=1.5)
+    cb = connect_logservice(f"127.0.0.1:{pb_}", carrier="grpc", timeout=10)
     stop_a, stop_b = threading.Event(), threading.Event()
     acked_a, acked_b, fail_a, fail_b = [], [], [], []
     try:

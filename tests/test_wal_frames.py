@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from hypothesis_profiles import scaled
 
 from logtide.engine.logservice import LogService
+from logtide.engine.logservice.log_format import WAL_FRAME_RECORD
 from logtide.errors import CorruptionError, WalGoneError
 from logtide.replay.wal_frames import KIND_RECORDS, FramedWal, encode_frame
 
@@ -65,7 +66,7 @@ class FramedWalMachine(RuleBasedStateMachine):
     def stale(self, count, pick):
         """A dead primary's append lands after a newer one opened."""
         epoch, nxt = self.old_epochs[pick % len(self.old_epochs)]
-        self.log.append(encode_frame(KIND_RECORDS, epoch, nxt, [b"stale"] * count))
+        self.log.append(encode_frame(KIND_RECORDS, epoch, nxt, [b"stale"] * count), type=WAL_FRAME_RECORD)
 
     @rule(upto=st.integers(0, 60))
     def truncate(self, upto):
@@ -167,7 +168,7 @@ def test_a_fence_holds_after_the_frames_that_set_it_are_truncated(tmp_path):
         a = FramedWal(log, writer=True)
         b = FramedWal(log, writer=True)                 # fences a out
         b.append_many([b"B-rec-1", b"B-rec-2"])         # WAL 1, 2
-        log.append(encode_frame(KIND_RECORDS, a._my_epoch, 1, [b"STALE-from-A"] * 2))
+        log.append(encode_frame(KIND_RECORDS, a._my_epoch, 1, [b"STALE-from-A"] * 2), type=WAL_FRAME_RECORD)
         c = FramedWal(log, writer=True)
         c.append_many([b"C-rec-3"])
         c.truncate(2)                                   # b's fence and frame go
@@ -187,10 +188,18 @@ def test_a_fence_holds_after_the_frames_that_set_it_are_truncated(tmp_path):
         log.close()
 
 
-def test_a_foreign_record_is_corruption(tmp_path):
+def test_another_writers_record_is_skipped_and_a_bad_frame_is_corruption(tmp_path):
+    """Records of other types belong to other writers of a shared log: skipped (and counted). A
+    record of the frames' type that does not decode is corruption."""
     log = LogService.open(tmp_path / "log")
     try:
-        log.append(b"not a frame at all")
+        log.append(b"not a frame at all")                       # USER_RECORD: another writer's
+        w = FramedWal(log, writer=True)
+        assert w.foreign_records == 1
+        w.close()
+        log.append(b"another user record")
+        assert FramedWal(log, writer=False).foreign_records == 2
+        log.append(b"claims to be a frame", type=WAL_FRAME_RECORD)
         with pytest.raises(CorruptionError):
             FramedWal(log, writer=False)
     finally:

@@ -9,7 +9,8 @@ __all__ = ["INTERNAL", "LEASE_UPDATE", "LogRecord", "LogService", "LogServiceCli
 
 
 def connect_logservice(address: str, **options) -> LogServiceClient:
-    """A client of the log service served at "host:port" (gRPC); same interface as LogService.
+    """A client of the log service served at "host:port"; same interface as LogService. It speaks
+    the framed carrier (docs/rpc.md); carrier="grpc" speaks gRPC to a server's gRPC port instead.
     Several replicas "h1:p1,h2:p2,h3:p3" (or replicated=True) connect to a replicated (Raft) log
     service and follow its leader."""
     replicated = options.pop("replicated", False)  # popped first: the single-node client takes no such option

@@ -16,6 +16,7 @@ from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.pipeline import MAX_INLINE_REQUEST, PipelinedTransport
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
+from logtide.engine.rpc.wire_client import WireTransport
 from logtide.errors import CorruptLogError, InvalidArgument, LogServiceClosed
 
 _EMPTY = pb.Empty()
@@ -25,20 +26,27 @@ _FAST_PAYLOAD = MAX_INLINE_REQUEST - 32
 
 
 class GrpcLogServiceClient(LogServiceClient):
-    """connect_logservice("host:port"): same calls and errors as the embedded LogService."""
+    """connect_logservice("host:port"): same calls and errors as the embedded LogService, over the
+    framed carrier (carrier="wire", the default) or gRPC (carrier="grpc", the interop carrier)."""
 
     def __init__(self, address: str | None = None, *, transport: Transport | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, timeout: float | None = None,
-                 connect_timeout: float = 10.0, chunk_size: int = 4 << 20) -> None:
+                 connect_timeout: float = 10.0, chunk_size: int = 4 << 20, carrier: str = "wire") -> None:
         if transport is None:
             if not isinstance(address, str) or ":" not in address:
                 raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")
-            # unary calls of every thread share one pipelined stream (docs/rpc.md, "Pipelined calls")
-            transport = PipelinedTransport(GrpcTransport(address, max_message_size=max_message_size,
-                                                         timeout=timeout, connect_timeout=connect_timeout))
+            if carrier == "wire":
+                transport = WireTransport(address, max_message_size=max_message_size, timeout=timeout,
+                                          connect_timeout=connect_timeout)
+            elif carrier == "grpc":
+                # unary calls of every thread share one pipelined stream (docs/rpc.md, "Pipelined calls")
+                transport = PipelinedTransport(GrpcTransport(address, max_message_size=max_message_size,
+                                                             timeout=timeout, connect_timeout=connect_timeout))
+            else:
+                raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
         self._rpc = RpcClient(LOGSERVICE, transport)
         # the append fast path: request encoded and reply decoded in C, no protobuf objects
-        self._pipe = transport if isinstance(transport, PipelinedTransport) else None
+        self._pipe = transport if isinstance(transport, (PipelinedTransport, WireTransport)) else None
         self._chunk = chunk_size
         self._closed = False
         self._config: LogServiceConfig | None = None

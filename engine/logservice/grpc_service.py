@@ -1,4 +1,4 @@
-"""The log service over the RPC layer: its servicer and a server that owns an embedded LogService."""
+"""The log service over the RPC layer: its servicer and a server (framed carrier, optionally gRPC too)."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +15,7 @@ from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import LogService
 from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
+from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRequest
 
 log = logging.getLogger("logtide.logservice")
@@ -150,39 +151,54 @@ class LogServiceServicer:
 
 
 class LogServiceServer:
-    """A LogService on a directory, served over gRPC on `listen` (port 0 picks one: see `.port`)."""
+    """A LogService on a directory, served over the framed carrier on `listen` (port 0 picks one: see
+    `.port`, `.address`) and, when `grpc_listen` is given, over gRPC there too (`.grpc_address`)."""
 
     def __init__(self, svc: LogService, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
-                 max_workers: int = 32, own_service: bool = False) -> None:
+                 max_workers: int = 32, own_service: bool = False, grpc_listen: str | None = None) -> None:
         cfg = svc.config()
-        # room for the largest record plus framing; a bigger message is refused by gRPC itself
+        # room for the largest record plus framing; a bigger message is refused by the carrier itself
         self.max_message_size = max_message_size or max(4 << 20, cfg.max_record_size + (1 << 20))
         self.svc = svc
         self._own = own_service
-        self.rpc = RpcServer(listen, max_message_size=self.max_message_size, max_workers=max_workers)
-        self.rpc.add_service(LOGSERVICE, LogServiceServicer(svc, self.max_message_size))
-        self.rpc.add_service(DIAGNOSTICS, DiagnosticsServicer("logservice"))
-        self.port = self.rpc.start()
-        self.address = self.rpc.address
+        servicer = LogServiceServicer(svc, self.max_message_size)
+        self.wire = WireServer(listen, max_message_size=self.max_message_size)
+        self.wire.add_service(LOGSERVICE, servicer)
+        self.wire.add_service(DIAGNOSTICS, DiagnosticsServicer("logservice"))
+        self.rpc: RpcServer | None = None
+        self.grpc_address: str | None = None
+        try:
+            self.port = self.wire.start()
+            self.address = self.wire.address
+            if grpc_listen is not None:
+                self.rpc = RpcServer(grpc_listen, max_message_size=self.max_message_size, max_workers=max_workers)
+                self.rpc.add_service(LOGSERVICE, servicer)
+                self.rpc.add_service(DIAGNOSTICS, DiagnosticsServicer("logservice"))
+                self.rpc.start()
+                self.grpc_address = self.rpc.address
+        except BaseException:
+            self.wire.stop(0)
+            raise
 
     @classmethod
     def open(cls, path: str | os.PathLike, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
-             **options) -> "LogServiceServer":
+             grpc_listen: str | None = None, **options) -> "LogServiceServer":
         """Open the log in `path` and serve it; stop() closes both."""
         svc = LogService.open(path, **options)
         try:
-            return cls(svc, listen, max_message_size=max_message_size, own_service=True)
+            return cls(svc, listen, max_message_size=max_message_size, own_service=True, grpc_listen=grpc_listen)
         except BaseException:
             svc.close()
             raise
 
     def stop(self, grace: float | None = 1.0) -> None:
-        self.rpc.stop(grace)
-        if self._own:
-            self.svc.close()
-
-    def wait(self) -> None:
-        self.rpc.wait()
+        try:
+            if self.rpc is not None:
+                self.rpc.stop(grace)
+            self.wire.stop(grace)
+        finally:
+            if self._own:
+                self.svc.close()
 
     def __enter__(self) -> "LogServiceServer":
         return self

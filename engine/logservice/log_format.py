@@ -12,6 +12,9 @@ from logtide._ext.wal import HEADER_SIZE  # 20: [u32 length][u32 crc32c][u64 lsn
 USER_RECORD = 0
 INTERNAL = 1
 LEASE_UPDATE = 2
+# logtide's own: the frames of the replay primary's WAL on a replicated log (replay/wal_frames.py),
+# which its readers tell from the records of other writers sharing the log
+WAL_FRAME_RECORD = 16
 
 # Update types carried in the first 4 bytes of a record's data (MatrixOne pb.UpdateType).
 USER_ENTRY_UPDATE = 2

@@ -24,19 +24,20 @@ from logtide.engine.logservice.record import LogRecord
 from logtide.engine.logservice.replicated_state_machine import (
     ReplicatedLogStateMachine, append_command, batch_append_commands, json_command, parse_append)
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.disk_storage import DiskStorage
+from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader
 from logtide.engine.raft.messages import ConfChange
-from logtide.engine.raft.node import RaftNode
-from logtide.engine.raft.transport import RAFT_SERVICE
+from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRange
 
 log = logging.getLogger("logtide.logservice")
 
 REPLICATED_SERVICE = ServiceDef.from_proto(pb, "ReplicatedLogService")
 REQUEST_TIMEOUT = 5.0          # seconds a replica waits for Raft to commit or confirm a request
-SERVER_WORKERS = 256           # client calls block until committed; Raft's own calls must still find a thread
+SERVER_WORKERS = 256           # client calls block until committed; Raft's election calls must still find a worker
 MAX_READ_SIZE = 16 << 20
 TSO_WINDOW = 4096              # timestamps a leader reserves with one Raft command
 MAX_APPEND_MANY = 4096         # records in one multi-record append
@@ -56,20 +57,22 @@ def parse_peers(text: str) -> dict[int, str]:
 
 
 class ReplicatedLogService:
-    """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over gRPC."""
+    """One replica: RaftNode + DiskStorage + ReplicatedLogStateMachine, served over the framed carrier
+    (its clients and its peers' Raft traffic on one port, `.address`) and, when `grpc_listen` is
+    given, to gRPC clients there too (`.grpc_address`; no Raft traffic)."""
 
     @classmethod
     def open(cls, path, node_id: int, peers: dict[int, str], listen: str, *, join: bool = False,
              cluster_id: int = 1, tick_interval: float = 0.1, election_tick: int = 6, fsync: str = "always",
              segment_size: int = DEFAULT_SEGMENT_SIZE, snapshot_entries: int = 20000, compact_keep: int = 5000,
-             request_timeout: float = REQUEST_TIMEOUT) -> "ReplicatedLogService":
+             request_timeout: float = REQUEST_TIMEOUT, grpc_listen: str | None = None) -> "ReplicatedLogService":
         """Open (or create) replica `node_id` in `path`. A new replica founds the group of `peers`
         unless join=True (then it waits to be added as a learner by the leader)."""
         return cls(os.fspath(path), node_id, dict(peers), listen, join, cluster_id, tick_interval, election_tick,
-                   fsync, segment_size, snapshot_entries, compact_keep, request_timeout)
+                   fsync, segment_size, snapshot_entries, compact_keep, request_timeout, grpc_listen)
 
     def __init__(self, path, node_id, peers, listen, join, cluster_id, tick_interval, election_tick, fsync,
-                 segment_size, snapshot_entries, compact_keep, request_timeout) -> None:
+                 segment_size, snapshot_entries, compact_keep, request_timeout, grpc_listen=None) -> None:
         self.id = node_id
         self.timeout = request_timeout
         os.makedirs(path, exist_ok=True)
@@ -84,14 +87,26 @@ class ReplicatedLogService:
                              compact_bound=lambda: self.sm.lookup("deletion_bound"))
         self._tso_lock = threading.Lock()
         self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
-        self.server = RpcServer(listen, max_workers=SERVER_WORKERS)
-        # a client keeps about one call per stream in flight (each waits for a Raft commit): the
-        # stream's worker runs and answers its batches itself, two thread hand-offs fewer per call
-        self.server.pipeline.inline = True
+        self.server = WireServer(listen, workers=SERVER_WORKERS)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
         self.port = self.server.start()
         self.address = self.server.address
+        self.grpc: RpcServer | None = None
+        self.grpc_address: str | None = None
+        if grpc_listen is not None:
+            try:
+                self.grpc = RpcServer(grpc_listen, max_workers=SERVER_WORKERS)
+                # a gRPC client keeps about one call per stream in flight (each waits for a Raft
+                # commit): the stream's worker runs and answers its batches itself
+                self.grpc.pipeline.inline = True
+                self.grpc.add_service(REPLICATED_SERVICE, _Servicer(self))
+                self.grpc.start()
+                self.grpc_address = self.grpc.address
+            except BaseException:
+                self.server.stop(0)
+                self.storage.close()
+                raise
         self.node.start()
 
     # --- helpers -----------------------------------------------------------------------------------
@@ -233,6 +248,8 @@ class ReplicatedLogService:
         return st
 
     def close(self) -> None:
+        if self.grpc is not None:
+            self.grpc.stop(grace=0.5)
         self.server.stop(grace=0.5)
         self.node.stop()
         self.storage.close()

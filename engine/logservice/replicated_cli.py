@@ -43,11 +43,13 @@ def serve_raft(args: argparse.Namespace) -> int:
     svc = ReplicatedLogService.open(args.dir, args.id, peers, listen, join=args.join, tick_interval=args.tick,
                                     election_tick=args.election_tick, fsync=args.fsync,
                                     segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
-                                    compact_keep=args.compact_keep)
+                                    compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers})", flush=True)
+    grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
+    print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
+          flush=True)
     try:
         while not stop.wait(args.stats_interval if args.stats_interval > 0 else None):
             s = svc.status()
@@ -62,12 +64,12 @@ def serve_raft(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import replicated_pb2 as pb
     from logtide.engine.logservice.replicated import REPLICATED_SERVICE
-    from logtide.engine.rpc import connect
+    from logtide.engine.nodehost.channel import connect_replica
     from logtide.errors import LogtideError
     rows, failed = [], 0
     for addr in args.addresses:
         try:
-            c = connect(REPLICATED_SERVICE, addr, connect_timeout=3.0, timeout=3.0)
+            c = connect_replica(REPLICATED_SERVICE, addr, timeout=3.0, connect_timeout=3.0)
             try:
                 rows.append((addr, json.loads(c.invoke("Status", pb.REmpty()).json)))
             finally:

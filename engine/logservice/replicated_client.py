@@ -25,7 +25,7 @@ from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.replicated import MAX_APPEND_MANY, REPLICATED_SERVICE
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftStopped, RaftTimeout
-from logtide.engine.raft.channel import ReplicaTransport
+from logtide.engine.nodehost.channel import ReplicaTransport, connect_replica
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.pipeline import PipelinedTransport
 from logtide.errors import InvalidArgument, InvalidTruncateLsn, LogServiceClosed, LogServiceError, RpcError
@@ -44,8 +44,11 @@ class NoLeaderError(LogServiceError, RaftTimeout):
 
 
 class ReplicatedLogServiceClient(LogServiceClient):
+    """connect_logservice("h1:p1,h2:p2,h3:p3"): the log service API over the replicas' framed carrier
+    (carrier="wire", the default) or their gRPC ports (carrier="grpc", `serve --raft --grpc-listen`)."""
+
     def __init__(self, addresses: str | Iterable[str], *, deadline: float = DEADLINE,
-                 call_timeout: float = CALL_TIMEOUT) -> None:
+                 call_timeout: float = CALL_TIMEOUT, carrier: str = "wire") -> None:
         if isinstance(addresses, str):
             addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         self.addresses = list(addresses)
@@ -53,9 +56,13 @@ class ReplicatedLogServiceClient(LogServiceClient):
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
         self.deadline = deadline
         self.call_timeout = call_timeout
-        # the unary calls of every thread share one pipelined stream per replica (engine/rpc/pipeline.py)
-        self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
-                         for a in self.addresses}
+        if carrier == "wire":   # the unary calls of every thread batch on one connection per replica
+            self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
+        elif carrier == "grpc":  # ... or share one pipelined stream per replica (engine/rpc/pipeline.py)
+            self._clients = {a: RpcClient(REPLICATED_SERVICE, PipelinedTransport(ReplicaTransport(a, timeout=call_timeout)))
+                             for a in self.addresses}
+        else:
+            raise InvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
         self._leader = self.addresses[0]
         self._down: dict[str, float] = {}  # address -> when a call to it failed in transport, since the last answer
         self._tls = threading.local()

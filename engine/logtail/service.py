@@ -45,9 +45,10 @@ class LogtailServicer:
 
 
 def serve(tn, address: str = "127.0.0.1:0", **options):
-    """Start a gRPC server for the TN; returns (server, bound address)."""
-    from logtide.engine.rpc import RpcServer
-    server = RpcServer(address, **options)
+    """Serve the TN's Logtail service on `address`, to framed-carrier and gRPC clients alike;
+    returns (server, bound address)."""
+    from logtide.engine.rpc.dual_server import DualServer
+    server = DualServer(address, **options)
     server.add_service(LOGTAIL, LogtailServicer(tn))
     server.start()
     return server, server.address
@@ -57,5 +58,5 @@ def pull(address: str, table: str, from_ts: int = 0, to_ts: int = 0) -> dict:
     """Pull (table, from_ts, to_ts] from a TN served at address: {"checkpoint", "entries", ...}."""
     from logtide.engine.logtail.transport import decode_message
     from logtide.engine.rpc import connect
-    with connect(LOGTAIL, address) as c:
+    with connect(LOGTAIL, address, carrier="wire") as c:
         return decode_message(c.Pull(table=table, from_ts=from_ts, to_ts=to_ts).payload)[1]

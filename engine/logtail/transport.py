@@ -166,7 +166,7 @@ class GrpcStream:
         self.closed = False
         self._req: queue.Queue = queue.Queue()
         self._resp: queue.Queue = queue.Queue()
-        self._client = connect(LOGTAIL, address, **options)
+        self._client = connect(LOGTAIL, address, carrier="wire", **options)
 
         def requests():
             while True:

@@ -11,9 +11,10 @@ from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec
 from logtide.engine.meta.match_seq import ANY, MatchSeq
+from logtide.engine.meta.node_info import NodeInfo, check_address, check_node_id
 from logtide.engine.meta.seqv import SeqV
 from logtide.engine.meta.txn_reply import TxnReply
-from logtide.engine.meta.watch import WatchEvent, check_filter
+from logtide.engine.meta.watch import WatchEvent, check_cursor, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
 from logtide.errors import (DeadlineExceededError, MessageTooLarge, MetaClosedError, MetaDeadlineExceeded,
@@ -231,19 +232,56 @@ class MetaClient:
     def seq(self) -> int:
         return self.status().seq
 
+    # ------------------------------------------------------------------ membership (a Raft group)
+    def add_learner(self, node_id: int, address: str) -> dict:
+        """Add replica `node_id`, serving at `address`, as a learner (it gets the log, it does not
+        vote); it was started with `logtide meta serve --raft --join`. Returns members()."""
+        req = pb.MemberRequest(op="add_learner", node_id=check_node_id(node_id), address=check_address(address))
+        return _members(self._invoke("ChangeMember", req))
+
+    def promote_member(self, node_id: int) -> dict:
+        """Make learner `node_id` a voter, once it has caught up (MetaMembershipRefused before)."""
+        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="promote", node_id=check_node_id(node_id))))
+
+    def remove_member(self, node_id: int) -> dict:
+        """Remove member `node_id` (MetaMembershipRefused when the voters left would have no quorum)."""
+        return _members(self._invoke("ChangeMember", pb.MemberRequest(op="remove", node_id=check_node_id(node_id))))
+
+    def members(self, consistency: str = "linearizable") -> dict:
+        """{"voters": [...], "learners": [...], "nodes": {id: NodeInfo}}: the Raft membership and
+        the node records of the state machine (the leader's, or with "stale" the answering replica's)."""
+        return _members(self.status(consistency))
+
     @property
     def applied_index(self) -> int:
         return self.status().applied_index
 
     # ------------------------------------------------------------------ watch
     def watch(self, key: str, key_end: Optional[str] = None, filter: str = "all",
-              initial_flush: bool = False) -> RemoteWatcher:
+              initial_flush: bool = False, after=None) -> RemoteWatcher:
+        """Events for keys in [key, key_end), from now on; or, with `after` (the last WatchEvent
+        seen, or its cursor (index, pos)), from the change after it, on whichever replica this
+        client talks to: a watcher whose replica died resumes on another with no gap and no
+        duplicate (MetaWatchCompacted when that replica no longer keeps those changes)."""
         req = pb.WatchRequest(key=check_key(key), filter=check_filter(filter), initial_flush=bool(initial_flush))
         if key_end is not None:
             req.key_end = check_key(key_end, "key_end")
+        if after is not None:
+            req.after_index, req.after_pos = check_cursor(after.cursor if isinstance(after, WatchEvent) else after)
         # a watch lives until closed: no per-call deadline
-        rpc = self._rpc_of(self._current) if self._addresses else self._rpc
-        return RemoteWatcher(_call(rpc.invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S))
+        if not self._addresses:
+            return RemoteWatcher(_call(self._rpc.invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S))
+        end = time.monotonic() + self._timeout
+        while True:   # a replica that does not answer (a dead one, say): the next one
+            addr = self._current
+            try:
+                return RemoteWatcher(_call(self._rpc_of(addr).invoke, "Watch", req, timeout=G.WATCH_DEADLINE_S),
+                                     ready_timeout=max(0.001, min(self._timeout, end - time.monotonic())))
+            except MetaUnavailableError:
+                self._move(addr)
+                if len(self._addresses) == 1 or time.monotonic() >= end:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         with self._lock:
@@ -259,10 +297,11 @@ class MetaClient:
         self.close()
 
 
-def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True) -> MetaClient:
-    """A client with the MetaService API: over gRPC for "host:port" (or "h1:p1,h2:p2,h3:p3", the
-    replicas of a Raft group: any one's address works, the client follows the leader its replies
-    name), in-process for a MetaService."""
+def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carrier: str = "wire") -> MetaClient:
+    """A client with the MetaService API: over the network for "host:port" (or "h1:p1,h2:p2,h3:p3",
+    the replicas of a Raft group: any one's address works, the client follows the leader its
+    replies name), in-process for a MetaService. carrier="wire" (the framed carrier) or "grpc":
+    a meta server serves both on one address (docs/rpc.md)."""
     from logtide.engine.rpc import connect
     from logtide.engine.meta.server import META, MetaServicer
     from logtide.engine.meta.service import MetaService
@@ -274,9 +313,12 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True) -> M
     if not addresses or any(":" not in a for a in addresses):
         raise MetaInvalidArgument(f"connect_meta takes 'host:port[,host:port...]', got {target!r}")
 
+    if carrier not in ("wire", "grpc"):
+        raise MetaInvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
+
     def dial(addr: str):
         return _call(connect, META, addr, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                     connect_timeout=min(timeout, 10.0), pipelined=True)
+                     connect_timeout=min(timeout, 10.0), pipelined=carrier == "grpc", carrier=carrier)
 
     return MetaClient(dial(addresses[0]), addresses, dial, timeout, follow_leader)
 
@@ -287,5 +329,10 @@ def _consistency(c: str) -> str:
     return "" if c == "linearizable" else c
 
 
-_WRITES = ("Upsert", "Txn")
+_WRITES = ("Upsert", "Txn", "ChangeMember")
+
+
+def _members(reply) -> dict:
+    return {"voters": list(reply.voters), "learners": list(reply.learners),
+            "nodes": {n.id: NodeInfo(n.id, n.address, n.role) for n in reply.nodes}}
 _LEADER_AT = re.compile(r"leader \d+ at (\S+?)\)")

@@ -321,4 +321,6 @@ class TxnCmd:
             raise MetaInvalidArgument(f"a transaction holds {size} conditions/ops, the limit is {MAX_OPS_PER_TXN}")
 
 
-Command = Union[UpsertCmd, TxnCmd]
+from logtide.engine.meta.node_info import AddNodeCmd, RemoveNodeCmd  # noqa: E402 - commands of their own file
+
+Command = Union[UpsertCmd, TxnCmd, AddNodeCmd, RemoveNodeCmd]

@@ -15,6 +15,7 @@ from logtide.engine.meta.command import (
     Branch, BoolExpr, Command, Condition, DeleteByPrefixOp, DeleteOp, FetchAddU64Op, GetOp, MetaSpec, PutOp,
     PutSequentialOp, TxnCmd, UpsertCmd)
 from logtide.engine.meta.match_seq import ANY, AS_IS, DELETE, GE, Exact, check_u64
+from logtide.engine.meta.node_info import AddNodeCmd, NodeInfo, RemoveNodeCmd
 from logtide.errors import CorruptionError, MetaInvalidArgument
 
 
@@ -94,6 +95,12 @@ def command_to_obj(cmd: Command) -> dict:
             "branches": [{"predicate": None if b.predicate is None else _expr_obj(b.predicate),
                           "ops": [_op_obj(o) for o in b.ops]} for b in cmd.branches],
         }}
+    if isinstance(cmd, AddNodeCmd):
+        n = cmd.node
+        return {F.CMD_ADD_NODE: {"node": {"id": n.node_id, "address": n.address, "role": n.role},
+                                 "overriding": cmd.overriding}}
+    if isinstance(cmd, RemoveNodeCmd):
+        return {F.CMD_REMOVE_NODE: {"id": cmd.node_id}}
     raise MetaInvalidArgument(f"not a command: {cmd!r}")
 
 
@@ -196,6 +203,11 @@ def command_from_obj(o) -> Command:
                       tuple(_op_from(x) for x in _list(body.get("if_then", []), "if_then")),
                       tuple(_op_from(x) for x in _list(body.get("else_then", []), "else_then")),
                       tuple(branches))
+    if kind == F.CMD_ADD_NODE:
+        n = _dict(body.get("node"), "node")
+        return AddNodeCmd(NodeInfo(n.get("id"), n.get("address"), n.get("role")), body.get("overriding", True))
+    if kind == F.CMD_REMOVE_NODE:
+        return RemoveNodeCmd(body.get("id"))
     raise MetaInvalidArgument(f"unknown command {kind!r}")
 
 

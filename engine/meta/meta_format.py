@@ -21,6 +21,8 @@ ENTRY_VER = "v"        # ENTRY_VERSION
 
 CMD_UPSERT = "upsert"
 CMD_TXN = "txn"
+CMD_ADD_NODE = "add_node"        # {"node": {"id", "address", "role"}, "overriding": bool}
+CMD_REMOVE_NODE = "remove_node"  # {"id": n}
 
 # upsert value forms
 VALUE_UPDATE = "update"     # {"update": base64}
@@ -54,10 +56,15 @@ SEQUENTIAL_KEY_DIGITS = 20
 
 # ---- snapshot file
 SNAPSHOT_MAGIC = b"LTMETASN"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2             # 2 adds the node section; version 1 files (no nodes) still load
+SNAPSHOT_VERSIONS = (1, 2)
 # magic, version u32, last applied index u64, global seq u64, last entry time ms u64, key count u64
 SNAPSHOT_HEADER = struct.Struct("<8sIQQQQ")
 # per key: key length u32, data length u32, seq u64, expire_at_ms u64, proposed_at_ms u64
 SNAPSHOT_RECORD = struct.Struct("<IIQQQ")
 SNAPSHOT_NONE = U64_MAX          # stands for "no expire_at_ms" / "no proposed_at_ms"
+# version 2, after the records: node count u32, then per node: id u64, role u8, address length u32, address
+SNAPSHOT_NODES = struct.Struct("<I")
+SNAPSHOT_NODE = struct.Struct("<QBI")
+SNAPSHOT_ROLES = ("voter", "learner")    # role byte -> role
 SNAPSHOT_TRAILER = struct.Struct("<I")   # crc32c of every byte before it

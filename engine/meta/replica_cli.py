@@ -1,5 +1,7 @@
-"""`logtide meta serve --raft ...` (one replica of the meta-service's Raft group) and
-`logtide meta status ADDR...` (each replica's role, term, leader, commit and applied index, lag)."""
+"""`logtide meta serve --raft ...` (one replica of the meta-service's Raft group),
+`logtide meta status ADDR...` (each replica's role, term, leader, commit and applied index, lag) and
+`logtide meta member add --learner ID=HOST:PORT | promote ID | remove ID` (membership, through any
+replica: forwarded to the leader)."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +24,8 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
                    help="(--raft) entries kept below a snapshot for lagging replicas")
     s.add_argument("--request-timeout", type=float, default=None,
                    help="(--raft) seconds a request waits for a commit when its caller names no deadline")
+    s.add_argument("--join", action="store_true",
+                   help="(--raft) a new replica, not a founder: it waits to be added with `meta member add --learner`")
     s.add_argument("--clock-file", default=None, help=argparse.SUPPRESS)  # tests: the wall clock, read from a file
 
 
@@ -30,6 +34,44 @@ def register_status(msub) -> None:
     st.add_argument("addresses", nargs="+", metavar="ADDR", help="HOST:PORT of a replica (several allowed)")
     st.add_argument("--json", action="store_true", help="one JSON object per replica")
     st.set_defaults(func=status)
+
+
+def register_member(msub) -> None:
+    m = msub.add_parser("member", help="change the membership of a meta-service Raft group (through any replica)")
+    msub_m = m.add_subparsers(dest="member_cmd", required=True)
+    add = msub_m.add_parser("add", help="add a replica (started with `meta serve --raft --join`) as a learner")
+    add.add_argument("--learner", required=True, metavar="ID=HOST:PORT", help="the new replica's id and address")
+    promote = msub_m.add_parser("promote", help="make a learner a voter, once it has caught up")
+    promote.add_argument("id", type=int, metavar="ID")
+    remove = msub_m.add_parser("remove", help="remove a member (refused when the voters left would lose quorum)")
+    remove.add_argument("id", type=int, metavar="ID")
+    for p in (add, promote, remove):
+        p.add_argument("--meta", required=True, metavar="H1:P1[,H2:P2...]", help="any replica's address (or several)")
+        p.add_argument("--timeout", type=float, default=30.0, help="seconds before giving up (default %(default)s)")
+        p.set_defaults(func=member)
+
+
+def member(args: argparse.Namespace) -> int:
+    """One membership change; prints the membership after it, or the typed error (exit status 2)."""
+    from logtide.engine.meta.client import connect_meta
+    from logtide.errors import LogtideError, MetaInvalidArgument
+    try:
+        with connect_meta(args.meta, timeout=args.timeout) as c:
+            if args.member_cmd == "add":
+                node, sep, addr = args.learner.partition("=")
+                if not sep or not node.isdigit():
+                    raise MetaInvalidArgument(f"--learner takes ID=HOST:PORT, got {args.learner!r}")
+                m = c.add_learner(int(node), addr)
+            elif args.member_cmd == "promote":
+                m = c.promote_member(args.id)
+            else:
+                m = c.remove_member(args.id)
+    except LogtideError as exc:
+        print(f"logtide meta member {args.member_cmd}: {type(exc).__name__}: {exc}", flush=True)
+        return 2
+    nodes = ", ".join(f"{n.node_id}={n.address} ({n.role})" for n in m["nodes"].values())
+    print(f"voters {m['voters']} learners {m['learners']} nodes: {nodes}", flush=True)
+    return 0
 
 
 class FileClock:
@@ -58,7 +100,7 @@ def serve_raft(args: argparse.Namespace) -> int:
         kw["clock"] = FileClock(args.clock_file)
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
     replica = MetaReplica(args.dir, args.id, peers, listen, tick_interval=args.tick,
-                          election_tick=args.election_tick, **kw)
+                          election_tick=args.election_tick, join=args.join, **kw)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -90,7 +132,8 @@ def status(args: argparse.Namespace) -> int:
                 c.close()
             rows.append((addr, {"id": r.id, "role": r.role or "single", "term": r.term, "leader": r.leader_id,
                                 "leader_address": r.leader, "commit": r.commit_index, "applied": r.applied_index,
-                                "seq": r.seq, "voters": list(r.voters), "learners": list(r.learners)}))
+                                "seq": r.seq, "voters": list(r.voters), "learners": list(r.learners),
+                                "nodes": {str(n.id): {"address": n.address, "role": n.role} for n in r.nodes}}))
         except LogtideError as exc:
             rows.append((addr, {"error": str(exc)}))
             failed += 1

@@ -25,12 +25,12 @@ from logtide.errors import MetaClosedError, MetaForwardRefused, MetaInvalidArgum
 META_FORWARD = ServiceDef.from_proto(pb, "MetaForward")
 LEADER_HEADER = "x-databend-meta-leader-grpc-endpoint"
 MAX_FORWARD_TIMEOUT_S = 60.0           # a forwarded request waits at most this long, whatever it asks
-WRITES = ("Upsert", "Txn")
+WRITES = ("Upsert", "Txn", "ChangeMember")
 READS = ("Get", "MGet", "List", "Status")
 _REPLY = {"Upsert": pb.UpsertReply, "Txn": pb.TxnReply, "Get": pb.GetReply, "MGet": pb.MGetReply,
-          "List": pb.ListReply, "Status": pb.StatusReply}
+          "List": pb.ListReply, "Status": pb.StatusReply, "ChangeMember": pb.MemberReply}
 _REQUEST = {"Upsert": pb.UpsertRequest, "Txn": pb.TxnRequest, "Get": pb.GetRequest, "MGet": pb.MGetRequest,
-            "List": pb.ListRequest, "Status": pb.StatusRequest}
+            "List": pb.ListRequest, "Status": pb.StatusRequest, "ChangeMember": pb.MemberRequest}
 
 
 def _timeout(replica, ctx) -> float:
@@ -60,6 +60,11 @@ class ReplicaServicer:
             return upsert_reply_to_pb(r.leader_address(), prev, res)
         if name == "Txn":
             return txn_reply_to_pb(r.leader_address(), r.apply_command(txn_from_pb(req), timeout))
+        if name == "ChangeMember":
+            r.change_member(req.op, req.node_id, req.address, timeout)
+            conf = r.node.conf()
+            return pb.MemberReply(leader=r.leader_address(), voters=sorted(conf.voters),
+                                  learners=sorted(conf.learners), nodes=_node_records(r.nodes()))
         if barrier and check_consistency(req.consistency) == "linearizable":
             r.read_barrier(timeout)
         return self._read(name, req)
@@ -89,7 +94,7 @@ class ReplicaServicer:
         return pb.StatusReply(leader=leader, seq=st["seq"], applied_index=st["applied"], durable=True, id=st["id"],
                               role=st["role"], term=st["term"], leader_id=st["lead"], commit_index=st["commit"],
                               last_index=st["last_index"], first_index=st["first_index"], voters=st["voters"],
-                              learners=st["learners"])
+                              learners=st["learners"], nodes=_node_records(st["nodes"]))
 
     def _serve(self, name: str, req, ctx):
         t = _timeout(self.r, ctx)
@@ -117,6 +122,9 @@ class ReplicaServicer:
 
     def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         return self._serve("Status", request, context)
+
+    def ChangeMember(self, request: pb.MemberRequest, context) -> pb.MemberReply:
+        return self._serve("ChangeMember", request, context)
 
     # ------------------------------------------------------------------ a pipelined batch
     def batch_Upsert(self, requests: list, context) -> list:
@@ -184,8 +192,9 @@ class ReplicaServicer:
     # ------------------------------------------------------------------ watch (served by any replica)
     def Watch(self, request: pb.WatchRequest, context):
         key_end = request.key_end if request.HasField("key_end") else None
+        after = (request.after_index, request.after_pos) if request.HasField("after_index") else None
         w = self.r.watch(check_key(request.key), key_end, check_filter(request.filter or "all"),
-                         request.initial_flush)
+                         request.initial_flush, after)
         leader = self.r.leader_address()
         _header(context, leader)
         try:
@@ -230,6 +239,10 @@ class ForwardServicer:
         timeout = min(request.timeout_ms / 1000.0, MAX_FORWARD_TIMEOUT_S)
         reply = r.servicer.serve_local(request.method, inner, timeout)
         return pb.ForwardReply(reply=reply.SerializeToString())
+
+
+def _node_records(nodes: dict) -> list:
+    return [pb.NodeRecord(id=n.node_id, address=n.address, role=n.role) for _i, n in sorted(nodes.items())]
 
 
 def _try(fn: Callable[[], Any]) -> Any:

@@ -2,8 +2,10 @@
 
 The Raft driver thread applies committed entries ({time_ms, cmd}, docs/meta_format.md) while
 client threads read and register watches; one lock makes every entry (a whole transaction) appear
-at once to them. Replacing the state from a snapshot ends every open watch: the events between
-the old state and the snapshot are not known here, so a watcher must resume from its last seq.
+at once to them. The hub keeps recent changes (WatchHistory) so a watch can resume after a
+cursor. Replacing the state from a snapshot ends every open watch and empties that history: the
+changes between the old state and the snapshot are not known here, so a watcher resumes elsewhere
+after its last cursor, or re-reads the range.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, BinaryIO
 
 from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.watch import WatchHub
+from logtide.engine.meta.watch_history import WatchHistory
 from logtide.engine.statemachine import Entry, StateMachine
 
 
@@ -21,8 +24,8 @@ class ReplicaStateMachine(StateMachine):
     def __init__(self) -> None:
         self.lock = threading.RLock()      # held by every apply; readers and watch registration take it
         self.sm = MetaStateMachine()
-        self.hub = WatchHub()
-        self.sm.subscribe(self.hub)
+        self.hub = WatchHub(WatchHistory())
+        self.sm.subscribe(self.hub, indexed=True)
 
     def update(self, entry: Entry) -> Any:
         with self.lock:
@@ -40,6 +43,7 @@ class ReplicaStateMachine(StateMachine):
         with self.lock:
             index = self.sm.recover_from_snapshot(src)
             self.hub.close_all()
+            self.hub.history.reset(index)
             return index
 
     def close(self) -> None:

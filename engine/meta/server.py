@@ -14,7 +14,8 @@ from logtide.engine.meta.service import MetaService
 from logtide.engine.meta.watch import check_filter
 from logtide.engine.meta.wire import (
     event_to_pb, seqv_to_pb, txn_from_pb, txn_reply_to_pb, upsert_from_pb, upsert_reply_to_pb)
-from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc import ServiceDef
+from logtide.engine.rpc.dual_server import DualServer
 from logtide.errors import MetaClosedError, MetaInvalidArgument
 
 META = ServiceDef.from_proto(pb, "MetaService")
@@ -87,10 +88,15 @@ class MetaServicer:
         ms = self.service
         return pb.StatusReply(leader=self.leader, seq=ms.seq, applied_index=ms.applied_index, durable=ms.durable)
 
+    def ChangeMember(self, request: pb.MemberRequest, context) -> pb.MemberReply:
+        raise MetaInvalidArgument("this meta-service is one process, not a Raft group: it has no members "
+                                  "to change (serve it with `logtide meta serve --raft`)")
+
     def Watch(self, request: pb.WatchRequest, context):
         key_end = request.key_end if request.HasField("key_end") else None
+        after = (request.after_index, request.after_pos) if request.HasField("after_index") else None
         w = self.service.watch(check_key(request.key), key_end, check_filter(request.filter or "all"),
-                               request.initial_flush)
+                               request.initial_flush, after)
         leader = self.leader
         try:
             yield pb.WatchEvent(leader=leader, ready=True)
@@ -106,7 +112,8 @@ class MetaServicer:
 
 
 class MetaServer:
-    """Serves one MetaService on a gRPC address ("host:0" picks a free port; `address` is the bound one).
+    """Serves one MetaService on an address, to framed-carrier and gRPC clients alike ("host:0"
+    picks a free port; `address` is the bound one).
 
     Writes block their worker until durable, so concurrent writers share the log's group commit.
     """
@@ -116,7 +123,8 @@ class MetaServer:
             raise MetaInvalidArgument(f"listen must be host:port, got {listen!r}")
         self.service = service
         self.servicer = MetaServicer(service)
-        self._rpc = RpcServer(listen, max_message_size=G.MAX_MESSAGE_BYTES, max_workers=max_workers)
+        self._rpc = DualServer(listen, max_message_size=G.MAX_MESSAGE_BYTES, workers=max_workers,
+                               grpc_workers=max_workers)
         self._rpc.add_service(META, self.servicer)
         self._listen = listen
         self.port: Optional[int] = None

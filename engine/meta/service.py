@@ -1,9 +1,8 @@
 """MetaService: the embedded meta-service. Every write is proposed as a log entry {time_ms, cmd},
 made durable in the log (when the service has one), then applied to the state machine.
 
-The log is the embedded log service in the service's directory (the default), or any log-service
-client, such as the replicated log (`connect_logservice("h1:p1,h2:p2,h3:p3")`): there an entry's
-index is its Raft index, so indexes increase but are not dense.
+The log is the embedded log service in the service's directory. A replicated meta-service is a
+Raft group of MetaReplicas (replica.py, docs/meta_raft.md), not a MetaService on a shared log.
 """
 from __future__ import annotations
 
@@ -59,24 +58,20 @@ class MetaService:
 
     def __init__(self, sm: Optional[MetaStateMachine] = None, clock: Optional[Callable[[], int]] = None,
                  leader: Optional[str] = None, log=None, dir: Optional[Path] = None,
-                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY, own_log: bool = True):
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY):
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
         self._pq = _Proposals()
         self._time_lock = threading.Lock()
         self._log = log
-        self._own_log = own_log
-        # dense: append_many gives consecutive LSNs (the embedded log); else append_each names each LSN
-        self._dense = log is None or not _gapped(log)
-        self._resync = False   # an append failed with an unknown outcome: re-read the log first
         self._dir = dir
         self._snapshot_every = snapshot_every
         self._snapshot_lock = threading.Lock()
         self._snapshot_index = self._sm.applied_index
         self.snapshots_taken = 0
         self._hub = WatchHub()
-        self._sm.subscribe(self._hub)
+        self._sm.subscribe(self._hub, indexed=True)
         self._last_time_ms = self._sm.last_time_ms
         self._closed = False
         self.leader = leader     # the address of the leader, named in every RPC reply
@@ -93,13 +88,11 @@ class MetaService:
 
     @classmethod
     def open(cls, path, clock: Optional[Callable[[], int]] = None, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-             fsync: str = "always", log=None) -> "MetaService":
+             fsync: str = "always") -> "MetaService":
         """The durable service in directory `path`: load the snapshot, replay the log after it.
 
-        Every write is appended to the log (durable on return) before it is applied; every
-        `snapshot_every` entries the state is snapshotted and the log truncated below it. The log
-        is `path`/log (embedded), or `log`: a log-service client such as the replicated log's
-        (the snapshot stays in `path`; the caller closes that client).
+        Every write is appended to the log `path`/log (durable on return) before it is applied;
+        every `snapshot_every` entries the state is snapshotted and the log truncated below it.
         """
         from logtide.engine.logservice import LogService
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
@@ -108,21 +101,18 @@ class MetaService:
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
         lock = DirLock(d, "meta.lock", "meta directory")   # before the snapshot is read: one owner
-        own = log is None
+        log = None
         try:
             sm = MetaStateMachine()
             snap = d / SNAPSHOT_FILE
             if snap.exists():
                 with open(snap, "rb") as f:
                     sm.recover_from_snapshot(f)
-            if own:
-                log = LogService.open(d / LOG_DIR, fsync=fsync)
-            else:
-                cls._fence(log, sm, clock or wall_clock_ms)
+            log = LogService.open(d / LOG_DIR, fsync=fsync)
             cls._replay(sm, log)
-            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every, own_log=own)
+            svc = cls(sm, clock=clock, log=log, dir=d, snapshot_every=snapshot_every)
         except BaseException:
-            if log is not None and own:
+            if log is not None:
                 log.close()
             lock.release()
             raise
@@ -130,17 +120,9 @@ class MetaService:
         return svc
 
     @staticmethod
-    def _fence(log, sm: MetaStateMachine, clock) -> int:
-        """Append a no-op entry (an empty transaction) to a shared log and return its LSN: once it
-        is committed, every earlier entry is decided, so a replay up to it misses no write that a
-        previous owner (a dead process, or this one before a failed append) left in flight."""
-        return log.append(encode_entry(max(int(clock()), sm.last_time_ms), TxnCmd()))
-
-    @staticmethod
-    def _replay(sm: MetaStateMachine, log, upto: int = 0, on_entry=None) -> None:
-        """Apply every log entry after the snapshot's index (up to `upto`), in LSN order;
-        `on_entry(lsn, reply)` after each."""
-        latest, truncated = (upto or log.get_latest_lsn()), log.get_truncated_lsn()
+    def _replay(sm: MetaStateMachine, log) -> None:
+        """Apply every log entry after the snapshot's index, in LSN order."""
+        latest, truncated = log.get_latest_lsn(), log.get_truncated_lsn()
         lsn = sm.applied_index + 1
         if lsn <= truncated:
             raise CorruptionError(f"meta snapshot ends at entry {sm.applied_index} but the log is truncated "
@@ -152,9 +134,7 @@ class MetaService:
             for r in records:
                 if r.lsn > latest:
                     return
-                reply = sm.update(Entry(r.lsn, r.payload))
-                if on_entry is not None:
-                    on_entry(r.lsn, reply)
+                sm.update(Entry(r.lsn, r.payload))
             if nxt <= lsn:
                 raise CorruptionError(f"meta log read at {lsn} made no progress")
             lsn = nxt
@@ -193,15 +173,10 @@ class MetaService:
         return slot.reply
 
     def _run_group(self, batch) -> None:
-        """Append one group of queued proposals (consecutive LSNs, one fsync; on a replicated log,
-        one append_each call that the leader proposes as one batch), apply them in LSN order, then
-        wake each proposer (the proposer thread's work: see _proposer)."""
+        """Append one group of queued proposals (consecutive LSNs, one fsync), apply them in LSN
+        order, then wake each proposer (the proposer thread's work: see _proposer)."""
         try:
-            if self._resync:
-                self._catch_up({})
-            # on a replicated log the group's LSN order is the order its appends commit in, so it
-            # shares one time: log time never goes back
-            times = [self._stamp() for _ in batch] if self._dense else [self._stamp()] * len(batch)
+            times = [self._stamp() for _ in batch]
             self._write_group(batch, times)
         except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
             for s in batch:
@@ -213,20 +188,8 @@ class MetaService:
     def _write_group(self, batch, times) -> None:
         """Append and apply one group, leaving each proposal its reply or error."""
         payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
-        if self._dense:
-            first = self._log.append_many(payloads)
-            self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
-            return
-        try:   # one call: the LSNs of the group, increasing; it ends by the client's deadline
-            lsns = self._log.append_each(payloads)
-        except Exception as exc:  # noqa: BLE001 - some of the group may still commit, at any LSN
-            for s in batch:
-                s.error = exc
-            # apply nothing past an unknown outcome: re-read the log up to a fence first
-            self._resync = True
-            self._catch_up({})
-            return
-        self._apply_group([(lsn, t, s) for lsn, t, s in zip(lsns, times, batch)])
+        first = self._log.append_many(payloads)
+        self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
 
     def _apply_group(self, entries) -> None:
         """Apply (lsn, time, proposal) in the order given (LSN order)."""
@@ -236,20 +199,6 @@ class MetaService:
                     s.reply = self._sm.apply(lsn, t, s.cmd)
                 except Exception as exc:  # handed to its proposer
                     s.error = exc
-
-    def _catch_up(self, waiting: dict) -> None:
-        """After an append whose outcome is unknown: fence the log, then apply every entry up to the
-        fence that this service has not applied (the failed append, if it committed). `waiting`
-        maps the LSNs of appends that succeeded to their proposals, which get their replies here."""
-        fence = self._fence(self._log, self._sm, self._stamp)
-        with self._lock:
-            def reply(lsn, r):
-                s = waiting.get(lsn)
-                if s is not None:
-                    s.reply = r
-            self._replay(self._sm, self._log, upto=fence, on_entry=reply)
-            self._last_time_ms = max(self._last_time_ms, self._sm.last_time_ms)
-        self._resync = False
 
     def _snapshot_after_write(self) -> None:
         """The periodic snapshot, taken by a writer whose write is already durable and applied:
@@ -384,7 +333,7 @@ class MetaService:
 
     # ------------------------------------------------------------------ watch
     def watch(self, key: str, key_end: Optional[str] = None, filter: str = "all",
-              initial_flush: bool = False) -> Watcher:
+              initial_flush: bool = False, after=None) -> Watcher:
         """Events for keys in [key, key_end) (key_end None: just `key`), from now on.
 
         With initial_flush, the live keys of the range come first (is_initialization=True), then
@@ -399,7 +348,8 @@ class MetaService:
         with self._lock:
             if self._closed:
                 raise MetaClosedError("the meta-service is closed")
-            return start_watch(self._hub, self._sm, key, key_end, f, initial_flush, self._now_ms())
+            # `after` (resume after a cursor) needs a watch history, which only Raft replicas keep
+            return start_watch(self._hub, self._sm, key, key_end, f, initial_flush, self._now_ms(), after)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -420,8 +370,7 @@ class MetaService:
             if threading.current_thread() is not self._proposer_thread:  # else: finalized on it (see _proposer)
                 self._proposer_thread.join()
             with self._snapshot_lock:
-                if self._own_log:
-                    self._log.close()
+                self._log.close()
         lock = getattr(self, "_dir_lock", None)
         if lock is not None:
             lock.release()
@@ -471,9 +420,3 @@ def _proposer(ref: "weakref.ref[MetaService]", pq: _Proposals) -> None:
         svc._run_group(batch)
         del svc
 
-
-def _gapped(log) -> bool:
-    """True for a log whose LSNs are not dense (the replicated client): a group is appended with
-    append_each and each entry applied at the LSN it got."""
-    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
-    return isinstance(log, ReplicatedLogServiceClient)

@@ -6,7 +6,7 @@ same replies on every replica, because the only clock it reads is the entry's ow
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -16,11 +16,12 @@ from logtide.engine.meta.command import (
     PutSequentialOp, TxnCmd, UpsertCmd)
 from logtide.engine.meta.log_entry import decode_entry
 from logtide.engine.meta.match_seq import AS_IS, DELETE, ANY, Exact, MatchSeq
+from logtide.engine.meta.node_info import AddNodeCmd, NodeInfo, RemoveNodeCmd
 from logtide.engine.meta.seqv import KVMeta, SeqV, expire_at_to_ms
 from logtide.engine.meta.txn_reply import (
     TxnDeleteByPrefixResponse, TxnDeleteResponse, TxnFetchAddU64Response, TxnGetResponse, TxnPutResponse, TxnReply)
 from logtide.engine.statemachine import Entry, StateMachine
-from logtide.errors import CorruptionError, MetaClosedError, MetaError
+from logtide.errors import CorruptionError, MetaClosedError, MetaError, MetaInvalidArgument
 
 # one change of one key: (key, prev, current); prev != current always
 Change = Tuple[str, Optional[SeqV], Optional[SeqV]]
@@ -63,7 +64,8 @@ class MetaStateMachine(StateMachine):
         self._seq = 0
         self._applied = 0
         self._time_ms = 0
-        self._listeners: List[Callable[[List[Change]], None]] = []
+        self._listeners: List[Tuple[Callable, bool]] = []   # (listener, indexed)
+        self._nodes: Dict[int, NodeInfo] = {}       # node information, apart from Raft membership
         self._closed = False
 
     # ------------------------------------------------------------------ state accessors
@@ -85,13 +87,17 @@ class MetaStateMachine(StateMachine):
     def __len__(self) -> int:
         return len(self._kv)
 
-    def subscribe(self, listener: Callable[[List[Change]], None]) -> None:
-        """Call `listener(changes)` after every applied entry that changed something."""
-        self._listeners.append(listener)
+    def nodes(self) -> Dict[int, NodeInfo]:
+        """The node records (AddNode / RemoveNode), by id."""
+        return dict(self._nodes)
+
+    def subscribe(self, listener: Callable, indexed: bool = False) -> None:
+        """Call `listener(changes)` (indexed: `listener(index, changes)`, with the entry's log
+        index) after every applied entry that changed something."""
+        self._listeners.append((listener, indexed))
 
     def unsubscribe(self, listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._listeners = [(f, i) for f, i in self._listeners if f != listener]
 
     # ------------------------------------------------------------------ applying
     def update(self, entry: Entry):
@@ -114,11 +120,20 @@ class MetaStateMachine(StateMachine):
             reply = self._upsert(cmd.key, cmd.value, cmd.match_seq, cmd.spec, time_ms, changes)
         elif isinstance(cmd, TxnCmd):
             reply = self._txn(cmd, time_ms, changes)
+        elif isinstance(cmd, AddNodeCmd):
+            reply = self._nodes.get(cmd.node.node_id)      # the record before
+            if reply is None or cmd.overriding:
+                self._nodes[cmd.node.node_id] = cmd.node
+        elif isinstance(cmd, RemoveNodeCmd):
+            reply = self._nodes.pop(cmd.node_id, None)
         else:
             raise MetaError(f"not a command: {cmd!r}")
         if changes:
-            for listener in list(self._listeners):
-                listener(changes)
+            for listener, indexed in list(self._listeners):
+                if indexed:
+                    listener(index, changes)
+                else:
+                    listener(changes)
         return reply
 
     def _clean_expired(self, time_ms: int, changes: List[Change]) -> None:
@@ -290,7 +305,7 @@ class MetaStateMachine(StateMachine):
         return list(self._kv.items())
 
     def lookup(self, query):
-        """query: ("get", key, now_ms) | ("mget", keys, now_ms) | ("list", prefix, limit, now_ms)."""
+        """query: ("get", key, now_ms) | ("mget", keys, now_ms) | ("list", prefix, limit, now_ms) | ("nodes",)."""
         kind = query[0]
         if kind == "get":
             return self.get(query[1], query[2])
@@ -298,6 +313,8 @@ class MetaStateMachine(StateMachine):
             return self.mget(query[1], query[2])
         if kind == "list":
             return self.list(query[1], query[2], query[3])
+        if kind == "nodes":
+            return self.nodes()
         raise MetaError(f"unknown lookup {kind!r}")
 
     # ------------------------------------------------------------------ snapshots
@@ -313,6 +330,11 @@ class MetaStateMachine(StateMachine):
             parts.append(rec(len(kb), len(v.data), v.seq, none if e is None else e, none if p is None else p))
             parts.append(kb)
             parts.append(v.data)
+        parts.append(F.SNAPSHOT_NODES.pack(len(self._nodes)))
+        for nid, n in sorted(self._nodes.items()):
+            ab = n.address.encode("utf-8")
+            parts.append(F.SNAPSHOT_NODE.pack(nid, F.SNAPSHOT_ROLES.index(n.role), len(ab)))
+            parts.append(ab)
         body = b"".join(parts)
         out.write(body)
         out.write(F.SNAPSHOT_TRAILER.pack(crc32c(body)))
@@ -328,7 +350,7 @@ class MetaStateMachine(StateMachine):
         if crc32c(body) != crc:
             raise CorruptionError("meta snapshot CRC mismatch")
         magic, version, applied, seq, time_ms, count = F.SNAPSHOT_HEADER.unpack_from(body, 0)
-        if magic != F.SNAPSHOT_MAGIC or version != F.SNAPSHOT_VERSION:
+        if magic != F.SNAPSHOT_MAGIC or version not in F.SNAPSHOT_VERSIONS:
             raise CorruptionError(f"not a meta snapshot (magic {magic!r}, version {version})")
         kv, expiry = SortedDict(), SortedList()
         pos, rs, none = hs, F.SNAPSHOT_RECORD.size, F.SNAPSHOT_NONE
@@ -346,11 +368,23 @@ class MetaStateMachine(StateMachine):
                 kv[key] = SeqV(vseq, data, meta)
                 if meta.expire_at_ms is not None:
                     expiry.add((meta.expire_at_ms, vseq, key))
-        except (struct.error, UnicodeDecodeError) as exc:
+            nodes: Dict[int, NodeInfo] = {}
+            if version >= 2:
+                (n_nodes,) = F.SNAPSHOT_NODES.unpack_from(body, pos)
+                pos += F.SNAPSHOT_NODES.size
+                for _ in range(n_nodes):
+                    nid, role, alen = F.SNAPSHOT_NODE.unpack_from(body, pos)
+                    pos += F.SNAPSHOT_NODE.size
+                    addr = body[pos:pos + alen].decode("utf-8")
+                    pos += alen
+                    if role >= len(F.SNAPSHOT_ROLES):
+                        raise CorruptionError(f"meta snapshot node {nid} has an unknown role {role}")
+                    nodes[nid] = NodeInfo(nid, addr, F.SNAPSHOT_ROLES[role])
+        except (struct.error, UnicodeDecodeError, MetaInvalidArgument) as exc:
             raise CorruptionError(f"meta snapshot record is damaged: {exc}") from None
         if pos != len(body) or len(kv) != count:
             raise CorruptionError("meta snapshot length does not match its key count")
-        self._kv, self._expiry = kv, expiry
+        self._kv, self._expiry, self._nodes = kv, expiry, nodes
         self._seq, self._applied, self._time_ms = seq, applied, time_ms
         return applied
 

@@ -253,7 +253,7 @@ def txn_reply_from_pb(r: pb.TxnReply) -> TxnReply:
 # ---------------------------------------------------------------- watch
 
 def event_to_pb(leader: str, e: WatchEvent) -> pb.WatchEvent:
-    out = pb.WatchEvent(leader=leader or "", is_initialization=e.is_initialization)
+    out = pb.WatchEvent(leader=leader or "", is_initialization=e.is_initialization, index=e.index, pos=e.pos)
     if e.key is not None:
         out.key = e.key
     if e.prev is not None:
@@ -264,4 +264,5 @@ def event_to_pb(leader: str, e: WatchEvent) -> pb.WatchEvent:
 
 
 def event_from_pb(m: pb.WatchEvent) -> WatchEvent:
-    return WatchEvent(_opt(m, "key"), seqv_from_pb(m, "prev"), seqv_from_pb(m, "current"), m.is_initialization)
+    return WatchEvent(_opt(m, "key"), seqv_from_pb(m, "prev"), seqv_from_pb(m, "current"), m.is_initialization,
+                      m.index, m.pos)

@@ -275,7 +275,8 @@ class RawNode:
               "first_index": r.log.first_index(), "voters": sorted(r.conf.voters),
               "learners": sorted(r.conf.learners), "conf_index": r.membership[-1][0]}
         if r.state == M.LEADER:
-            st["progress"] = {i: {"match": pr.match, "next": pr.next, "learner": pr.is_learner}
+            st["progress"] = {i: {"match": pr.match, "next": pr.next, "learner": pr.is_learner,
+                                  "active": pr.recent_active or i == r.id}
                               for i, pr in sorted(r.prs.items())}
         return st
 

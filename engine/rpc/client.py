@@ -40,9 +40,14 @@ class RpcClient:
         self.close()
 
 
-def connect(service: ServiceDef, target: Any, *, pipelined: bool = False, **options: Any) -> RpcClient:
-    """A client of `service`: over gRPC when target is "host:port", in-process when it is a servicer.
-    pipelined=True carries the unary calls of many threads on one stream (engine/rpc/pipeline.py)."""
+def connect(service: ServiceDef, target: Any, *, pipelined: bool = False, carrier: str = "grpc",
+            **options: Any) -> RpcClient:
+    """A client of `service`: over the network when target is "host:port" (carrier "grpc", or
+    "wire": the framed carrier of a WireServer), in-process when it is a servicer.
+    pipelined=True carries gRPC unary calls of many threads on one stream (engine/rpc/pipeline.py)."""
+    if isinstance(target, str) and carrier == "wire":
+        from logtide.engine.rpc.wire_client import WireTransport
+        return RpcClient(service, WireTransport(target, **options))
     if isinstance(target, str):
         transport = GrpcTransport(target, **options)
         if pipelined:

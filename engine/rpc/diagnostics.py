@@ -9,6 +9,9 @@ DIAGNOSTICS = ServiceDef.from_proto(pb, "Diagnostics")
 
 
 class DiagnosticsServicer:
+    # Ping returns at once: the framed carrier's server runs it on its event loop (wire_server.py)
+    nonblocking_methods = frozenset({"Ping"})
+
     def __init__(self, server_name: str = "logtide") -> None:
         self.server_name = server_name
 

@@ -29,6 +29,7 @@ from logtide.engine.rpc.call_loop import CallLoop
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.pipeline_server import PIPELINE_PATH
 from logtide.engine.rpc.service import MethodDef
+from logtide.engine.rpc.tls import TlsConfig, grpc_channel
 from logtide.engine.rpc.transport import GrpcTransport, Transport
 from logtide.errors import InvalidRequest, DeadlineExceededError, RpcError, RpcStreamBroken
 
@@ -199,9 +200,10 @@ class CallStream:
 class AioChannel:
     """The transport's grpc.aio channel on the CallLoop (created there at the first stream)."""
 
-    def __init__(self, address: str, options: list) -> None:
+    def __init__(self, address: str, options: list, tls: TlsConfig | None = None) -> None:
         self.address = address
         self.options = options
+        self.tls = tls
         self.loop = CallLoop.get()
         self._channel = None
         self.loop.resources.add(self)
@@ -216,7 +218,7 @@ class AioChannel:
     def channel(self):
         """On the loop: the channel (made at the first call)."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=self.options)
+            self._channel = grpc_channel(self.address, self.options, self.tls, aio=True)
             # open until closed, even if its client is dropped unclosed (its stream's task keeps it)
             fork_guard.opened(self)
         return self._channel
@@ -264,7 +266,7 @@ class PipelinedTransport(Transport):
                 s = self._stream
                 if s is None or s.broken is not None:   # reconnect: a new stream on the channel
                     if self._achannel is None or self._achannel.loop is not CallLoop.get():
-                        self._achannel = AioChannel(self.address, self.inner.channel_options)
+                        self._achannel = AioChannel(self.address, self.inner.channel_options, self.inner.tls)
                     s = self._stream = CallStream(self._achannel, self.address, self.inner.max_message_size)
         return s
 

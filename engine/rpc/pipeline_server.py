@@ -101,13 +101,23 @@ class PipelineDispatcher:
         their order among themselves is free: those with a batch hook run through it together.
         MalformedFrames when the batch's frames do not split into whole frames."""
         limit = min(self.max_message_size, batch.max_reply_bytes or self.max_message_size)
-        groups = split_calls(batch.frames)
-        units = [self._methods.get(path) for path in batch.methods]
+        return self.run_groups(split_calls(batch.frames), list(batch.methods), limit, ctx)
+
+    def unit(self, path: str) -> _Unary | None:
+        """What runs unary method `path` (None: not served here)."""
+        return self._methods.get(path)
+
+    def run_groups(self, groups: list, methods: list[str], limit: int, ctx: CallContext,
+                   units: list | None = None) -> Replies:
+        """The replies of the calls `groups` (split_calls' output; method indexes into `methods`,
+        whose units may be given already looked up), each reply at most `limit` bytes."""
+        if units is None:
+            units = [self._methods.get(path) for path in methods]
         out = Replies()
         for m, ids, datas in groups:
             u = units[m] if m < len(units) else None
             if u is None:
-                path = batch.methods[m] if m < len(units) else f"#{m}"
+                path = methods[m] if m < len(units) else f"#{m}"
                 for call_id in ids:
                     out.error(error_reply(call_id, InvalidRequest(f"unknown method {path}"), path))
                 continue

@@ -13,6 +13,8 @@ from logtide.engine.rpc import deadlines, fork_guard
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
 from logtide.engine.rpc.pipeline_server import MAX_PIPELINE_STREAMS, PIPELINE_PATH, PipelineDispatcher
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
+from logtide.engine.rpc.tls import TlsOption
+from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.errors import InvalidRequest, LogtideError, RpcError
 
@@ -24,9 +26,10 @@ class RpcServer:
 
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_workers: int = 16, keepalive: float | None = None,
-                 keepalive_timeout: float | None = None) -> None:
+                 keepalive_timeout: float | None = None, tls: TlsOption = None) -> None:
         fork_guard.check(f"an RPC server on {address}")
         self._address = address
+        self.tls = tls_resolve(tls)
         self._forked = False
         self.max_message_size = max_message_size
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
@@ -58,7 +61,10 @@ class RpcServer:
         """Bind and start serving; returns the bound port."""
         host = self._address.rsplit(":", 1)[0]
         try:
-            port = self._server.add_insecure_port(self._address)
+            if self.tls is None:
+                port = self._server.add_insecure_port(self._address)
+            else:
+                port = self._server.add_secure_port(self._address, self.tls.grpc_server_credentials())
         except RuntimeError as exc:  # grpcio raises for an address it cannot bind
             raise RpcError(f"could not listen on {self._address}: {exc}") from None
         if not port:
@@ -66,7 +72,7 @@ class RpcServer:
         self._server.start()
         fork_guard.opened(self)
         self.port = port
-        self.address = f"{host}:{port}"
+        self.address = self._address if self._address.startswith("unix:") else f"{host}:{port}"
         log.info("rpc server listening on %s", self.address)
         return port
 

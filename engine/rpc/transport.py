@@ -10,6 +10,8 @@ from typing import Any, Iterable, Iterator
 from logtide.engine.rpc import deadlines, fork_guard
 from logtide.engine.rpc.error_mapping import from_rpc_error
 from logtide.engine.rpc.service import CallContext, MethodDef
+from logtide.engine.rpc.tls import TlsOption, grpc_channel
+from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.errors import DeadlineExceededError, InvalidRequest, LogtideError, RemoteError, RpcError
 
 log = logging.getLogger("logtide.rpc")
@@ -218,9 +220,11 @@ class GrpcTransport(Transport):
 
     def __init__(self, address: str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  timeout: float | None = None, connect_timeout: float | None = 10.0,
-                 keepalive: float | None = None, keepalive_timeout: float | None = None) -> None:
+                 keepalive: float | None = None, keepalive_timeout: float | None = None,
+                 tls: TlsOption = None) -> None:
         import grpc
         fork_guard.check(f"connecting to {address}")
+        self.tls = tls_resolve(tls)
         self._grpc = grpc
         self._forked = False
         self.address = address
@@ -232,7 +236,7 @@ class GrpcTransport(Transport):
             ("grpc.max_send_message_length", max_message_size),
             ("grpc.max_receive_message_length", max_message_size),
         ] + deadlines.client_options(keepalive, keepalive_timeout)
-        self._channel = grpc.insecure_channel(address, options=self.channel_options)
+        self._channel = grpc_channel(address, self.channel_options, self.tls)
         self._calls: dict[str, Any] = {}
         self._lock = threading.Lock()
         fork_guard.opened(self)

@@ -1,4 +1,4 @@
-"""`logtide logservice`: serve a log directory over gRPC, or print what a log directory holds."""
+"""`logtide logservice`: serve a log directory (framed carrier, optionally gRPC), or print what it holds."""
 from __future__ import annotations
 
 import argparse
@@ -8,17 +8,21 @@ import threading
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("logservice", help="the durable log service (serve over gRPC, inspect)")
+    p = sub.add_parser("logservice", help="the durable log service (serve, inspect)")
     cmds = p.add_subparsers(dest="logservice_command", metavar="SUBCOMMAND")
     cmds.required = True
 
-    s = cmds.add_parser("serve", help="serve a log directory over gRPC until SIGTERM/SIGINT")
+    s = cmds.add_parser("serve", help="serve a log directory until SIGTERM/SIGINT")
     s.add_argument("--dir", required=True, help="log directory (created if missing)")
-    s.add_argument("--listen", default="127.0.0.1:0", help="host:port (port 0 picks a free one; default %(default)s)")
+    s.add_argument("--listen", default="127.0.0.1:0",
+                   help="host:port of the framed carrier, which logtide's clients speak (port 0 picks a free "
+                        "one; default %(default)s)")
+    s.add_argument("--grpc-listen", default=None, metavar="HOST:PORT",
+                   help="also serve gRPC (the interop carrier) on this host:port (default: not served)")
     s.add_argument("--fsync", default="always", choices=["always", "batch", "never"])
     s.add_argument("--segment-size", type=int, default=64 << 20, help="bytes per segment file")
     s.add_argument("--max-record-size", type=int, default=16 << 20, help="largest record data in bytes")
-    s.add_argument("--max-message-size", type=int, default=None, help="gRPC message limit in bytes")
+    s.add_argument("--max-message-size", type=int, default=None, help="message limit in bytes (both carriers)")
     s.add_argument("--truncation-interval", type=float, default=1.0, help="seconds between truncation rounds")
     s.add_argument("--stats-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     s.set_defaults(func=serve)
@@ -37,14 +41,15 @@ def serve(args: argparse.Namespace) -> int:
         return serve_raft(args)
     from logtide.engine.logservice.grpc_service import LogServiceServer
     server = LogServiceServer.open(args.dir, args.listen, max_message_size=args.max_message_size,
-                                   fsync=args.fsync, segment_size=args.segment_size,
+                                   grpc_listen=args.grpc_listen, fsync=args.fsync, segment_size=args.segment_size,
                                    max_record_size=args.max_record_size,
                                    truncation_interval=args.truncation_interval)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     svc = server.svc
-    print(f"logservice: serving {svc.config().dir} on {server.address} (latest LSN {svc.get_latest_lsn()})",
+    grpc = f", gRPC on {server.grpc_address}" if server.grpc_address else ""
+    print(f"logservice: serving {svc.config().dir} on {server.address} (latest LSN {svc.get_latest_lsn()}){grpc}",
           flush=True)
     try:
         while not stop.wait(args.stats_interval if args.stats_interval > 0 else None):

@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     tn = roles.add_parser("tn", help="serve a TN over DIR (log service in DIR/log, objects in DIR/objects)")
     tn.add_argument("dir")
     tn.add_argument("--address", default="127.0.0.1:0", help="host:port to listen on (port 0: any)")
-    tn.add_argument("--table", default="t", help="table the load writes (id int64 pk, v int64, w float64)")
+    tn.add_argument("--table", default="t", help="table served and written by the load (id int64 pk, v int64, "
+                                                 "w float64; created if missing)")
     tn.add_argument("--load", type=int, default=0, help="commit this many random transactions per second")
     tn.add_argument("--flush-every", type=float, default=2.0, help="seconds between flushes under load")
     tn.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between checkpoints under load")
@@ -42,7 +43,7 @@ def run_tn(args: argparse.Namespace) -> int:
     from logtide.engine.logtail import TransactionNode
     from logtide.engine.logtail.service import serve
     tn = TransactionNode.open(args.dir)
-    if args.load and args.table not in tn.tables:
+    if args.table not in tn.tables:
         tn.create_table(args.table, {"id": "int64", "v": "int64", "w": "float64"}, "id")
     server, addr = serve(tn, args.address)
     print(json.dumps({"listening": addr, "objects": tn.store.uri}), flush=True)

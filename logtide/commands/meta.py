@@ -1,4 +1,5 @@
-"""`logtide meta serve` (one process, or one replica of a Raft group with --raft) and `logtide meta status`."""
+"""`logtide meta serve` (one process, or one replica of a Raft group with --raft), `logtide meta status`
+and `logtide meta member ...`."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import signal
 import sys
 import threading
 
-from logtide.engine.meta.replica_cli import add_serve_arguments, register_status, serve_raft
+from logtide.engine.meta.replica_cli import add_serve_arguments, register_member, register_status, serve_raft
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,45 +21,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--listen", default="127.0.0.1:0", help="host:port to listen on (port 0: any free port)")
     s.add_argument("--snapshot-every", type=int, default=None,
                    help="take a snapshot and truncate the log after this many entries")
-    s.add_argument("--log", default=None, metavar="H1:P1,H2:P2,H3:P3",
-                   help="keep the log on a replicated log service (its replicas' addresses) instead of in --dir; "
-                        "--dir keeps the snapshots")
-    s.add_argument("--log-deadline", type=float, default=15.0,
-                   help="with --log: give up a log call (a typed error) when no replica leads for this long")
     add_serve_arguments(s)
     s.set_defaults(func=serve)
     register_status(msub)
+    register_member(msub)
 
 
 def serve(args: argparse.Namespace) -> int:
     if args.raft:
-        if args.log or args.memory or args.snapshot_every is not None:
+        if args.memory or args.snapshot_every is not None:
             print("logtide meta serve: --raft keeps its own log and snapshots in --dir "
-                  "(no --log, --memory or --snapshot-every)", flush=True)
+                  "(no --memory or --snapshot-every)", flush=True)
             return 2
         return serve_raft(args)
     from logtide.engine.meta import MetaService
     from logtide.engine.meta.server import MetaServer
     from logtide.errors import LogtideError
-    remote_log = None
     if args.memory:
-        if args.log:
-            print("logtide meta serve: --log needs --dir (the snapshots live there)", flush=True)
-            return 2
         service = MetaService.in_memory()
     else:
         kw = {} if args.snapshot_every is None else {"snapshot_every": args.snapshot_every}
         try:
-            if args.log:
-                # the client class itself: connect_logservice("a,b,c", replicated=True) passes the flag on
-                from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
-                remote_log = ReplicatedLogServiceClient(args.log, deadline=args.log_deadline)
-                kw["log"] = remote_log
             service = MetaService.open(args.dir, **kw)
-        except LogtideError as exc:   # the log unreachable (no leader by the deadline), corrupt state
+        except LogtideError as exc:   # corrupt state, a directory another process holds
             print(f"logtide meta serve: {type(exc).__name__}: {exc}", flush=True)
-            if remote_log is not None:
-                remote_log.close()
             return 2
     server = MetaServer(service, args.listen).start()
     stop = threading.Event()
@@ -70,8 +56,6 @@ def serve(args: argparse.Namespace) -> int:
         print(f"meta-service {server.address}: seq {service.seq}, applied {service.applied_index}", flush=True)
     server.stop(1.0)
     service.close()
-    if remote_log is not None:
-        remote_log.close()
     print("meta-service stopped", flush=True)
     sys.stdout.flush()
     return 0

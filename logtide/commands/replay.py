@@ -115,7 +115,7 @@ def _serve(holder: Holder, what: str) -> int:
 def run_primary(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import LogService
     from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
-    from logtide.engine.rpc import RpcServer
+    from logtide.engine.rpc.dual_server import DualServer
     from logtide.replay.primary import LOG_DIR, Primary
     from logtide.replay.transport_grpc import REPLAY_NODE, REPLICATION, NodeServicer, ReplicationServicer
     d = Path(args.dir)
@@ -133,7 +133,7 @@ def run_primary(args: argparse.Namespace) -> int:
     except BaseException:
         log_service.close()
         raise
-    server = RpcServer(args.listen, max_message_size=64 << 20)
+    server = DualServer(args.listen, max_message_size=64 << 20, workers=16, grpc_workers=16)
     holder = Holder(primary, server, log_service, shared_log=log_service if args.log else None)
     if not args.log:   # RO nodes of a replicated log read the WAL from the log service itself
         server.add_service(LOGSERVICE, LogServiceServicer(log_service, server.max_message_size))
@@ -150,12 +150,12 @@ def run_primary(args: argparse.Namespace) -> int:
 
 def run_ro(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import connect_logservice
-    from logtide.engine.rpc import RpcServer
+    from logtide.engine.rpc.dual_server import DualServer
     from logtide.replay.ro_node import ReadOnlyNode
     from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
     from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
     remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
-                  else connect_logservice(args.primary))
+                  else connect_logservice(args.primary))   # the primary's DualServer
     try:
         ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
     except BaseException:
@@ -164,7 +164,7 @@ def run_ro(args: argparse.Namespace) -> int:
     if args.replica_timeout is not None:
         ro.replica_timeout = args.replica_timeout
     link = GrpcLink(ro, args.primary)
-    server = RpcServer(args.listen, max_message_size=64 << 20)
+    server = DualServer(args.listen, max_message_size=64 << 20, workers=16, grpc_workers=16)
     holder = Holder(ro, server, None, link, shared_log=remote_log if args.log else None)
     server.add_service(REPLAY_NODE, NodeServicer(holder))
     port = server.start()

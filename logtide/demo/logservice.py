@@ -1,4 +1,5 @@
-"""Demo stage: the log service on the demo directory: group commit, sequential read, gRPC, truncation, restart."""
+"""Demo stage: the log service on the demo directory: group commit, sequential read, networked (framed
+carrier), truncation, restart."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 
 ORDER = 30
 NAME = "logservice"
-TITLE = "Log service: durable segmented log with group commit, gRPC transport, truncation and TSO"
+TITLE = "Log service: durable segmented log with group commit, networked client, truncation and TSO"
 
 
 def _appenders(svc, threads: int, per: int, payload: bytes) -> float:
@@ -82,7 +83,7 @@ def run(workdir: Path) -> bool:
           f"bad records: {bad}", flush=True)
     ok &= bad == 0 and nbytes == n * (size + 12)
 
-    # 3. the same service over gRPC on 127.0.0.1
+    # 3. the same service over the network on 127.0.0.1 (the framed carrier, logtide's own clients')
     server = LogServiceServer(svc, "127.0.0.1:0")
     client = connect_logservice(server.address)
     try:
@@ -100,7 +101,7 @@ def run(workdir: Path) -> bool:
         recs, _ = client.read(lsns[0], 1 << 20)
         ok &= [r.payload for r in recs[:300]] == [_payload(i, 256) for i in range(300)]
         ok &= gbytes == nbytes
-        print(f"gRPC at {server.address}: append {g_append:,.0f}/s (1 client, fsync=always)   "
+        print(f"framed carrier at {server.address}: append {g_append:,.0f}/s (1 client, fsync=always)   "
               f"read_batch {g_read:,.0f} MB/s", flush=True)
     finally:
         client.close()

@@ -1,4 +1,5 @@
-"""RaftTransport: carries Raft messages between replicas over the RPC layer (gRPC or in-process).
+"""RaftTransport: carries Raft messages between replicas over the RPC layer: the framed carrier to a
+"host:port" (docs/rpc.md, "The framed carrier"; served by WireServer), or in-process.
 
 Replication is streamed. Each peer gets one long-lived stream (RaftTransport.Stream in raft.proto):
 its sender thread writes everything queued for the peer since its last write as one RaftBatch, so
@@ -8,7 +9,9 @@ after KEEPALIVE of silence). A watchdog cancels a stream whose oldest unacknowle
 than ACK_TIMEOUT (a peer that is stopped, cut off or wedged keeps its TCP connection open, so only
 the application sees it): the peer is reported unreachable (the leader falls back to probing), the
 messages queued for it are dropped (Raft tolerates loss; nothing is held for a stream that is not
-known to work), and a new stream on a new connection replaces it, with backoff.
+known to work), and a new stream on a new connection replaces it, with backoff. A connection is
+opened within CONNECT_TIMEOUT or the attempt counts as failed (a stopped peer's kernel still
+accepts it; only the peer's missing preface tells).
 
 Elections travel apart from the stream: votes, pre-votes, their answers and timeout-now go as
 unary Send calls on their own connection and thread (CONTROL_TYPES), so a stream being replaced,
@@ -27,11 +30,9 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-import grpc
-
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
-from logtide.engine.raft.channel import connect_replica
+from logtide.engine.nodehost.channel import connect_replica
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftError, UnknownPeer
 from logtide.engine.raft.messages import Message
 from logtide.engine.raft.wire import decode_message, encode_message
@@ -52,6 +53,7 @@ ACK_TIMEOUT = 1.0           # seconds without an acknowledgement, while a batch 
 ACK_BYTES_PER_S = 4 << 20   # ... plus the oldest waiting batch's bytes at this rate (a snapshot takes longer)
 WATCH_INTERVAL = 0.05       # how often the watchdog looks at the streams
 CONTROL_TIMEOUT = 1.0       # deadline of one election call (an answer later than an election timeout is useless)
+CONNECT_TIMEOUT = 1.0       # seconds to open a connection to a peer (its preface included)
 MIN_BACKOFF = 0.01
 MAX_BACKOFF = 0.5           # seconds between attempts to reach an unreachable peer
 IDLE_POLL = 0.2             # how often an idle control sender checks for close()
@@ -106,7 +108,7 @@ class _Queue:
 
 
 class _Feed:
-    """The request side of one stream (gRPC's sender thread iterates it): the queued messages as
+    """The request side of one stream (the client's request thread iterates it): the queued messages as
     numbered batches, a keepalive after KEEPALIVE of silence; it ends once the stream is killed, so a
     dead stream never takes messages that a new one should carry."""
 
@@ -175,8 +177,9 @@ class _Feed:
                 self.dead = why
             self.peer.q.cv.notify_all()
         call = self.call
-        # over gRPC, cancel: the peer may never answer again. In-process, the stream ends by itself
-        # once the feed stops (the in-process transport hands a cancelled stream no end marker)
+        # over the network, cancel: the peer may never answer again (a cancel also wakes the reader
+        # of the acknowledgements). In-process, the stream ends by itself once the feed stops (the
+        # in-process transport hands a cancelled stream no end marker)
         if call is not None and isinstance(self.peer.target, str):
             call.cancel()
 
@@ -203,8 +206,9 @@ class _Peer:
         self.ctl_thread.start()
 
     def _client(self, timeout: float | None):
+        """A client of the peer; over the network its connection is open (or this raised)."""
         if isinstance(self.target, str):
-            return connect_replica(RAFT_SERVICE, self.target, timeout=timeout)
+            return connect_replica(RAFT_SERVICE, self.target, timeout=timeout, connect_timeout=CONNECT_TIMEOUT)
         return connect(RAFT_SERVICE, self.target)
 
     def _run(self) -> None:
@@ -307,6 +311,8 @@ class _Servicer:
         return pb.RaftAck(messages=self.t.receive(batch))
 
     def Stream(self, batches, context):
+        # a sender that cancels the stream (it replaces one it found stuck) or goes away ends
+        # `batches`: the loop just stops
         last_ack = 0.0
         try:
             for batch in batches:
@@ -319,13 +325,12 @@ class _Servicer:
         except InvalidRequest as exc:  # a frame that is not a RaftBatch: this stream is unusable
             self.t._refuse(MalformedMessage(f"a frame on the stream from {context.peer}: {exc}"))
             raise
-        except grpc.RpcError:  # the sender cancelled it (it replaces a stream it found stuck) or went away
-            return
 
 
 class RaftTransport:
     """One replica's transport. `deliver(messages)` gets every valid batch received;
-    `on_unreachable(peer)` hears of failed streams. Serve `servicer` under RAFT_SERVICE."""
+    `on_unreachable(peer)` hears of failed streams. Serve `servicer` under RAFT_SERVICE on a
+    WireServer (peers reach a "host:port" over the framed carrier)."""
 
     def __init__(self, node_id: int, cluster_id: int, deliver: Callable[[list[Message]], None],
                  on_unreachable: Callable[[int], None] | None = None) -> None:
@@ -343,7 +348,7 @@ class RaftTransport:
         self._watchdog.start()
 
     def set_peer(self, peer_id: int, target: Any) -> None:
-        """Reach `peer_id` at "host:port" (gRPC) or through a servicer object (in-process)."""
+        """Reach `peer_id` at "host:port" (the framed carrier) or through a servicer object (in-process)."""
         with self._lock:
             old = self._peers.get(peer_id)
             if old is not None and old.target == target:

@@ -24,7 +24,7 @@ from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
-from logtide.engine.raft.transport import RaftTransport
+from logtide.engine.nodehost.transport import RaftTransport
 from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
 

@@ -1,0 +1,73 @@
+"""A 3-member etcd cluster on loopback (Debian's etcd-server, fsync on, its defaults), the peer of the
+replicated benchmarks; and an etcd v3 KV client on one gRPC channel."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from bench.etcd_kv_client import etcd_kv
+from bench.raft_cluster import free_ports
+
+
+class EtcdClient:
+    """etcd's KV calls (Put, Range, Txn...) on a channel of its own to one member."""
+
+    def __init__(self, addr: str, pb) -> None:
+        import grpc
+        self.channel = grpc.insecure_channel(addr)
+        self.kv = etcd_kv(self.channel, pb)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class EtcdCluster:
+    """Members m0..m2; `addresses` are their client URLs' host:port. None of it is timed."""
+
+    def __init__(self, exe: str, members: int = 3) -> None:
+        from bench import etcd_kv_pb2 as pb
+        self.pb = pb
+        self.dir = tempfile.mkdtemp(prefix="bench-etcd3-")
+        ports = free_ports(2 * members)
+        cluster = ",".join(f"m{i}=http://127.0.0.1:{ports[members + i]}" for i in range(members))
+        self.procs = [subprocess.Popen([exe, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+                                        "--listen-client-urls", f"http://127.0.0.1:{ports[i]}",
+                                        "--advertise-client-urls", f"http://127.0.0.1:{ports[i]}",
+                                        "--listen-peer-urls", f"http://127.0.0.1:{ports[members + i]}",
+                                        "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports[members + i]}",
+                                        "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                                        "--log-level", "error"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                      for i in range(members)]
+        self.addresses = [f"127.0.0.1:{ports[i]}" for i in range(members)]
+        self._wait_up()
+
+    def _wait_up(self, timeout: float = 60.0) -> None:
+        import grpc
+        c = EtcdClient(self.addresses[0], self.pb)
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    c.kv.Put(self.pb.PutRequest(key=b"probe", value=b"x"), timeout=2)
+                    return
+                except grpc.RpcError:
+                    if time.monotonic() > end:
+                        self.stop()
+                        raise RuntimeError("the etcd cluster did not come up") from None
+                    time.sleep(0.2)
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
