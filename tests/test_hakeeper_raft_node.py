@@ -16,7 +16,7 @@ from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import NotLeader, ProposalDropped, RaftTimeout
 from logtide.engine.nodehost.node import RaftNode
 from logtide.engine.nodehost.transport import RAFT_SERVICE
-from logtide.engine.rpc import RpcServer
+from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import MalformedCommandError, UnknownStoreError
 
 C = CommandType
@@ -38,7 +38,7 @@ class HAKeeperGroup:
     def start(self, i):
         sm = HAKeeperStateMachine()
         st = DiskStorage.open(self.tmp / f"hakeeper-{i}", voters=list(self.ids))
-        server = RpcServer(f"127.0.0.1:{self.ports.get(i, 0)}")
+        server = WireServer(f"127.0.0.1:{self.ports.get(i, 0)}")
         node = RaftNode(i, st, sm, tick_interval=0.02, election_tick=10, seed=i, **self.kw)
         server.add_service(RAFT_SERVICE, node.transport.servicer)
         self.ports[i] = server.start()

@@ -146,18 +146,20 @@ class HAKeeperStateMachine(StateMachine):
         return True
 
     def _maybe_running(self) -> None:
-        """Bootstrapping → Running once every log shard has its voters, each reported running."""
+        """Bootstrapping → Running once every log shard has a majority of its replicas reported
+        running (MatrixOne's CheckBootstrap): from then on the log checker starts or replaces the
+        rest, so a founder whose store never comes back does not hold the cluster in bootstrap."""
         st = self.state
         if st.bootstrap != BootstrapState.BOOTSTRAPPING or st.cluster is None:
             return
         for shard in st.shards.values():
-            if len(shard.voters) < st.cluster.log_replicas:
-                return
+            running = 0
             for rid, sid in shard.voters.items():
                 store = st.stores.get(sid)
                 rep = store.log_replicas().get(shard.shard_id) if store else None
-                if rep is None or rep.replica_id != rid:
-                    return
+                running += rep is not None and rep.replica_id == rid
+            if 2 * running <= st.cluster.log_replicas:
+                return
         st.bootstrap = BootstrapState.RUNNING
 
     def _heartbeat(self, hb) -> tuple[ScheduleCommand, ...]:
