@@ -24,6 +24,7 @@ from logtide._ext import wire_codec as wc
 from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import code_of, from_status
+from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.service import MethodDef
 from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
@@ -176,8 +177,7 @@ class _Conn(asyncio.Protocol):
         self.sent_methods = 0
         self.streams: dict[int, _Stream] = {}
         self.next_sid = 1
-        self.outbox: list[bytes] = []         # frames from other threads, written by the loop
-        self.flush_due = False
+        self.outbox = FrameOutbox(lambda: self.wl.call_soon(self._flush))   # frames from other threads
         self.write_paused = False
         self.timer = None
         self.heard = time.monotonic()         # when a frame last came in
@@ -299,8 +299,7 @@ class _Conn(asyncio.Protocol):
             asyncio.get_running_loop().call_later(r, self._pump)
 
     def _flush(self) -> None:
-        with self.lock:
-            out, self.outbox, self.flush_due = self.outbox, [], False
+        out = self.outbox.take()
         if self.broken is None and self.tr is not None:
             n = len(self.paths)
             if self.sent_methods < n:
@@ -375,12 +374,7 @@ class _Conn(asyncio.Protocol):
 
     def send(self, frame: bytes) -> None:
         """Write a frame (from any thread; frames from one thread keep their order)."""
-        with self.lock:
-            self.outbox.append(frame)
-            if self.flush_due:
-                return
-            self.flush_due = True
-        self.wl.call_soon(self._flush)
+        self.outbox.put(frame)
 
     def open_stream(self, method: MethodDef, deadline: float | None) -> _Stream:
         if self.broken is not None:
@@ -390,11 +384,7 @@ class _Conn(asyncio.Protocol):
             sid = self.next_sid
             self.next_sid += 1
             s = self.streams[sid] = _Stream(self, sid, method, deadline)
-            self.outbox.append(wc.encode_open(sid, m))
-            if self.flush_due:
-                return s
-            self.flush_due = True
-        self.wl.call_soon(self._flush)
+            self.outbox.put(wc.encode_open(sid, m))
         return s
 
     def forget(self, sid: int) -> None:

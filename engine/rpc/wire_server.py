@@ -32,6 +32,7 @@ from logtide._ext.frame_codec import split_calls
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
 from logtide.engine.rpc.error_mapping import status_code, type_name
+from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
@@ -182,9 +183,7 @@ class _ServerConn(asyncio.Protocol):
         self.inflight_bytes = 0
         self.read_paused = False
         self.write_paused = False
-        self.lock = threading.Lock()
-        self.outbox: list[bytes] = []
-        self.flush_due = False
+        self.outbox = FrameOutbox(lambda: server.wl.call_soon(self._flush))   # frames from other threads
         self.closed = False
         self.partial_since = 0.0               # when the reader last held part of a frame (0: none)
         self.sniffing = False
@@ -378,16 +377,10 @@ class _ServerConn(asyncio.Protocol):
 
     def send(self, frame: bytes) -> None:
         """Write a frame from any thread (frames from one thread keep their order)."""
-        with self.lock:
-            self.outbox.append(frame)
-            if self.flush_due:
-                return
-            self.flush_due = True
-        self.server.wl.call_soon(self._flush)
+        self.outbox.put(frame)
 
     def _flush(self) -> None:
-        with self.lock:
-            out, self.outbox, self.flush_due = self.outbox, [], False
+        out = self.outbox.take()
         if not self.closed:
             self.tr.writelines(out)
 
