@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import check_key
+from logtide.engine.meta.command_batch import apply_decoded
 from logtide.engine.meta.replica import check_consistency
 from logtide.engine.meta.watch import check_filter
 from logtide.engine.meta.wire import (
@@ -148,19 +149,9 @@ class ReplicaServicer:
         t = _timeout(self.r, context)
         if not self.r.is_leader():
             return self.r.forwarder.forward_many([(name, q, _REPLY[name]) for q in requests], t)
-        out: List[Any] = [None] * len(requests)
-        cmds, where = [], []
-        for i, q in enumerate(requests):
-            try:
-                cmds.append(decode(q))
-                where.append(i)
-            except Exception as exc:  # noqa: BLE001 - that call's reply
-                out[i] = exc
-        if cmds:
-            leader = self.r.leader_address()
-            for i, rep in zip(where, self.r.apply_commands(cmds, t)):
-                out[i] = rep if isinstance(rep, BaseException) else encode(leader, rep)
-        return out
+        out = apply_decoded(requests, decode, lambda cmds: self.r.apply_commands(cmds, t))
+        leader = self.r.leader_address()
+        return [rep if isinstance(rep, BaseException) else encode(leader, rep) for rep in out]
 
     def _batch_reads(self, name: str, requests: list, context) -> list:
         """One ReadIndex barrier for every linearizable read of the batch (on the leader)."""

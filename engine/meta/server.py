@@ -10,6 +10,7 @@ from typing import Optional
 from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import check_key
+from logtide.engine.meta.command_batch import apply_decoded
 from logtide.engine.meta.service import MetaService
 from logtide.engine.meta.watch import check_filter
 from logtide.engine.meta.wire import (
@@ -52,18 +53,7 @@ class MetaServicer:
                 for r in self._apply_many(requests, txn_from_pb)]
 
     def _apply_many(self, requests: list, decode) -> list:
-        out: list = [None] * len(requests)
-        cmds, where = [], []
-        for i, req in enumerate(requests):
-            try:
-                cmds.append(decode(req))
-                where.append(i)
-            except Exception as exc:  # noqa: BLE001 - that call's reply
-                out[i] = exc
-        if cmds:
-            for i, r in zip(where, self.service.apply_commands(cmds)):
-                out[i] = r
-        return out
+        return apply_decoded(requests, decode, self.service.apply_commands)
 
     def Get(self, request: pb.GetRequest, context) -> pb.GetReply:
         out = pb.GetReply(leader=self.leader)
