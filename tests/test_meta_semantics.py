@@ -47,10 +47,10 @@ def fresh_groups(tmp_path_factory):
         c.stop(signal.SIGKILL)
 
 
-@pytest.fixture(params=["embedded", "inprocess", "grpc", "raft"])
+@pytest.fixture(params=["embedded", "inprocess", "wire", "grpc", "raft"])
 def ms(request, clock, tmp_path):
     """The same scenarios on the embedded service, through the RPC layer's in-process transport,
-    through a real gRPC server on 127.0.0.1, and on a fresh 3-replica Raft group of separate
+    through a real server on 127.0.0.1 (one port: logtide's framed carrier, and gRPC), and on a fresh 3-replica Raft group of separate
     `logtide meta serve --raft` processes (their clock is the test's, through a file). The raft
     client is pinned to one replica, replica 1, 2, 3 in turn across the cases, so two cases in
     three go through a follower that forwards every write and linearizable read to the leader."""
@@ -80,7 +80,7 @@ def ms(request, clock, tmp_path):
         from logtide.engine.meta.server import MetaServer
         server = MetaServer(s, "127.0.0.1:0").start()
         try:
-            with connect_meta(server.address) as client:
+            with connect_meta(server.address, carrier=request.param) as client:
                 yield client
                 assert client.leader == server.address    # every reply names the leader
         finally:
