@@ -3,8 +3,8 @@ against etcd (one member; bench_meta_raft.py has 3 replicas against 3 members).
 
 Both servers run as separate processes on loopback; keys are 16 bytes and values 64 bytes. The
 meta-service's client threads share one client (`connect_meta`, logtide's framed carrier: the
-calls of its threads batch on one connection, docs/rpc.md); each etcd client thread has its own
-gRPC channel. The meta rounds also record
+calls of its threads batch on one connection, docs/rpc.md); etcd runs in its faster set-up of the
+run, one gRPC channel shared by the threads or one each (both probed, bench/etcd_cluster.py). The meta rounds also record
 the CPU time per call of the client process and of the server process. etcd is Debian's `etcd-server` as a single member (fsync on, the
 default); it is driven through etcd v3 KV stubs generated from bench/etcd_kv.proto (etcd's own
 field numbers; `make proto`), because the pip client `etcd3` 0.12 ships stubs that protobuf >= 4 refuses.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.conftest import scaled
+from bench.conftest import SCALE, scaled
 from bench.etcd_kv_client import etcd_kv
 from bench.ratios import Ratio
 from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
@@ -281,30 +281,21 @@ def etcd():
     shutil.rmtree(d, ignore_errors=True)
 
 
-class _EtcdClient:
-    def __init__(self, addr, pb):
-        import grpc
-        self.channel = grpc.insecure_channel(addr)
-        self.kv = etcd_kv(self.channel, pb)
-
-    def close(self):
-        self.channel.close()
-
-
 def _etcd_bench(benchmark, etcd, call, clients: int):
-    """`clients` threads, each with its own connected channel, calling call(pb, client, key) in a loop."""
+    """`clients` threads calling call(pb, connection, key) in a loop, in etcd's faster set-up of this
+    run: one channel shared by the threads, or one each (bench/etcd_cluster.py, both probed)."""
+    from bench.etcd_cluster import close_connections, fastest_connections
     addr, pb = etcd
-    conns = [_EtcdClient(addr, pb) for _ in range(clients)]
     counts = [0] * clients
 
-    def op(t):
+    def op(c, t):
         counts[t] += 1
-        call(pb, conns[t], _key((t * 7919 + counts[t]) % N_KEYS).encode())
+        call(pb, c, _key((t * 7919 + counts[t]) % N_KEYS).encode())
+    conns, info = fastest_connections([addr], pb, clients, op, max(0.5, 3 * SCALE))
     try:
-        sustained_benchmark(benchmark, clients, op)
+        sustained_benchmark(benchmark, clients, lambda t: op(conns[t], t), **info)
     finally:
-        for c in conns:
-            c.close()
+        close_connections(conns)
 
 
 @pytest.mark.benchmark(group="meta-net-put")

@@ -8,8 +8,9 @@ with fsync on, 16 clients, 16-byte keys and 64-byte values (issue 25):
 Sustained runs (bench/sustained.py): every client is connected and a warm-up is run before the
 clock, then each side runs for the same time (10 s at full scale). logtide's 16 client threads
 share one client, as a process does (its calls of many threads batch on one connection of the
-framed carrier, and it follows the leader); each etcd client thread has its own channel, spread
-over the members as etcd's clients balance (followers forward puts to the leader). logtide's
+framed carrier, and it follows the leader); etcd runs in whichever set-up is faster in this run,
+one gRPC channel shared by its 16 threads or a channel per thread spread over the members (both
+are probed first: which wins differs with the call and the member count). logtide's
 stale reads go to every replica the same way: one client per replica address, not following
 the leader. If `etcd` is not installed (`make etcd`) the etcd side skips and no ratio is computed.
 """
@@ -20,6 +21,7 @@ import shutil
 
 import pytest
 
+from bench.conftest import SCALE
 from bench.ratios import Ratio
 from bench.sustained import sustained_benchmark
 
@@ -33,6 +35,7 @@ RATIOS = [
 ]
 
 CLIENTS = 16
+PROBE_SECONDS = max(0.5, 3 * SCALE)   # each etcd set-up is probed this long before the timed run
 N_KEYS = 1000
 VALUE = b"v" * 64
 
@@ -107,14 +110,16 @@ def test_meta_raft_get_stale(benchmark, meta_group):
 
 
 def _etcd(benchmark, etcd_group, call) -> None:
-    from bench.etcd_cluster import EtcdClient
+    """etcd in its faster set-up, probed in this run: one gRPC channel shared by the 16 threads (as
+    logtide's share one client) or a channel per thread (bench/etcd_cluster.py)."""
+    from bench.etcd_cluster import close_connections, fastest_connections
     keys = _keys()
-    conns = [EtcdClient(etcd_group.addresses[t % len(etcd_group.addresses)], etcd_group.pb) for t in range(CLIENTS)]
+    op = lambda c, t: call(etcd_group.pb, c, next(keys[t]).encode())      # noqa: E731
+    conns, info = fastest_connections(etcd_group.addresses, etcd_group.pb, CLIENTS, op, PROBE_SECONDS)
     try:
-        sustained_benchmark(benchmark, CLIENTS, lambda t: call(etcd_group.pb, conns[t], next(keys[t]).encode()))
+        sustained_benchmark(benchmark, CLIENTS, lambda t: op(conns[t], t), **info)
     finally:
-        for c in conns:
-            c.close()
+        close_connections(conns)
 
 
 @pytest.mark.benchmark(group="meta-raft-upsert")
