@@ -110,6 +110,11 @@ class RemoteError(RpcError):
     """The server failed with an error that has no logtide type (its type name is in the message)."""
 
 
+class ConnectionRefused(RpcError):
+    """Nothing listens at the address (the connection was refused): the peer's process is gone, or
+    not started yet; unlike a silent peer, which a deadline ends."""
+
+
 class TlsError(RpcError):
     """A TLS handshake failed: a certificate the other side's CA did not sign, a host name the
     server's certificate does not carry, or one side without TLS."""

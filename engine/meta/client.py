@@ -17,8 +17,9 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_cursor, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import (DeadlineExceededError, MessageTooLarge, MetaClosedError, MetaDeadlineExceeded,
-                            MetaInvalidArgument, MetaNotLeader, MetaUnavailableError, RpcError, RpcStreamBroken)
+from logtide.errors import (ConnectionRefused, DeadlineExceededError, MessageTooLarge, MetaClosedError,
+                            MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader, MetaUnavailableError, RpcError,
+                            RpcStreamBroken, TlsError)
 
 
 def _call(fn, *args, **kw):
@@ -37,8 +38,9 @@ def _call(fn, *args, **kw):
         raise
 
 
-# transport failures (not typed errors from the server): unreachable, deadline passed, stream broken
-_UNAVAILABLE = (RpcError, DeadlineExceededError, RpcStreamBroken)
+# transport failures (not typed errors from the server): unreachable, refused, deadline passed,
+# connection broken, TLS refused
+_UNAVAILABLE = (RpcError, DeadlineExceededError, RpcStreamBroken, ConnectionRefused, TlsError)
 
 
 class RemoteWatcher:

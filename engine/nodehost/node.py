@@ -99,7 +99,7 @@ class RaftNode:
         self.first_index = self.raw.raft.log.first_index()   # live too: it moves with applied at a snapshot install
         self.snapshot_index = applied
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # before the transport: its threads report here
-        self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable)
+        self.transport = RaftTransport(node_id, cluster_id, self._deliver, self._unreachable, self._gone)
         self.addresses: dict[int, Any] = {}
         for pid, target in (peers or {}).items():
             if pid != node_id:
@@ -236,6 +236,9 @@ class RaftNode:
     def _unreachable(self, peer: int) -> None:
         self._inbox.put(("unreachable", peer))
 
+    def _gone(self, peer: int) -> None:
+        self._inbox.put(("gone", peer))
+
     # --- the driver thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -322,6 +325,8 @@ class RaftNode:
                     f.set(error=exc)
             elif kind == "transfer":
                 raw.transfer_leader(item[1])
+            elif kind == "gone":           # a dead leader's followers need not wait out its lease
+                raw.report_leader_gone(item[1])
             elif kind == "unreachable":
                 pr = raw.raft.prs.get(item[1])
                 if pr is not None:

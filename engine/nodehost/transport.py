@@ -37,7 +37,7 @@ from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftE
 from logtide.engine.raft.messages import Message
 from logtide.engine.raft.wire import decode_message, encode_message
 from logtide.engine.rpc import ServiceDef, connect
-from logtide.errors import InvalidRequest, LogtideError
+from logtide.errors import ConnectionRefused, InvalidRequest, LogtideError
 
 log = logging.getLogger("logtide.raft")
 
@@ -233,6 +233,8 @@ class _Peer:
                 why = "the peer ended the stream"
             except (LogtideError, OSError, RuntimeError, ValueError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, ConnectionRefused):
+                    self.t.gone(self.id)     # nothing listens there: the peer's process is gone
             finally:
                 self.feed = None
                 feed.kill(why)
@@ -329,15 +331,18 @@ class _Servicer:
 
 class RaftTransport:
     """One replica's transport. `deliver(messages)` gets every valid batch received;
-    `on_unreachable(peer)` hears of failed streams. Serve `servicer` under RAFT_SERVICE on a
+    `on_unreachable(peer)` hears of failed streams, `on_gone(peer)` of a peer whose address refused
+    a connection (its process is gone, not just slow). Serve `servicer` under RAFT_SERVICE on a
     WireServer (peers reach a "host:port" over the framed carrier)."""
 
     def __init__(self, node_id: int, cluster_id: int, deliver: Callable[[list[Message]], None],
-                 on_unreachable: Callable[[int], None] | None = None) -> None:
+                 on_unreachable: Callable[[int], None] | None = None,
+                 on_gone: Callable[[int], None] | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._deliver = deliver
         self._on_unreachable = on_unreachable
+        self._on_gone = on_gone
         self.servicer = _Servicer(self)
         self._peers: dict[int, _Peer] = {}
         self._lock = threading.Lock()
@@ -388,6 +393,13 @@ class RaftTransport:
                 self._on_unreachable(peer_id)
             except Exception:  # noqa: BLE001 - a sender thread must outlive a failing callback
                 log.exception("raft %d: reporting peer %d unreachable failed", self.node_id, peer_id)
+
+    def gone(self, peer_id: int) -> None:
+        if self._on_gone is not None:
+            try:
+                self._on_gone(peer_id)
+            except Exception:  # noqa: BLE001 - a sender thread must outlive a failing callback
+                log.exception("raft %d: reporting peer %d gone failed", self.node_id, peer_id)
 
     def receive(self, batch: pb.RaftBatch) -> int:
         """Check and deliver a received batch; returns how many messages were accepted."""

@@ -179,6 +179,16 @@ class RawNode:
         self._idle()
         self.raft.step(Message(M.UNREACHABLE, frm=peer))
 
+    def report_leader_gone(self, peer: int) -> None:
+        """The transport saw `peer`'s process gone (its address refused a connection). If `peer` is
+        this follower's leader, the follower stops defending the leader's lease, so it campaigns
+        at its randomized timeout and grants others' (pre-)votes at once, instead of one election
+        timeout after the last heartbeat. Liveness only: safety never rests on timing."""
+        self._idle()
+        r = self.raft
+        if r.state == M.FOLLOWER and r.lead == peer and peer != 0:
+            r.election_elapsed = max(r.election_elapsed, r.cfg.election_tick)
+
     def report_snapshot(self, peer: int, ok: bool) -> None:
         self._idle()
         self.raft.step(Message(M.SNAP_STATUS, frm=peer, reject=not ok))

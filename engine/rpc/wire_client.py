@@ -30,7 +30,7 @@ from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, ResponseStream, Transport
 from logtide.engine.rpc.wire_loop import WireLoop
-from logtide.errors import (DeadlineExceededError, InvalidArgument, InvalidRequest, MessageTooLarge, RpcError,
+from logtide.errors import (ConnectionRefused, DeadlineExceededError, InvalidArgument, InvalidRequest, MessageTooLarge, RpcError,
                             RpcStreamBroken, TlsError, WireProtocolError)
 
 K = wc.KINDS
@@ -200,6 +200,8 @@ class _Conn(asyncio.Protocol):
             raise DeadlineExceededError(f"could not connect to {self.address} within {timeout:g} s") from None
         except ssl.SSLError as exc:
             raise TlsError(f"TLS with {self.address} failed: {exc}") from None
+        except ConnectionRefusedError as exc:
+            raise ConnectionRefused(f"could not connect to {self.address}: {exc}") from None
         except OSError as exc:
             raise RpcError(f"could not connect to {self.address}: {exc}") from None
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
