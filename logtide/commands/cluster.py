@@ -68,6 +68,17 @@ def run_status(args: argparse.Namespace) -> int:
     for name in ("log_shard", "meta_group"):
         g = st[name]
         print(f"{name}: {g['healthy']}/{g['replicas']} healthy, leader {g['leader']}, terms {g['terms']}")
+    hk = st.get("hakeeper")
+    if hk is not None and "error" in hk:
+        print(f"hakeeper: not answering: {hk['error']}")
+    elif hk is not None:
+        print(f"hakeeper: replica {hk['replica']} leads (term {hk['raft_term']}), tick {hk['tick']}, "
+              f"{hk['bootstrap']}, {len(hk['pending_commands'])} pending commands")
+        for sid, v in hk["stores"].items():
+            print(f"  {sid:<12} {v['role']:<8} last heartbeat tick {v['last_heartbeat_tick']}"
+                  f"{'  DOWN' if v['down'] else ''}")
+        for c in hk["pending_commands"]:
+            print(f"  pending: {c['text']}")
     for r in st["processes"]:
         if r["state"] == "up" and not r.get("status", {}).get("ok", True):
             print(f"{r['role']}#{r['id']}: not answering: {r['status']['error']}")
