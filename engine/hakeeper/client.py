@@ -42,7 +42,8 @@ def parse_addresses(text: str) -> list[str]:
 
 
 class HAKeeperClient:
-    def __init__(self, addresses: str | list[str], *, timeout: float = TIMEOUT, call_timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, addresses: str | list[str], *, timeout: float = TIMEOUT,
+                 call_timeout: float = CALL_TIMEOUT) -> None:
         self.addresses = parse_addresses(addresses) if isinstance(addresses, str) else list(addresses)
         self.timeout, self.call_timeout = timeout, call_timeout
         self._leader = self.addresses[0]

@@ -72,8 +72,8 @@ def host_from_args(args: argparse.Namespace):
     from logtide.engine.logservice.replicated import parse_peers
     if not args.hakeeper_peers or not args.hakeeper_dir:
         raise InvalidArgument("--hakeeper-id needs --hakeeper-peers and --hakeeper-dir")
-    info = None if args.hakeeper_no_bootstrap else ClusterInfo(log_shards=args.hakeeper_log_shards, log_replicas=args.hakeeper_log_replicas,
-                       tn_shards=args.hakeeper_tn_shards)
+    info = None if args.hakeeper_no_bootstrap else ClusterInfo(
+        log_shards=args.hakeeper_log_shards, log_replicas=args.hakeeper_log_replicas, tn_shards=args.hakeeper_tn_shards)
     return HAKeeperHost(args.hakeeper_dir, args.hakeeper_id, parse_peers(args.hakeeper_peers),
                         config=config_from_args(args), cluster_info=info, tick_interval=args.hakeeper_tick,
                         election_tick=args.hakeeper_election_tick, check_interval=args.hakeeper_check_interval)

@@ -51,4 +51,5 @@ def primary_report(primary: Any, store_id: str) -> PrimaryHeartbeat:
 
 def ro_report(ro: Any, store_id: str) -> RoHeartbeat:
     applied = int(ro.applied_lsn)
-    return RoHeartbeat(store_id, min(int(ro.consistent_lsn), applied), applied, min(int(ro.min_used_lsn()), applied + 1))
+    min_used = min(int(ro.min_used_lsn()), applied + 1)
+    return RoHeartbeat(store_id, min(int(ro.consistent_lsn), applied), applied, min_used)
