@@ -29,7 +29,8 @@ def hakeeper_replica_arg(d: str, i: int, opts: dict) -> list:
         return []
     return ["--hakeeper-id", str(i), "--hakeeper-peers", peers_arg({int(k): v for k, v in peers.items()}),
             "--hakeeper-dir", os.path.join(d, "data", f"hakeeper-{i}"), "--hakeeper-tick", str(opts["tick"]),
-            "--hakeeper-check-interval", "1", "--hakeeper-timeouts", HAKEEPER_TIMEOUTS,
+            "--hakeeper-check-interval", "1",
+            "--hakeeper-timeouts", opts.get("hakeeper_timeouts") or HAKEEPER_TIMEOUTS,
             "--hakeeper-log-replicas", str(opts.get("log_replicas", 3))]
 
 

@@ -59,9 +59,13 @@ def serve_raft(args: argparse.Namespace) -> int:
         from logtide.engine.hakeeper.heartbeat_sender import HeartbeatSender
         from logtide.engine.hakeeper.store_reports import log_store_name, log_store_report
         from logtide.engine.hakeeper.store_role import StoreRole
+        from logtide.engine.logservice.schedule_runner import ScheduleRunner
         store_id = args.store_id or log_store_name(args.id)
+        # membership commands run on this store's RaftNode; the new replica's address is the one
+        # its store registered with HAKeeper
+        runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"])
         sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, svc.address,
-                                 lambda: log_store_report(svc, store_id)).start()
+                                 lambda: log_store_report(svc, store_id), on_commands=runner).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
