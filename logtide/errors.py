@@ -322,3 +322,14 @@ class UnknownReplicaError(HAKeeperError, KeyError):
 
 class CorruptHAKeeperSnapshot(HAKeeperError, CorruptionError):
     """A HAKeeper snapshot failed its magic, version, CRC or length checks; nothing was restored."""
+
+
+class HAKeeperNotLeader(HAKeeperError):
+    """A HAKeeper replica that is not the leader was asked to propose, or for a linearizable status.
+    Nothing was proposed: send it again to the leader, whose address the message names after
+    `leader at ` when this replica knows it (HAKeeperClient follows it)."""
+
+
+class HAKeeperUnavailable(HAKeeperError, PeerTimeoutError):
+    """No HAKeeper replica answered within the call's deadline, or the outcome of a proposal is
+    unknown (it timed out after it was handed to Raft)."""

@@ -86,6 +86,17 @@ def test_up_workload_status_kill_down(tmp_path):
         assert all(p["status"]["ok"] for p in st["processes"]), st
         assert st["log_shard"]["replicas"] == 3 and st["log_shard"]["healthy"] == 3
         assert st["log_shard"]["leader"] in {1, 2, 3} and st["meta_group"]["leader"] in {1, 2, 3}
+        # HAKeeper runs inside the first three log stores; every process heartbeats to it
+        assert len(layout["options"]["hakeeper_peers"]) == 3
+        everyone = {"log-1", "log-2", "log-3", "log-4", "primary-1", "ro-1", "tn-1", "cn-1"}
+
+        def hakeeper():
+            return json.loads(logtide("cluster", "status", "--dir", d, "--json").stdout)
+        _until(lambda: set(hakeeper()["hakeeper"].get("stores", {})) == everyone, 30, "every store registers")
+        st = hakeeper()
+        hk = st["hakeeper"]
+        assert hk["tick"] > 0 and hk["role"] == "leader" and isinstance(st["pending_commands"], list)
+        assert all(v["heartbeated"] and not v["down"] for v in hk["stores"].values()), hk["stores"]
 
         again = logtide("cluster", "up", "--dir", d, check=False)
         assert again.returncode == 2 and "already has a running cluster" in again.stderr

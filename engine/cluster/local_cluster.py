@@ -46,11 +46,14 @@ def plan(d: str, opts: dict) -> ClusterLayout:
         if opts[k] < 0:
             raise InvalidArgument(f"{k.replace('_', '-')} must not be negative, got {opts[k]}")
     n, s = opts["log_replicas"], opts["spare_stores"]
-    ports = iter(_free_ports(n + s + opts["meta_replicas"] + 2 + opts["ros"]))
+    k = min(roles.HAKEEPER_REPLICAS, n)
+    ports = iter(_free_ports(n + s + opts["meta_replicas"] + 2 + opts["ros"] + k))
     addr = lambda: f"127.0.0.1:{next(ports)}"                      # noqa: E731
     log_peers = {i: addr() for i in range(1, n + 1)}
     spare_addrs = {n + k: addr() for k in range(1, s + 1)}
     meta_peers = {i: addr() for i in range(1, opts["meta_replicas"] + 1)}
+    # HAKeeper replicas inside the first log stores, each on a port of its own (recorded in cluster.json)
+    opts["hakeeper_peers"] = {str(i): addr() for i in range(1, k + 1)}
     procs = [roles.log_store(d, i, a, log_peers, opts) for i, a in log_peers.items()]
     procs += [roles.log_store(d, i, a, {**log_peers, i: a}, opts, join=True) for i, a in spare_addrs.items()]
     procs += [roles.meta_replica(d, i, meta_peers, opts) for i in meta_peers]
@@ -60,7 +63,7 @@ def plan(d: str, opts: dict) -> ClusterLayout:
     procs += [roles.ro_node(d, i, addr(), p.address, log_addresses, opts) for i in range(1, opts["ros"] + 1)]
     t = roles.tn(d, addr(), opts)
     procs.append(t)
-    procs += [roles.cn(d, i, t.address) for i in range(1, opts["cns"] + 1)]
+    procs += [roles.cn(d, i, t.address, opts) for i in range(1, opts["cns"] + 1)]
     return ClusterLayout(os.path.abspath(d), procs, dict(opts))
 
 
@@ -148,6 +151,7 @@ def up(d: str, **options) -> ClusterLayout:
         for p in stores + layout.of_role("meta"):
             _start(layout, p)
         _wait_healthy(layout, layout.of_role("logservice"), end, "log shard", _has_leader)
+        _wait_hakeeper(layout, end)
         _wait_healthy(layout, layout.of_role("meta"), end, "meta group", _has_leader)
         _wait_healthy(layout, layout.of_role("spare"), end, "spare stores")
         for role in ("primary", "ro", "tn"):
@@ -165,6 +169,46 @@ def up(d: str, **options) -> ClusterLayout:
     return layout
 
 
+def _hakeeper_addresses(layout: ClusterLayout) -> str:
+    peers = layout.options.get("hakeeper_peers") or {}
+    return ",".join(a for _i, a in sorted(peers.items(), key=lambda kv: int(kv[0])))
+
+
+def _wait_hakeeper(layout: ClusterLayout, end: float) -> None:
+    """Until HAKeeper's group has a leader that answers (a cluster.json without HAKeeper: at once)."""
+    addrs = _hakeeper_addresses(layout)
+    if not addrs:
+        return
+    from logtide.engine.hakeeper.client import HAKeeperClient
+    from logtide.errors import LogtideError
+    last = None
+    with HAKeeperClient(addrs, timeout=2.0, call_timeout=1.0) as c:
+        while time.monotonic() < end:
+            try:
+                if c.status().get("role") == "leader":
+                    return
+            except LogtideError as exc:
+                last = exc
+            _progress("cluster up: HAKeeper: waiting for a leader")
+            time.sleep(0.2)
+    raise ClusterError(f"HAKeeper had no leader within the deadline ({type(last).__name__}: {last})")
+
+
+def hakeeper_status(layout: ClusterLayout, timeout: float = 2.0) -> dict | None:
+    """HAKeeper's status from its leader (tick, stores with their last heartbeat, commands), or
+    {"error": ...} when no replica answers in time; None for a cluster without HAKeeper."""
+    addrs = _hakeeper_addresses(layout)
+    if not addrs:
+        return None
+    from logtide.engine.hakeeper.client import HAKeeperClient
+    from logtide.errors import LogtideError
+    try:
+        with HAKeeperClient(addrs, timeout=timeout, call_timeout=min(1.0, timeout)) as c:
+            return c.status()
+    except LogtideError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def status(d: str, probe_live: bool = True) -> dict:
     """The cluster's processes (role, id, address, pid, state, and what each answered) and, per
     Raft group, its replicas, how many answer, and its leader."""
@@ -176,8 +220,13 @@ def status(d: str, probe_live: bool = True) -> dict:
         if state == "up" and probe_live:
             row["status"] = probe(p)
         procs.append(row)
-    return {"dir": layout.dir, "processes": procs, "log_shard": _group(procs, "logservice"),
-            "meta_group": _group(procs, "meta")}
+    out = {"dir": layout.dir, "processes": procs, "log_shard": _group(procs, "logservice"),
+           "meta_group": _group(procs, "meta")}
+    hk = hakeeper_status(layout) if probe_live else None
+    if hk is not None:
+        out["hakeeper"] = hk
+        out["pending_commands"] = hk.get("pending_commands", [])
+    return out
 
 
 def _group(procs: list, role: str) -> dict:

@@ -18,6 +18,10 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
     s.add_argument("--election-tick", type=int, default=6,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
+    from logtide.engine.hakeeper.host_cli import add_host_arguments, add_sender_argument
+    add_host_arguments(s)     # (--raft) a HAKeeper replica in this store process
+    add_sender_argument(s)    # (--raft) heartbeats to HAKeeper
+    s.add_argument("--store-id", default=None, help="(--raft) this store's id at HAKeeper (default log-ID)")
     s.add_argument("--snapshot-entries", type=int, default=20000,
                    help="(--raft) applied entries between state machine snapshots (default %(default)s)")
     s.add_argument("--compact-keep", type=int, default=5000,
@@ -44,18 +48,42 @@ def serve_raft(args: argparse.Namespace) -> int:
                                     election_tick=args.election_tick, fsync=args.fsync,
                                     segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
                                     compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)
+    from logtide.engine.hakeeper.host_cli import host_from_args
+    try:
+        hakeeper = host_from_args(args)   # None without --hakeeper-id: the store runs as before
+    except BaseException:
+        svc.close()
+        raise
+    sender = None
+    if args.hakeeper:
+        from logtide.engine.hakeeper.heartbeat_sender import HeartbeatSender
+        from logtide.engine.hakeeper.store_reports import log_store_name, log_store_report
+        from logtide.engine.hakeeper.store_role import StoreRole
+        from logtide.engine.logservice.schedule_runner import ScheduleRunner
+        store_id = args.store_id or log_store_name(args.id)
+        # membership commands run on this store's RaftNode; the new replica's address is the one
+        # its store registered with HAKeeper
+        runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"])
+        sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, svc.address,
+                                 lambda: log_store_report(svc, store_id), on_commands=runner).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
     print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
           flush=True)
+    if hakeeper is not None:
+        print(f"logservice: HAKeeper replica {hakeeper.id} on {hakeeper.address}", flush=True)
     try:
         while not stop.wait(args.stats_interval if args.stats_interval > 0 else None):
             s = svc.status()
             print(f"logservice: replica {args.id} {s['role']} term {s['term']} leader {s['lead']} "
                   f"commit {s['commit']} applied {s['applied']}", flush=True)
     finally:
+        if sender is not None:
+            sender.stop()
+        if hakeeper is not None:
+            hakeeper.close()
         svc.close()
         print("logservice: stopped", file=sys.stderr, flush=True)
     return 0

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--tick", type=float, default=None, help="seconds per Raft tick of every group (default 0.05)")
     u.add_argument("--tn-load", type=int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
+    u.add_argument("--hakeeper-timeouts", default=None, metavar="ROLE=SECONDS,...",
+                   help="HAKeeper's down timeouts (default log=15,tn=5,cn=5,primary=5,ro=5,command=5)")
     u.add_argument("--json", action="store_true", help="print the process table as JSON")
     u.set_defaults(func=run_up)
 
@@ -49,7 +51,8 @@ def _table(rows: list) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     local_cluster.up(args.dir, log_replicas=args.log_replicas, meta_replicas=args.meta_replicas, cns=args.cns,
-                     ros=args.ros, spare_stores=args.spare_stores, tick=args.tick, tn_load=args.tn_load)
+                     ros=args.ros, spare_stores=args.spare_stores, tick=args.tick, tn_load=args.tn_load,
+                     hakeeper_timeouts=args.hakeeper_timeouts)
     st = local_cluster.status(args.dir, probe_live=False)
     if args.json:
         print(json.dumps(st["processes"]))
@@ -68,6 +71,17 @@ def run_status(args: argparse.Namespace) -> int:
     for name in ("log_shard", "meta_group"):
         g = st[name]
         print(f"{name}: {g['healthy']}/{g['replicas']} healthy, leader {g['leader']}, terms {g['terms']}")
+    hk = st.get("hakeeper")
+    if hk is not None and "error" in hk:
+        print(f"hakeeper: not answering: {hk['error']}")
+    elif hk is not None:
+        print(f"hakeeper: replica {hk['replica']} leads (term {hk['raft_term']}), tick {hk['tick']}, "
+              f"{hk['bootstrap']}, {len(hk['pending_commands'])} pending commands")
+        for sid, v in hk["stores"].items():
+            print(f"  {sid:<12} {v['role']:<8} last heartbeat tick {v['last_heartbeat_tick']}"
+                  f"{'  DOWN' if v['down'] else ''}")
+        for c in hk["pending_commands"]:
+            print(f"  pending: {c['text']}")
     for r in st["processes"]:
         if r["state"] == "up" and not r.get("status", {}).get("ok", True):
             print(f"{r['role']}#{r['id']}: not answering: {r['status']['error']}")

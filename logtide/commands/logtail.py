@@ -19,12 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     tn.add_argument("--load", type=int, default=0, help="commit this many random transactions per second")
     tn.add_argument("--flush-every", type=float, default=2.0, help="seconds between flushes under load")
     tn.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between checkpoints under load")
+    from logtide.engine.hakeeper.host_cli import add_sender_argument
+    add_sender_argument(tn, store_id=True)
     tn.set_defaults(func=run_tn)
     cn = roles.add_parser("cn", help="subscribe to tables of a TN and report what it reads")
     cn.add_argument("--tn", required=True, help="the TN's host:port")
     cn.add_argument("--objects", required=True, help="the TN's object store (directory or URI)")
     cn.add_argument("--table", action="append", required=True)
     cn.add_argument("--seconds", type=float, default=0, help="stop after this long (0: run until killed)")
+    add_sender_argument(cn, store_id=True)
     cn.set_defaults(func=run_cn)
 
 
@@ -47,6 +50,10 @@ def run_tn(args: argparse.Namespace) -> int:
         tn.create_table(args.table, {"id": "int64", "v": "int64", "w": "float64"}, "id")
     server, addr = serve(tn, args.address)
     print(json.dumps({"listening": addr, "objects": tn.store.uri}), flush=True)
+    from logtide.engine.hakeeper.host_cli import start_sender
+    from logtide.engine.hakeeper.store_reports import tn_report
+    from logtide.engine.hakeeper.store_role import StoreRole
+    sender = start_sender(args, StoreRole.TN, "tn-1", addr, lambda sid: tn_report(tn, sid))
     stop = _stop_event()
     rng = random.Random(1)
     st = tn.tables.get(args.table)
@@ -80,6 +87,8 @@ def run_tn(args: argparse.Namespace) -> int:
             print(json.dumps({"commits": commits, "ts": ts, "rows": len(st.pk_index)}), flush=True)
             last_report = now
         stop.wait(1.0 / args.load)
+    if sender is not None:
+        sender.stop()
     server.stop(1.0)
     tn.close()
     tn.log.close()
@@ -93,6 +102,12 @@ def run_cn(args: argparse.Namespace) -> int:
     cn = ComputeNode(lambda: GrpcStream(args.tn, "cli"), ObjectStore(args.objects), "cli")
     for t in args.table:
         cn.subscribe(t)
+    import os
+
+    from logtide.engine.hakeeper.host_cli import start_sender
+    from logtide.engine.hakeeper.store_reports import cn_report
+    from logtide.engine.hakeeper.store_role import StoreRole
+    sender = start_sender(args, StoreRole.CN, f"cn-{os.getpid()}", "", lambda sid: cn_report(cn, args.table, sid))
     stop = _stop_event()
     t0 = time.monotonic()
     while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
@@ -103,6 +118,8 @@ def run_cn(args: argparse.Namespace) -> int:
             ids = tab.column(cn.states[t].tdef.pk).to_numpy()
             print(json.dumps({"table": t, "ts": ts, "rows": tab.num_rows, "id_sum": int(ids.sum()),
                               "reconnects": cn.reconnects}), flush=True)
+    if sender is not None:
+        sender.stop()
     cn.close()
     return 0
 

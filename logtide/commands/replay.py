@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "embedding one in --dir")
     pp.add_argument("--log-deadline", type=float, default=15.0,
                     help="with --log: give up a log call (a typed error) when no replica leads for this long")
+    from logtide.engine.hakeeper.host_cli import add_sender_argument
+    add_sender_argument(pp, store_id=True)
     pp.set_defaults(func=_guarded(run_primary))
     rp = roles.add_parser("ro", help="a read-only node: lazy replay of the primary's WAL meta")
     rp.add_argument("--dir", required=True, help="the shared directory")
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="the primary's replicated log service: read the WAL from it (default: from the primary)")
     rp.add_argument("--log-deadline", type=float, default=15.0,
                     help="with --log: give up a log call (a typed error) when no replica leads for this long")
+    add_sender_argument(rp, store_id=True)
     rp.set_defaults(func=_guarded(run_ro))
 
 
@@ -143,7 +146,16 @@ def run_primary(args: argparse.Namespace) -> int:
     print(f"primary serving on {server.address} (recovered {primary.recovered_records} WAL records, "
           f"write LSN {primary.write_lsn})", flush=True)
     _write_port(args.port_file, port)
-    rc = _serve(holder, "primary")
+    from logtide.engine.hakeeper.host_cli import start_sender
+    from logtide.engine.hakeeper.store_reports import primary_report
+    from logtide.engine.hakeeper.store_role import StoreRole
+    sender = start_sender(args, StoreRole.PRIMARY, "primary-1", server.address,
+                          lambda sid: primary_report(primary, sid))
+    try:
+        rc = _serve(holder, "primary")
+    finally:
+        if sender is not None:
+            sender.stop()
     log_service.close()
     return rc
 
@@ -171,6 +183,14 @@ def run_ro(args: argparse.Namespace) -> int:
     print(f"RO node {args.node_id} ({args.mode}) serving on {server.address}, following {args.primary} "
           f"from LSN {ro.applied_lsn + 1}", flush=True)
     _write_port(args.port_file, port)
-    rc = _serve(holder, f"ro{args.node_id}")
+    from logtide.engine.hakeeper.host_cli import start_sender
+    from logtide.engine.hakeeper.store_reports import ro_report
+    from logtide.engine.hakeeper.store_role import StoreRole
+    sender = start_sender(args, StoreRole.RO, f"ro-{args.node_id}", server.address, lambda sid: ro_report(ro, sid))
+    try:
+        rc = _serve(holder, f"ro{args.node_id}")
+    finally:
+        if sender is not None:
+            sender.stop()
     remote_log.close()
     return rc
