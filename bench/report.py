@@ -153,11 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     when = data.get("datetime")
     benchmarks = {n: dict(b, when=when) for n, b in by_name(data["benchmarks"]).items()}
     latest = RESULTS / "latest.json"
+    modules = bench_modules()
     if args.select and latest.exists():
         earlier = json.loads(latest.read_text())
+        # entries of benchmarks that no longer exist (renamed or removed) are dropped, not reported
+        current = {n for m in modules for n in dir(m) if n.startswith("test_")}
         benchmarks = {**{n: dict(b, when=b.get("when") or earlier.get("when"))
-                         for n, b in earlier.get("benchmarks", {}).items()}, **benchmarks}
-    modules = bench_modules()
+                         for n, b in earlier.get("benchmarks", {}).items() if n.split("[")[0] in current},
+                      **benchmarks}
     ratios = [r for m in modules for r in getattr(m, "RATIOS", [])]
     rows = compute(benchmarks, ratios)
     print_report(rows, benchmarks)
