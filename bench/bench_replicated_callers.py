@@ -83,7 +83,7 @@ def test_meta_upsert(benchmark, items, tmp_path, log_args):
 @pytest.mark.benchmark(group="replicated-callers")
 def test_primary_insert_by_log(benchmark, items, tmp_path, log_args):
     from logtide.engine.rpc import connect
-    from logtide.replay.transport_grpc import REPLAY_NODE
+    from logtide.replay.replication_rpc import REPLAY_NODE
     port_file = tmp_path / "primary.port"
     p = subprocess.Popen([sys.executable, "-m", "logtide", "replay", "primary", "--dir", str(tmp_path / "shared"),
                           "--port-file", str(port_file), *log_args],

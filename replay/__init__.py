@@ -4,10 +4,10 @@ from logtide.replay.ro_node import ReadOnlyNode
 from logtide.replay.transport_inproc import connect_inprocess
 
 
-def connect_grpc(ro, address: str):
-    """Subscribe RO node `ro` to the primary serving replication at `address` (gRPC)."""
-    from logtide.replay.transport_grpc import connect_grpc as _connect
+def connect_replication(ro, address: str):
+    """Subscribe RO node `ro` to the primary serving replication at `address` (the framed carrier)."""
+    from logtide.replay.replication_rpc import connect_replication as _connect
     return _connect(ro, address)
 
 
-__all__ = ["Primary", "ReadOnlyNode", "TupleNotFoundError", "connect_grpc", "connect_inprocess"]
+__all__ = ["Primary", "ReadOnlyNode", "TupleNotFoundError", "connect_replication", "connect_inprocess"]

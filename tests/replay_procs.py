@@ -26,7 +26,7 @@ def start_replay(tmp: Path, *args: str, name: str) -> tuple[subprocess.Popen, st
 
 def replay_client(addr: str, timeout: float = 30):
     from logtide.engine.rpc import connect
-    from logtide.replay.transport_grpc import REPLAY_NODE
+    from logtide.replay.replication_rpc import REPLAY_NODE
     return connect(REPLAY_NODE, addr, timeout=timeout)
 
 

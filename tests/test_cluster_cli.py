@@ -16,7 +16,7 @@ from logtide.engine.cluster.process_state import running
 from logtide.engine.logservice import connect_logservice
 from logtide.engine.meta.client import connect_meta
 from logtide.engine.rpc import connect
-from logtide.replay.transport_grpc import REPLAY_NODE
+from logtide.replay.replication_rpc import REPLAY_NODE
 
 pytestmark = pytest.mark.timeout(300)
 REL = 16384
@@ -68,10 +68,10 @@ def test_up_workload_status_kill_down(tmp_path):
             pc.close()
             rc.close()
         from logtide.engine.logtail import ComputeNode
-        from logtide.engine.logtail.transport import GrpcStream
+        from logtide.engine.logtail.transport import RemoteStream
         from logtide.engine.objectstore import ObjectStore
         tn_addr = by[("tn", 1)]["address"]
-        cn = ComputeNode(lambda: GrpcStream(tn_addr, "test"), ObjectStore(d / "data" / "tn" / "objects"), "test")
+        cn = ComputeNode(lambda: RemoteStream(tn_addr, "test"), ObjectStore(d / "data" / "tn" / "objects"), "test")
         try:
             cn.subscribe("t")
             _until(lambda: cn.read("t", cn.watermark("t")).num_rows > 0, 60, "the TN's load reaches a CN")

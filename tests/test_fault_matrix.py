@@ -135,7 +135,7 @@ def _status(client) -> dict:
 @pytest.mark.parametrize("fault", FAULTS)
 def test_primary_and_ro_node(procs, tmp_path, fault):
     from logtide.engine.rpc import connect
-    from logtide.replay.transport_grpc import REPLAY_NODE
+    from logtide.replay.replication_rpc import REPLAY_NODE
     d = str(tmp_path / "shared")
     prim, plog = procs.start("primary", "replay", "primary", "--dir", d, "--checkpoint-interval", "0.1",
                              "--pool-pages", "16", "--replica-timeout", str(REPLICA_S),
@@ -231,7 +231,7 @@ def _read(cn, ts):
 @pytest.mark.parametrize("fault", FAULTS)
 def test_tn_and_cn(procs, tmp_path, fault):
     from logtide.engine.logtail import ComputeNode
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
     from logtide.engine.objectstore import ObjectStore
     d = str(tmp_path / "tn")
     args = ("logtail", "tn", d, "--load", "40", "--flush-every", "0.5", "--checkpoint-every", "1.5")
@@ -239,7 +239,7 @@ def test_tn_and_cn(procs, tmp_path, fault):
     info = json.loads(procs.wait_for(tn, tlog, r"(\{\"listening\".*\})").group(1))
     proxy = TcpProxy(info["listening"])
     store = ObjectStore(info["objects"])
-    cn = ComputeNode(lambda: GrpcStream(proxy.address, "matrix", **RPC), store, "matrix")
+    cn = ComputeNode(lambda: RemoteStream(proxy.address, "matrix", **RPC), store, "matrix")
     fresh = None
     try:
         cn.subscribe("t")
@@ -266,7 +266,7 @@ def test_tn_and_cn(procs, tmp_path, fault):
             proxy.blackhole(False)
         # the CN reconnects and follows again; then it equals a CN built from scratch at the same ts
         _until(lambda: cn.watermark("t") > wm, 30, "the CN's watermark moved after the fault healed")
-        fresh = ComputeNode(lambda: GrpcStream(info["listening"], "scratch", **RPC), store, "scratch")
+        fresh = ComputeNode(lambda: RemoteStream(info["listening"], "scratch", **RPC), store, "scratch")
         fresh.subscribe("t")
         ts = max(cn.watermark("t"), fresh.watermark("t"))
         fresh.wait_for("t", ts, timeout=30)
@@ -287,11 +287,11 @@ def test_tn_survives_a_stopped_cn(procs, tmp_path):
     stopped CN catches up after SIGCONT."""
     from logtide.engine.logtail import ComputeNode, TransactionNode
     from logtide.engine.logtail.service import serve
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
     tn = TransactionNode.open(tmp_path / "tn")
     tn.create_table("t", {"id": "int64"}, "id")
     server, addr = serve(tn, "127.0.0.1:0", keepalive=KEEPALIVE_S, keepalive_timeout=KEEPALIVE_WAIT_S)
-    other = ComputeNode(lambda: GrpcStream(addr, "other", **RPC), tn.store, "other")
+    other = ComputeNode(lambda: RemoteStream(addr, "other", **RPC), tn.store, "other")
     n = 0
 
     def commit():

@@ -26,13 +26,13 @@ def client(request, tmp_path):
             svc.close()
         return
     from logtide import connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide.engine.logservice.rpc_service import LogServiceServer
     if request.param == "rpc-inproc":
         # the remote client over the RPC layer's in-process transport: every message is serialized
-        from logtide.engine.logservice.grpc_client import GrpcLogServiceClient
-        from logtide.engine.logservice.grpc_service import LogServiceServicer
+        from logtide.engine.logservice.remote_client import RemoteLogServiceClient
+        from logtide.engine.logservice.rpc_service import LogServiceServicer
         from logtide.engine.rpc import InProcessTransport
-        c = GrpcLogServiceClient(transport=InProcessTransport(LogServiceServicer(svc, 64 << 20), copy=True))
+        c = RemoteLogServiceClient(transport=InProcessTransport(LogServiceServicer(svc, 64 << 20), copy=True))
         try:
             yield c
         finally:

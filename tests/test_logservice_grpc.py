@@ -11,7 +11,7 @@ import pytest
 
 from logtide import InvalidRange, LogService, connect_logservice
 from logtide.engine.logservice import logservice_pb2 as pb
-from logtide.engine.logservice.grpc_service import LogServiceServer
+from logtide.engine.logservice.rpc_service import LogServiceServer
 from logtide.errors import InvalidArgument, MessageTooLarge, RecordTooLarge, RpcError
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from hypothesis_profiles import scaled
 
 from logtide import LogService
 from logtide.engine.logservice import logservice_pb2 as pb
-from logtide.engine.logservice.grpc_service import LogServiceServicer
+from logtide.engine.logservice.rpc_service import LogServiceServicer
 from logtide.engine.logservice.record import LogRecord
 from logtide.engine.rpc.call_frames import unpack_replies
 from logtide.errors import InvalidRequest, LogtideError

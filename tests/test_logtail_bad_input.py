@@ -120,12 +120,12 @@ def test_corrupt_records_and_bad_schemas():
 
 def test_malformed_frames_over_grpc_and_pull(tmp_path):
     from logtide.engine.logtail.service import pull, serve
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
     tn = TransactionNode.open(tmp_path)
     server, addr = serve(tn)
     try:
         tn.create_table("t", COLS, "id")
-        cn = ComputeNode(lambda: GrpcStream(addr, "g"), tn.store, "g")
+        cn = ComputeNode(lambda: RemoteStream(addr, "g"), tn.store, "g")
         cn.subscribe("t")
         for frame in (b"\xff\x00garbage", b'{"op": "drop", "table": "t"}', b"[1, 2]"):
             cn.stream.send_to_tn(frame)

@@ -22,11 +22,11 @@ def test_cut_streams_mid_push_end_in_the_same_state(tmp_path, transport):
             return lambda: tn.connect(name)
     else:
         from logtide.engine.logtail.service import serve
-        from logtide.engine.logtail.transport import GrpcStream
+        from logtide.engine.logtail.transport import RemoteStream
         server, addr = serve(tn)
 
         def conn(name):
-            return lambda: GrpcStream(addr, name)
+            return lambda: RemoteStream(addr, name)
     cn = ComputeNode(conn("cn"), tn.store, "cn")
     cn.subscribe("t")
     other = ComputeNode(conn("steady"), tn.store, "steady")

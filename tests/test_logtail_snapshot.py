@@ -68,10 +68,10 @@ def connector(tn, transport, server_box):
     if transport == "inproc":
         return lambda name: (lambda: tn.connect(name))
     from logtide.engine.logtail.service import serve
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
     server, addr = serve(tn)
     server_box.append(server)
-    return lambda name: (lambda: GrpcStream(addr, name))
+    return lambda name: (lambda: RemoteStream(addr, name))
 
 
 @pytest.mark.timeout(180)

@@ -84,7 +84,7 @@ def test_truncated_and_altered_stream_messages_are_rejected(tmp_path):
 def test_malformed_rpc_frames_get_typed_errors(tmp_path, carrier):
     from logtide.engine.rpc import connect
     from logtide.engine.rpc.dual_server import DualServer
-    from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
+    from logtide.replay.replication_rpc import REPLICATION, ReplicationServicer
     log = LogService.open(tmp_path / "log")
     primary = Primary(tmp_path, log=log, checkpoint_interval=0)
     server = DualServer("127.0.0.1:0")
@@ -115,7 +115,7 @@ def test_bad_tuple_requests_get_typed_errors_over_the_network(tmp_path, carrier)
     from logtide.engine.rpc.dual_server import DualServer
     from logtide.errors import InvalidArgument, InvalidRequest
     from logtide.replay.primary import TupleNotFoundError
-    from logtide.replay.transport_grpc import REPLAY_NODE, NodeServicer
+    from logtide.replay.replication_rpc import REPLAY_NODE, NodeServicer
 
     class Holder:
         def __init__(self, node):

@@ -125,9 +125,9 @@ class Grpc:
         self.clients = []
 
     def _serve(self, log, primary=None):
-        from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+        from logtide.engine.logservice.rpc_service import LOGSERVICE, LogServiceServicer
         from logtide.engine.rpc.dual_server import DualServer
-        from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
+        from logtide.replay.replication_rpc import REPLICATION, ReplicationServicer
         if self.server is None:
             self.server = DualServer("127.0.0.1:0")
             self.server.add_service(LOGSERVICE, LogServiceServicer(log, self.server.max_message_size))
@@ -143,9 +143,9 @@ class Grpc:
         return c
 
     def connect(self, primary, ro):
-        from logtide.replay.transport_grpc import connect_grpc
+        from logtide.replay.replication_rpc import connect_replication
         self._serve(None, primary)
-        return connect_grpc(ro, self.server.address)
+        return connect_replication(ro, self.server.address)
 
     def shutdown(self):
         for c in self.clients:

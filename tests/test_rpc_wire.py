@@ -438,7 +438,7 @@ def test_a_forked_child_opens_its_own_connection(tmp_path):
     the child: the child starts its own loop and connection; the parent's calls go on."""
     import json
     from logtide import connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide.engine.logservice.rpc_service import LogServiceServer
     with LogServiceServer.open(tmp_path / "log") as server, connect_logservice(server.address) as c:
         assert c.append(b"parent before") == 1
         r, w = os.pipe()

@@ -131,7 +131,7 @@ def test_an_oversized_length_is_refused_before_its_body(max_frame, length):
 
 def _log_service(tmp):
     from logtide import LogService
-    from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+    from logtide.engine.logservice.rpc_service import LOGSERVICE, LogServiceServicer
     svc = LogService.open(tmp / "log", max_record_size=4096, fsync="never")
     return LOGSERVICE, LogServiceServicer(svc, 1 << 20), svc.close
 
@@ -146,7 +146,7 @@ def _meta_service(tmp):
 def _replication(tmp):
     from logtide import LogService
     from logtide.replay.primary import Primary
-    from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
+    from logtide.replay.replication_rpc import REPLICATION, ReplicationServicer
     log = LogService.open(tmp / "log", fsync="never")
     primary = Primary(tmp / "primary", log=log, checkpoint_interval=0)
 

@@ -46,7 +46,7 @@ def _meta(address: str, timeout: float) -> dict:
 def _replay_node(address: str, timeout: float) -> dict:
     from logtide.engine.rpc import connect
     from logtide.replay import replication_pb2 as pb
-    from logtide.replay.transport_grpc import REPLAY_NODE
+    from logtide.replay.replication_rpc import REPLAY_NODE
     with connect(REPLAY_NODE, address, carrier="wire", timeout=timeout, connect_timeout=timeout) as c:
         s = json.loads(c.invoke("Status", pb.Empty()).json)
     keep = ("role", "write_lsn", "applied_lsn", "consistent_lsn", "truncated_lsn")

@@ -17,5 +17,5 @@ def connect_logservice(address: str, **options) -> LogServiceClient:
     if "," in address or replicated:
         from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
         return ReplicatedLogServiceClient(address, **options)
-    from logtide.engine.logservice.grpc_client import GrpcLogServiceClient
-    return GrpcLogServiceClient(address, **options)
+    from logtide.engine.logservice.remote_client import RemoteLogServiceClient
+    return RemoteLogServiceClient(address, **options)

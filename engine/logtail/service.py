@@ -1,4 +1,5 @@
-"""The Logtail RPC service: the TN's push stream and pull, served over engine/rpc (gRPC or in-process)."""
+"""The Logtail RPC service: the TN's push stream and pull, served over engine/rpc (the framed carrier,
+gRPC on the same port, or in-process)."""
 from __future__ import annotations
 
 import threading
@@ -18,7 +19,7 @@ class LogtailServicer:
         self.tn = tn
 
     def Push(self, requests, context):
-        s = self.tn.connect(getattr(context, "peer", None) or "grpc")
+        s = self.tn.connect(getattr(context, "peer", None) or "remote")
 
         def pump():
             try:

@@ -152,9 +152,9 @@ def decode_message(payload: bytes):
     return ("error", info["code"], info["message"])
 
 
-class GrpcStream:
-    """A CN's push stream over gRPC (bidirectional streaming call Logtail.Push); same interface as
-    LocalStream."""
+class RemoteStream:
+    """A CN's push stream to a TN in another process (the bidirectional call Logtail.Push, on the
+    framed carrier); same interface as LocalStream."""
 
     def __init__(self, address: str, cn_name: str = "cn", **options) -> None:
         import threading
@@ -188,7 +188,7 @@ class GrpcStream:
             finally:
                 self.closed = True
                 self._resp.put(_CLOSED)
-        threading.Thread(target=pump, name=f"logtail-grpc-{cn_name}", daemon=True).start()
+        threading.Thread(target=pump, name=f"logtail-remote-{cn_name}", daemon=True).start()
 
     def send_to_tn(self, frame) -> None:
         if self.closed:

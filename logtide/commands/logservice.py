@@ -39,7 +39,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.raft:
         from logtide.engine.logservice.replicated_cli import serve_raft
         return serve_raft(args)
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide.engine.logservice.rpc_service import LogServiceServer
     server = LogServiceServer.open(args.dir, args.listen, max_message_size=args.max_message_size,
                                    grpc_listen=args.grpc_listen, fsync=args.fsync, segment_size=args.segment_size,
                                    max_record_size=args.max_record_size,

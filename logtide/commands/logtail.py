@@ -1,4 +1,4 @@
-"""`logtide logtail tn|cn`: run a transaction node or a compute node as its own process (gRPC)."""
+"""`logtide logtail tn|cn`: run a transaction node or a compute node as its own process."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("logtail", help="logtail: a transaction node (tn) or a compute node (cn) over gRPC")
+    p = sub.add_parser("logtail", help="logtail: a transaction node (tn) or a compute node (cn) in a process of its own")
     roles = p.add_subparsers(dest="role", required=True)
     tn = roles.add_parser("tn", help="serve a TN over DIR (log service in DIR/log, objects in DIR/objects)")
     tn.add_argument("dir")
@@ -97,9 +97,9 @@ def run_tn(args: argparse.Namespace) -> int:
 
 def run_cn(args: argparse.Namespace) -> int:
     from logtide.engine.logtail import ComputeNode
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
     from logtide.engine.objectstore import ObjectStore
-    cn = ComputeNode(lambda: GrpcStream(args.tn, "cli"), ObjectStore(args.objects), "cli")
+    cn = ComputeNode(lambda: RemoteStream(args.tn, "cli"), ObjectStore(args.objects), "cli")
     for t in args.table:
         cn.subscribe(t)
     import os

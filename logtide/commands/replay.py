@@ -83,9 +83,9 @@ class Holder:
         return {"role": role, **node.stats()}
 
     def promote(self) -> None:
-        from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+        from logtide.engine.logservice.rpc_service import LOGSERVICE, LogServiceServicer
         from logtide.replay.primary import Primary
-        from logtide.replay.transport_grpc import REPLICATION, ReplicationServicer
+        from logtide.replay.replication_rpc import REPLICATION, ReplicationServicer
         with self.lock:
             if isinstance(self.node, Primary):
                 return
@@ -117,10 +117,10 @@ def _serve(holder: Holder, what: str) -> int:
 
 def run_primary(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import LogService
-    from logtide.engine.logservice.grpc_service import LOGSERVICE, LogServiceServicer
+    from logtide.engine.logservice.rpc_service import LOGSERVICE, LogServiceServicer
     from logtide.engine.rpc.dual_server import DualServer
     from logtide.replay.primary import LOG_DIR, Primary
-    from logtide.replay.transport_grpc import REPLAY_NODE, REPLICATION, NodeServicer, ReplicationServicer
+    from logtide.replay.replication_rpc import REPLAY_NODE, REPLICATION, NodeServicer, ReplicationServicer
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
     if args.log:
@@ -164,7 +164,7 @@ def run_ro(args: argparse.Namespace) -> int:
     from logtide.engine.logservice import connect_logservice
     from logtide.engine.rpc.dual_server import DualServer
     from logtide.replay.ro_node import ReadOnlyNode
-    from logtide.replay.transport_grpc import REPLAY_NODE, GrpcLink, NodeServicer
+    from logtide.replay.replication_rpc import REPLAY_NODE, ReplicationLink, NodeServicer
     from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
     remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
                   else connect_logservice(args.primary))   # the primary's DualServer
@@ -175,7 +175,7 @@ def run_ro(args: argparse.Namespace) -> int:
         raise
     if args.replica_timeout is not None:
         ro.replica_timeout = args.replica_timeout
-    link = GrpcLink(ro, args.primary)
+    link = ReplicationLink(ro, args.primary)
     server = DualServer(args.listen, max_message_size=64 << 20, workers=16, grpc_workers=16)
     holder = Holder(ro, server, None, link, shared_log=remote_log if args.log else None)
     server.add_service(REPLAY_NODE, NodeServicer(holder))

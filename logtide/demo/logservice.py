@@ -37,7 +37,7 @@ def _payload(lsn: int, size: int) -> bytes:
 
 def run(workdir: Path) -> bool:
     from logtide import LogService, connect_logservice
-    from logtide.engine.logservice.grpc_service import LogServiceServer
+    from logtide.engine.logservice.rpc_service import LogServiceServer
 
     ok = True
     path = workdir / "log"

@@ -18,18 +18,18 @@ COLS = {"id": "int64", "qty": "int32", "price": "float64"}
 def run(workdir: Path) -> bool:
     from logtide.engine.logtail import ComputeNode, ReferenceModel, TransactionNode
     from logtide.engine.logtail.service import serve
-    from logtide.engine.logtail.transport import GrpcStream
+    from logtide.engine.logtail.transport import RemoteStream
 
     tn = TransactionNode.open(workdir / "tn")
     server, addr = serve(tn)
     tn.create_table("orders", COLS, "id")
     ref = ReferenceModel(list(COLS), "id")
     cn_local = ComputeNode(lambda: tn.connect("cn-local"), tn.store, "cn-local")
-    cn_grpc = ComputeNode(lambda: GrpcStream(addr, "cn-grpc"), tn.store, "cn-grpc")
-    cns = (cn_local, cn_grpc)
+    cn_remote = ComputeNode(lambda: RemoteStream(addr, "cn-remote"), tn.store, "cn-remote")
+    cns = (cn_local, cn_remote)
     for cn in cns:
         cn.subscribe("orders")
-    print(f"TN at {addr}; CNs: cn-local (in-process), cn-grpc (gRPC)")
+    print(f"TN at {addr}; CNs: cn-local (in-process), cn-remote (framed carrier)")
 
     rng = random.Random(60)
     live: set[int] = set()

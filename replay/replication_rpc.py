@@ -1,6 +1,7 @@
-"""The gRPC transport: the WAL-meta stream and the feedback between processes (replication.proto).
+"""Replication between processes over the RPC layer: the WAL-meta stream and the feedback
+(replication.proto), on the framed carrier (gRPC on the same port, for other languages).
 
-The primary serves `Replication` (Subscribe, StreamMeta, Feedback); an RO node's GrpcLink
+The primary serves `Replication` (Subscribe, StreamMeta, Feedback); an RO node's ReplicationLink
 subscribes, feeds every streamed message to the node's receiver, and reconnects from its applied
 LSN when the stream breaks. Every replay process also serves `ReplayNode` (tuple reads and
 writes, page reads, status, promotion) for clients and tests.
@@ -48,7 +49,7 @@ class ReplicationServicer:
         return pb.Empty()
 
 
-class GrpcLink:
+class ReplicationLink:
     """Connects an RO node to a primary at `address` over gRPC.
 
     The receiver thread streams WAL meta and reconnects from the applied LSN when the stream
@@ -141,9 +142,9 @@ class GrpcLink:
         self.client.close()
 
 
-def connect_grpc(ro, address: str, **rpc_options) -> GrpcLink:
+def connect_replication(ro, address: str, **rpc_options) -> ReplicationLink:
     """Subscribe `ro` to the primary serving Replication at `address`."""
-    return GrpcLink(ro, address, **rpc_options)
+    return ReplicationLink(ro, address, **rpc_options)
 
 
 class NodeServicer:

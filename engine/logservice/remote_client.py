@@ -9,7 +9,7 @@ from logtide._ext import wal
 from logtide._ext.frame_codec import decode_counter, encode_append
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
-from logtide.engine.logservice.grpc_service import LOGSERVICE
+from logtide.engine.logservice.rpc_service import LOGSERVICE
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
@@ -24,7 +24,7 @@ _APPEND_PATH = LOGSERVICE.method("Append").path
 _FAST_PAYLOAD = (32 << 10) - 32
 
 
-class GrpcLogServiceClient(LogServiceClient):
+class RemoteLogServiceClient(LogServiceClient):
     """connect_logservice("host:port"): same calls and errors as the embedded LogService, over the
     framed carrier (carrier="wire", the default) or gRPC (carrier="grpc", the interop carrier)."""
 
