@@ -27,7 +27,7 @@ from bench.sustained import sustained_benchmark
 
 RATIOS = [
     Ratio("meta-service 3 Raft replicas upsert vs etcd 3-member put (16 clients, 64 B, sustained)",
-          "test_meta_raft_upsert", "test_etcd3_put", 1.0, 25),
+          "test_meta_raft_upsert", "test_etcd3_kv_put", 1.0, 25),
     Ratio("meta-service 3 replicas linearizable get vs etcd 3-member linearizable range (16 clients, sustained)",
           "test_meta_raft_get_linearizable", "test_etcd3_range_linearizable", 1.5, 25),
     Ratio("meta-service 3 replicas stale get vs etcd 3-member serializable range (16 clients, sustained)",
@@ -123,7 +123,7 @@ def _etcd(benchmark, etcd_group, call) -> None:
 
 
 @pytest.mark.benchmark(group="meta-raft-upsert")
-def test_etcd3_put(benchmark, etcd_group):
+def test_etcd3_kv_put(benchmark, etcd_group):
     _etcd(benchmark, etcd_group, lambda pb, c, k: c.kv.Put(pb.PutRequest(key=k, value=VALUE), timeout=30))
 
 
