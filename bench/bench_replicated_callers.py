@@ -1,8 +1,8 @@
-"""The callers of the log on 3 Raft replicas against the same caller on its embedded log: the
-meta-service (16 client threads doing upserts over gRPC) and the replication primary (16 backends
-doing single-tuple inserts over gRPC). Every server is a real process on loopback with fsync on;
-the replicated runs use `--log h1:p1,h2:p2,h3:p3`, the baselines the default embedded log.
-No goal is set for these ratios: they show what replication costs a caller."""
+"""What replication costs a caller, against the same caller on its embedded log: the meta-service
+(16 client threads doing upserts; replicated: its own 3-replica Raft group, `meta serve --raft`)
+and the replication primary (16 backends doing single-tuple inserts; replicated: its WAL on a
+3-replica log service, `--log h1:p1,h2:p2,h3:p3`). Every server is a real process on loopback with
+fsync on; clients speak the framed carrier. No goal is set for these ratios."""
 from __future__ import annotations
 
 import shutil
@@ -20,9 +20,9 @@ from bench.raft_cluster import LOGTIDE, RaftCluster
 from bench.ratios import Ratio
 
 RATIOS = [
-    Ratio("meta-service upsert on 3 Raft replicas vs on its embedded log (gRPC, 16 client threads)",
+    Ratio("meta-service upsert on 3 Raft replicas vs one process on its embedded log (16 client threads)",
           "test_meta_upsert[replicated]", "test_meta_upsert[embedded]", None, 12),
-    Ratio("primary single-tuple insert on 3 Raft replicas vs on its embedded log (gRPC, 16 backends)",
+    Ratio("primary single-tuple insert on 3 Raft replicas vs on its embedded log (16 backends)",
           "test_primary_insert_by_log[replicated]", "test_primary_insert_by_log[embedded]", None, 12),
 ]
 
@@ -33,7 +33,7 @@ VALUE = b"v" * 64
 
 @pytest.fixture(params=["embedded", "replicated"])
 def log_args(request):
-    """The caller's --log arguments: none, or a fresh 3-replica group (a log has one owner)."""
+    """The primary's --log arguments: none, or a fresh 3-replica group (a log has one owner)."""
     if request.param == "embedded":
         yield []
         return
@@ -56,16 +56,31 @@ def _stop(p: subprocess.Popen) -> None:
         p.wait(10)
 
 
-@pytest.mark.benchmark(group="replicated-callers")
-def test_meta_upsert(benchmark, items, tmp_path, log_args):
-    from logtide import connect_meta
-    p = subprocess.Popen([LOGTIDE, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", "127.0.0.1:0",
-                          *log_args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+@pytest.fixture(params=["embedded", "replicated"])
+def meta_address(request, tmp_path):
+    """A meta-service: one process on its embedded log, or a 3-replica Raft group."""
+    if request.param == "replicated":
+        from bench.meta_raft_cluster import MetaRaftCluster
+        c = MetaRaftCluster()
+        yield c.addresses
+        c.stop()
+        return
+    p = subprocess.Popen([LOGTIDE, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", "127.0.0.1:0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     try:
         line = p.stdout.readline()
         if not line.startswith("meta-service listening on "):
             raise RuntimeError(f"the meta-service did not start: {line!r}")
-        client = connect_meta(line.split()[-1], timeout=30)
+        yield line.split()[-1]
+    finally:
+        _stop(p)
+
+
+@pytest.mark.benchmark(group="replicated-callers")
+def test_meta_upsert(benchmark, items, meta_address):
+    from logtide import connect_meta
+    client = connect_meta(meta_address, timeout=30)
+    try:
         per = max(10, scaled(3200, minimum=160) // CLIENTS)
         items(per * CLIENTS, clients=CLIENTS)
         threads = Threads(CLIENTS)
@@ -75,9 +90,8 @@ def test_meta_upsert(benchmark, items, tmp_path, log_args):
                 client.upsert(f"bench/{t:02d}/{j % 50:04d}", VALUE)
         benchmark.pedantic(threads.run, args=(work,), rounds=3, iterations=1, warmup_rounds=1)
         threads.close()
-        client.close()
     finally:
-        _stop(p)
+        client.close()
 
 
 @pytest.mark.benchmark(group="replicated-callers")

@@ -1,5 +1,6 @@
-"""bench_replicated_callers runs end to end at a small scale (a 3-replica Raft group, the
-meta-service and a primary on it and on their embedded logs), and its ratios come from that run."""
+"""bench_replicated_callers runs end to end at a small scale (the meta-service as a 3-replica Raft
+group and in one process, a primary on a 3-replica log and on its embedded log), and its ratios
+come from that run."""
 import pytest
 
 
