@@ -64,8 +64,12 @@ def _hard_state(store: MemoryStorage, hs: HardState) -> None:
 
 
 def write_ready(store: MemoryStorage, rd, steps: int = ALL_STEPS, n_entries: int | None = None,
-                bug: str | None = None) -> None:
-    """Write rd to `store` up to `steps` (and the first n_entries of ENTRIES when it is cut there)."""
+                bug: str | None = None, torn_cut: int | None = None) -> None:
+    """Write rd to `store` up to `steps` (and the first n_entries of ENTRIES when it is cut there).
+    torn_cut: stopped inside the cut of the suffix rd's entries replace, with the old log kept
+    below index torn_cut (DiskStorage removes a replaced tail segment by segment, the last first).
+    Those old entries are uncommitted (a leader is replacing them), so keeping a prefix of them
+    is a state a follower may have had; the simulator does not draw it yet."""
     if bug == "state-before-entries":
         _write_state_first(store, rd, steps, n_entries)
         return
@@ -78,6 +82,11 @@ def write_ready(store: MemoryStorage, rd, steps: int = ALL_STEPS, n_entries: int
         meta = rd.snapshot.meta
         store.ents = [Entry(meta.term, meta.index)]
     if steps < ENTRIES:
+        return
+    if rd.entries and steps == ENTRIES and torn_cut is not None:
+        first = rd.entries[0].index
+        if first <= torn_cut <= store.last_index() and torn_cut - store.ents[0].index >= 1:
+            del store.ents[torn_cut - store.ents[0].index:]
         return
     if rd.entries:
         n = len(rd.entries) if steps > ENTRIES or n_entries is None else n_entries
