@@ -187,7 +187,9 @@ def test_snapshots_round_trip_and_corruption_is_typed():
     data = snapshot(d.sm)
     sm2 = restored(data)
     assert sm2.state == d.sm.state and snapshot(sm2) == data
-    for bad in (data[:-1], data[:3], b"XXXX" + data[4:], data[:20] + bytes([data[20] ^ 1]) + data[21:], b""):
+    wrong_magic = b"HKSX" + data[4:]
+    flipped = data[:20] + bytes([data[20] ^ 1]) + data[21:]        # a body byte: the CRC must catch it
+    for bad in (data[:-1], data[:3], wrong_magic, flipped, b""):
         with pytest.raises(CorruptHAKeeperSnapshot):
             restored(bad)
     # a failed recovery leaves the replica's state alone
