@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
+
+from logtide.stop_signal import stop_event
 
 
 def add_serve_arguments(s: argparse.ArgumentParser) -> None:
@@ -66,9 +66,7 @@ def serve_raft(args: argparse.Namespace) -> int:
         runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"])
         sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, svc.address,
                                  lambda: log_store_report(svc, store_id), on_commands=runner).start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
     print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
           flush=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
+
+from logtide.stop_signal import stop_event
 
 
 def add_serve_arguments(s: argparse.ArgumentParser) -> None:
@@ -101,9 +101,7 @@ def serve_raft(args: argparse.Namespace) -> int:
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
     replica = MetaReplica(args.dir, args.id, peers, listen, tick_interval=args.tick,
                           election_tick=args.election_tick, join=args.join, **kw)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     # the first line names the bound address: scripts and tests read it
     print(f"meta-service listening on {replica.address} (raft replica {args.id}, peers {args.peers})", flush=True)
     try:

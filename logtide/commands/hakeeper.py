@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
+
+from logtide.stop_signal import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,9 +29,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.hakeeper_id is None:
         raise InvalidArgument("hakeeper serve needs --id, --peers and --dir")
     host = host_from_args(args)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     print(f"hakeeper: replica {host.id} serving on {host.address} (peers {args.hakeeper_peers})", flush=True)
     try:
         while not stop.wait(10.0):

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
+
+from logtide.stop_signal import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,9 +44,7 @@ def serve(args: argparse.Namespace) -> int:
                                    grpc_listen=args.grpc_listen, fsync=args.fsync, segment_size=args.segment_size,
                                    max_record_size=args.max_record_size,
                                    truncation_interval=args.truncation_interval)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     svc = server.svc
     grpc = f", gRPC on {server.grpc_address}" if server.grpc_address else ""
     print(f"logservice: serving {svc.config().dir} on {server.address} (latest LSN {svc.get_latest_lsn()}){grpc}",

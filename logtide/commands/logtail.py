@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import threading
 import time
+
+from logtide.stop_signal import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("logtail", help="logtail: a transaction node (tn) or a compute node (cn) in a process of its own")
+    p = sub.add_parser("logtail", help="logtail: a transaction node (tn) or a compute node (cn), each a process")
     roles = p.add_subparsers(dest="role", required=True)
     tn = roles.add_parser("tn", help="serve a TN over DIR (log service in DIR/log, objects in DIR/objects)")
     tn.add_argument("dir")
@@ -31,13 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     cn.set_defaults(func=run_cn)
 
 
-def _stop_event() -> threading.Event:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
 def run_tn(args: argparse.Namespace) -> int:
     import random
 
@@ -54,7 +47,7 @@ def run_tn(args: argparse.Namespace) -> int:
     from logtide.engine.hakeeper.store_reports import tn_report
     from logtide.engine.hakeeper.store_role import StoreRole
     sender = start_sender(args, StoreRole.TN, "tn-1", addr, lambda sid: tn_report(tn, sid))
-    stop = _stop_event()
+    stop = stop_event()
     rng = random.Random(1)
     st = tn.tables.get(args.table)
     commits, last_flush, last_ckp, last_report = 0, time.monotonic(), time.monotonic(), time.monotonic()
@@ -108,7 +101,7 @@ def run_cn(args: argparse.Namespace) -> int:
     from logtide.engine.hakeeper.store_reports import cn_report
     from logtide.engine.hakeeper.store_role import StoreRole
     sender = start_sender(args, StoreRole.CN, f"cn-{os.getpid()}", "", lambda sid: cn_report(cn, args.table, sid))
-    stop = _stop_event()
+    stop = stop_event()
     t0 = time.monotonic()
     while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
         stop.wait(min(1.0, args.seconds or 1.0))

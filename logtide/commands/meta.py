@@ -3,11 +3,10 @@ and `logtide meta member ...`."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from logtide.engine.meta.replica_cli import add_serve_arguments, register_member, register_status, serve_raft
+from logtide.stop_signal import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,9 +46,7 @@ def serve(args: argparse.Namespace) -> int:
             print(f"logtide meta serve: {type(exc).__name__}: {exc}", flush=True)
             return 2
     server = MetaServer(service, args.listen).start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     # the first line names the bound address: scripts and tests read it
     print(f"meta-service listening on {server.address}", flush=True)
     while not stop.wait(10.0):

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import threading
 import time
 from pathlib import Path
+
+from logtide.stop_signal import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,9 +101,7 @@ class Holder:
 
 
 def _serve(holder: Holder, what: str) -> int:
-    stop = threading.Event()
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, lambda *a: stop.set())
+    stop = stop_event()
     last = 0.0
     while not stop.wait(0.2):
         if time.monotonic() - last >= 5:
