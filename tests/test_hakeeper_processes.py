@@ -208,3 +208,49 @@ def test_heartbeat_senders_of_every_role_register_and_beat(group):
     finally:
         for s in senders:
             s.stop()
+
+
+def test_a_frozen_leader_is_replaced_and_steps_down_when_thawed(group):
+    """SIGSTOP of HAKeeper's leader: every client call ends within its deadline (answered by the new
+    leader, or a typed error), another replica ticks on; thawed, the old leader steps down, follows
+    and catches up, and the tick it reports never goes back."""
+    import os
+    import signal
+    old, st = group.leader()
+    tick_before = st["tick"]
+    os.kill(group.procs[old].pid, signal.SIGSTOP)
+    try:
+        with group.client(timeout=2.0) as c:
+            answered, t_end = None, time.monotonic() + 20
+            while time.monotonic() < t_end:
+                t0 = time.monotonic()
+                try:
+                    s = c.status()
+                except (HAKeeperUnavailable, HAKeeperNotLeader) as exc:   # typed, within the deadline
+                    assert time.monotonic() - t0 < 2.0 + 1.5, exc
+                    continue
+                assert time.monotonic() - t0 < 2.0 + 1.5
+                if s["role"] == "leader" and s["replica"] != old and s["tick"] > tick_before:
+                    answered = s
+                    break
+            assert answered, group.logs_tail()
+            c.register(StoreRole.CN, "cn-frozen-test", "127.0.0.1:1")     # writes go on without it
+    finally:
+        os.kill(group.procs[old].pid, signal.SIGCONT)
+    with group.client(timeout=2.0) as c:
+        end, last = time.monotonic() + 20, -1
+        while time.monotonic() < end:
+            try:
+                s = c.replica_status(group.addr(old))
+            except (HAKeeperUnavailable, HAKeeperNotLeader):
+                time.sleep(0.1)
+                continue
+            assert s["tick"] >= last          # the thawed replica's tick never goes back
+            last = s["tick"]
+            if s["role"] != "leader" and s["tick"] > answered["tick"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the thawed leader did not step down and catch up\n" + group.logs_tail())
+        leader, _ = group.leader()
+        assert leader != old or c.status()["term"] > st["term"]
