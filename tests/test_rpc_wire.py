@@ -242,6 +242,85 @@ def test_nonblocking_methods_run_on_the_loop():
         server.stop(0)
 
 
+class Deferred(DiagnosticsServicer):
+    """Diagnostics whose Ping is deferred: a thread of its own answers each batch later. Payload
+    b"never" is never answered, b"range" fails typed, b"short" answers too few results, b"twice"
+    calls done twice."""
+    nonblocking_methods = frozenset()
+
+    def __init__(self) -> None:
+        super().__init__("deferred")
+        self.threads: set[str] = set()
+        self.pending: list = []
+        self.cv = threading.Condition()
+        self.answerer = threading.Thread(target=self._answer, name="deferred-answerer", daemon=True)
+        self.answerer.start()
+
+    def defer_Ping(self, reqs, ctx, done):
+        self.threads.add(threading.current_thread().name)
+        with self.cv:
+            self.pending.append((reqs, done))
+            self.cv.notify()
+
+    def _answer(self):
+        while True:
+            with self.cv:
+                while not self.pending:
+                    self.cv.wait()
+                reqs, done = self.pending.pop(0)
+            if any(r.payload == b"never" for r in reqs):
+                continue
+            if any(r.payload == b"short" for r in reqs):
+                done([])
+                continue
+            out = [InvalidRange("no such LSN") if r.payload == b"range" else dpb.PingReply(payload=r.payload)
+                   for r in reqs]
+            done(out)
+            if any(r.payload == b"twice" for r in reqs):
+                done([dpb.PingReply(payload=b"second")] * len(reqs))
+
+
+def test_deferred_methods_answer_later_without_a_worker():
+    """Deferred calls are started on the loop and answered from the servicer's own thread; a call
+    never answered gets DeadlineExceededError at the server's deadline, and the server keeps serving."""
+    svc = Deferred()
+    server = WireServer("127.0.0.1:0", max_message_size=1 << 20, deferred_timeout=1.0)
+    server.add_service(DIAGNOSTICS, svc)
+    server.start()
+    try:
+        with client(server) as c:
+            out, errors = [], []
+
+            def work(t):
+                try:
+                    for i in range(100):
+                        p = b"%d-%d" % (t, i)
+                        out.append(c.Ping(payload=p).payload == p)
+                except Exception as exc:  # noqa: BLE001 - asserted below
+                    errors.append(exc)
+            ths = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            assert not errors and len(out) == 800 and all(out)
+            assert svc.threads == {"rpc-wire-loop"}                  # started on the loop, no worker
+            with pytest.raises(InvalidRange, match="no such LSN"):
+                c.Ping(payload=b"range")
+            with pytest.raises(InvalidRequest):                      # bytes that do not parse
+                c.transport.call_bytes(PING, b"\x0a\xff\xff\xff\xff\x0f\x01")
+            with pytest.raises(RemoteError, match="answered 0 results for 1 calls"):
+                c.Ping(payload=b"short")
+            assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
+            t0 = time.monotonic()
+            with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
+                c.Ping(payload=b"never", timeout=10)
+            assert time.monotonic() - t0 < 5
+            assert c.Ping(payload=b"after").payload == b"after"
+    finally:
+        server.stop(0)
+
+
 def test_connect_errors():
     with pytest.raises(RpcError, match="could not connect"):
         WireTransport("127.0.0.1:1", connect_timeout=0.5)

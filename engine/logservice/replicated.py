@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE, USER_RECORD
@@ -87,7 +87,7 @@ class ReplicatedLogService:
                              compact_bound=lambda: self.sm.lookup("deletion_bound"))
         self._tso_lock = threading.Lock()
         self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
-        self.server = WireServer(listen, workers=SERVER_WORKERS)
+        self.server = WireServer(listen, workers=SERVER_WORKERS, deferred_timeout=request_timeout)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
         self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
         self.port = self.server.start()
@@ -149,6 +149,37 @@ class ReplicatedLogService:
                 out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r if isinstance(r, BaseException) \
                     else r[1]
         return out
+
+    def append_deferred(self, reqs: list[tuple[int, int, int, bytes]],
+                        done: Callable[[list[int | BaseException]], None]) -> None:
+        """append_each without waiting: `done(results)` is called once every append is applied (or
+        failed), on the Raft driver's thread."""
+        out: list = [None] * len(reqs)
+        cmds, where = [], []
+        for i, (client, seq, rtype, data) in enumerate(reqs):
+            if not 0 <= rtype < 1 << 32:
+                out[i] = InvalidArgument(f"record type must be a u32, got {rtype}")
+            else:
+                cmds.append(append_command(client, seq, rtype, data))
+                where.append(i)
+        if not cmds:
+            done(out)
+            return
+        left = [len(cmds)]
+        lock = threading.Lock()
+
+        def settled(_f) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            for i, f in zip(where, fs):
+                err = f.error
+                out[i] = f.value if err is None else self._leader_error(err) if isinstance(err, NotLeader) else err
+            done(out)
+
+        with lock:    # a future set before submit_many returns waits here for `fs`
+            fs = self.node.submit_many(cmds, on_done=settled)
 
     def append_many(self, client: int, first_seq: int, rtype: int, datas: list[bytes]) -> list[int]:
         """Several records of one client, proposed together (consecutive Raft indexes, one fsync);
@@ -263,6 +294,13 @@ class _Servicer:
         """The call pipeline's batch of Append calls: proposed together (one Ready, one fsync)."""
         out = self.s.append_each([(r.client, r.seq, r.type, r.data) for r in reqs])
         return [x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in out]
+
+    def defer_Append(self, reqs, ctx, done):
+        """The framed carrier's batch of Append calls: proposed together, answered when applied,
+        with no server thread waiting for them."""
+        def answer(results):
+            done([x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in results])
+        self.s.append_deferred([(r.client, r.seq, r.type, r.data) for r in reqs], answer)
 
     def AppendMany(self, req, ctx):
         return pb.RLsns(lsns=self.s.append_many(req.client, req.first_seq, req.type, list(req.data)))

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from logtide.engine.raft import messages as M
 from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
@@ -47,20 +47,27 @@ MAX_INFLIGHT = 2
 
 
 class Future:
-    """The outcome of one request, set by the driver thread."""
-    __slots__ = ("_ev", "value", "error", "index", "term")
+    """The outcome of one request, set by the driver thread; `on_done(future)`, if given, is called
+    once it is set (on the setting thread: it must be quick and must not block)."""
+    __slots__ = ("_ev", "value", "error", "index", "term", "on_done")
 
-    def __init__(self) -> None:
+    def __init__(self, on_done: Callable[["Future"], None] | None = None) -> None:
         self._ev = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
         self.index = 0
         self.term = 0
+        self.on_done = on_done
 
     def set(self, value: Any = None, error: BaseException | None = None) -> None:
         if not self._ev.is_set():
             self.value, self.error = value, error
             self._ev.set()
+            if self.on_done is not None:
+                try:
+                    self.on_done(self)
+                except Exception:  # noqa: BLE001 - a caller's bug must not stop the driver
+                    log.exception("raft node: a completion callback failed")
 
     def done(self) -> bool:
         return self._ev.is_set()
@@ -159,12 +166,13 @@ class RaftNode:
         value = f.wait(timeout, f"proposal to raft node {self.id}")
         return f.index, f.term, value
 
-    def submit_many(self, cmds: list[bytes]) -> list[Future]:
+    def submit_many(self, cmds: list[bytes], on_done: Callable[[Future], None] | None = None) -> list[Future]:
         """Queue several commands for replication without waiting (one hand-off to the driver);
         commands submitted one call after another are appended in that order. Wait on each
-        Future: its value is the state machine's result, its index the entry's."""
+        Future, or have `on_done(future)` called as each is set: its value is the state machine's
+        result, its index the entry's."""
         self._check()
-        fs = [Future() for _ in cmds]
+        fs = [Future(on_done) for _ in cmds]
         self._inbox.put(("props", [(bytes(c), f) for c, f in zip(cmds, fs)]))
         return fs
 

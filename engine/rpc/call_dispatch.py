@@ -4,7 +4,9 @@ A frame's calls are split per method in one C call (_ext/frame_codec.pyx). A ser
 every call of a method in a batch at once (one group append, one fsync) with one of two optional
 hooks: `frames_<Method>(ids, requests, context)` gets the raw request bytes and returns the packed
 reply frames and the failures; `batch_<Method>(requests, context)` gets parsed requests and returns
-a response or an exception per request. Otherwise each call runs the servicer's method.
+a response or an exception per request. Otherwise each call runs the servicer's method. A third,
+`defer_<Method>(requests, context, done)`, starts the calls and answers later from any thread
+(engine/rpc/deferred_calls.py); the framed server runs such batches without a worker thread.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc.call_frames import REPLY_HEADER
+from logtide.engine.rpc.deferred_calls import DeferredBatch
 from logtide.engine.rpc.error_mapping import status_code, type_name
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import InvalidRequest, LogtideError
@@ -28,10 +31,11 @@ _pack_reply = REPLY_HEADER.pack
 
 
 class _Unary:
-    __slots__ = ("method", "fn", "batch", "frames")
+    __slots__ = ("method", "fn", "batch", "frames", "defer")
 
-    def __init__(self, method: MethodDef, fn: Callable, batch: Callable | None, frames: Callable | None) -> None:
-        self.method, self.fn, self.batch, self.frames = method, fn, batch, frames
+    def __init__(self, method: MethodDef, fn: Callable, batch: Callable | None, frames: Callable | None,
+                 defer: Callable | None) -> None:
+        self.method, self.fn, self.batch, self.frames, self.defer = method, fn, batch, frames, defer
 
 
 class CallError(NamedTuple):
@@ -75,7 +79,8 @@ class CallDispatcher:
         """Serve unary `method` by `fn` (and the servicer's batch hooks for it, if any)."""
         if method.shape == "unary":
             self._methods[method.path] = _Unary(method, fn, getattr(servicer, "batch_" + method.name, None),
-                                                getattr(servicer, "frames_" + method.name, None))
+                                                getattr(servicer, "frames_" + method.name, None),
+                                                getattr(servicer, "defer_" + method.name, None))
 
     def unit(self, path: str) -> _Unary | None:
         """What runs unary method `path` (None: not served here)."""
@@ -110,14 +115,7 @@ class CallDispatcher:
                     out.error(error_reply(call_id, exc, path))
                 continue
             b_ids, reqs = [], []
-            parse = u.method.request_type.FromString
-            for call_id, data in zip(ids, datas):
-                try:
-                    req = parse(data)
-                except (DecodeError, ValueError, TypeError) as exc:
-                    out.error(error_reply(call_id, InvalidRequest(
-                        f"{path}: malformed {u.method.request_type.__name__}: {exc}"), path))
-                    continue
+            for call_id, req in self._parsed(u, ids, datas, out):
                 if u.batch is None:
                     try:
                         res = u.fn(req, ctx)
@@ -137,6 +135,52 @@ class CallDispatcher:
                 for call_id, res in zip(b_ids, results):
                     self._reply(out, u, call_id, res, limit)
         return out
+
+    def start_deferred(self, groups: list, units: list, ctx: CallContext, batch: DeferredBatch) -> None:
+        """Start the calls `groups` (as run_groups takes them; every unit has a defer hook) and seal
+        `batch`: each group's results reach it through its `done`, malformed calls at once."""
+        for m, ids, datas in groups:
+            u = units[m]
+            now = Replies()
+            b_ids, reqs = [], []
+            for call_id, req in self._parsed(u, ids, datas, now):
+                b_ids.append(call_id)
+                reqs.append(req)
+            if now.errors:
+                batch.add(None, [e.id for e in now.errors], now.errors)
+            if reqs:
+                done = batch.expect(u, b_ids)
+                try:
+                    u.defer(reqs, ctx, done)
+                except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+                    done([exc] * len(reqs))
+        batch.seal()
+
+    def deferred_replies(self, batch: DeferredBatch, limit: int) -> Replies:
+        """The replies of a finished deferred batch."""
+        out = Replies()
+        for u, ids, results in batch.parts:
+            if u is None:                  # calls refused before they started (their CallErrors)
+                for e in results:
+                    out.error(e)
+                continue
+            for call_id, res in zip(ids, results):
+                self._reply(out, u, call_id, res, limit)
+        return out
+
+    @staticmethod
+    def _parsed(u: _Unary, ids: list[int], datas: list, out: Replies):
+        """(call id, parsed request) of each well-formed call; the malformed get their errors in out."""
+        path = u.method.path
+        parse = u.method.request_type.FromString
+        for call_id, data in zip(ids, datas):
+            try:
+                req = parse(data)
+            except (DecodeError, ValueError, TypeError) as exc:
+                out.error(error_reply(call_id, InvalidRequest(
+                    f"{path}: malformed {u.method.request_type.__name__}: {exc}"), path))
+                continue
+            yield call_id, req
 
     @staticmethod
     def _reply(out: Replies, u: _Unary, call_id: int, res: Any, limit: int) -> None:

@@ -6,7 +6,9 @@ C and handed, as one job, to a small worker pool, which runs them like the call 
 (engine/rpc/call_dispatch.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
 REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
-runs on the loop itself, without the two thread hand-offs. A streaming call runs its servicer in a
+runs on the loop itself, without the two thread hand-offs; one whose calls all have `defer_<Method>`
+hooks is started on the loop and answered when the servicer's `done` comes, from any thread
+(engine/rpc/deferred_calls.py), so no thread waits for it. A streaming call runs its servicer in a
 thread of its own, as gRPC's server does.
 
 Bounds per connection: calls and request bytes in flight (reading pauses above them), a frame
@@ -31,6 +33,7 @@ from logtide._ext import wire_codec as wc
 from logtide._ext.frame_codec import split_calls
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
+from logtide.engine.rpc.deferred_calls import DeferredBatch
 from logtide.engine.rpc.error_mapping import status_code, type_name
 from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
@@ -56,6 +59,8 @@ MAX_INFLIGHT_BYTES = 64 << 20
 FRAME_TIMEOUT_S = 10.0
 # at most this many streams run at once on one server (each holds a thread, as on gRPC's server)
 MAX_STREAMS = 256
+# a deferred call not answered within this gets DeadlineExceededError (its servicer is stuck)
+DEFERRED_TIMEOUT_S = 30.0
 _REPLY_ROOM = 64          # REPLIES frame and reply headers beside a reply's bytes
 _END = object()
 
@@ -177,6 +182,7 @@ class _ServerConn(asyncio.Protocol):
         self.paths: list[str] = []
         self.units: list = []
         self.on_loop: list[bool] = []          # per method index: runs on the loop (nonblocking_methods)
+        self.deferred: list[bool] = []         # per method index: started on the loop, answered later
         self.streams: dict[int, _ServerStream] = {}
         self.last_sid = 0
         self.inflight_calls = 0
@@ -267,6 +273,9 @@ class _ServerConn(asyncio.Protocol):
             if all(self.on_loop[g[0]] for g in groups):
                 self._run_here(groups)
                 return
+            if all(self.deferred[g[0]] for g in groups):
+                self._defer(groups, n, len(f[1]))
+                return
             self.inflight_calls += n
             self.inflight_bytes += len(f[1])
             self.server.submit(self, groups, n, len(f[1]))
@@ -280,6 +289,7 @@ class _ServerConn(asyncio.Protocol):
                 self.paths.append(path)
                 self.units.append(self.server.dispatcher.unit(path))
                 self.on_loop.append(path in self.server.on_loop)
+                self.deferred.append(self.units[-1] is not None and self.units[-1].defer is not None)
         elif k == K_MSG or k == K_END or k == K_CANCEL or k == K_CREDIT:
             sid = f[1]
             s = self.streams.get(sid)
@@ -338,6 +348,17 @@ class _ServerConn(asyncio.Protocol):
             self.goaway(exc)
             return
         self.tr.writelines(frames)
+
+    def _defer(self, groups: list, calls: int, nbytes: int) -> None:
+        """Start a frame of deferred calls; WireServer.answer_deferred writes their replies."""
+        srv = self.server
+        self.inflight_calls += calls
+        self.inflight_bytes += nbytes
+        b = DeferredBatch(self, calls, nbytes, srv.deferred_timeout, srv.finished.put)
+        b.timer = srv.wl.loop.call_later(srv.deferred_timeout, b.expire)
+        srv.dispatcher.start_deferred(groups, self.units, self.ctx, b)
+        if self.inflight_calls > srv.max_inflight_calls or self.inflight_bytes > srv.max_inflight_bytes:
+            self._pause()
 
     def stream_done(self, sid: int) -> None:   # from the stream's thread
         s = self.streams.get(sid)
@@ -401,7 +422,8 @@ class WireServer:
                  workers: int = 8, max_inflight_calls: int = MAX_INFLIGHT_CALLS,
                  max_inflight_bytes: int = MAX_INFLIGHT_BYTES, frame_timeout: float = FRAME_TIMEOUT_S,
                  max_streams: int = MAX_STREAMS, keepalive: float | None = None,
-                 keepalive_timeout: float | None = None, tls: TlsOption = None) -> None:
+                 keepalive_timeout: float | None = None, tls: TlsOption = None,
+                 deferred_timeout: float = DEFERRED_TIMEOUT_S) -> None:
         self.host, self._port = split_address(address)
         self.max_message_size = max_message_size
         self.max_frame = max_message_size + FRAME_SLACK
@@ -421,6 +443,9 @@ class WireServer:
         self.running_streams: set = set()
         self.wl = WireLoop.get()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # deferred batches finished on other threads, answered on the loop (one wake-up per burst)
+        self.deferred_timeout = deferred_timeout
+        self.finished = FrameOutbox(lambda: self.wl.call_soon(self.answer_deferred))
         self._workers = [threading.Thread(target=self._work, name="rpc-wire-worker", daemon=True)
                          for _ in range(workers)]
         self._server: asyncio.AbstractServer | None = None
@@ -507,11 +532,31 @@ class WireServer:
                 continue
             self.wl.call_soon(conn.answered, frames, calls, nbytes)
 
+    def answer_deferred(self) -> None:
+        """On the loop: write the replies of the deferred batches finished since the last call."""
+        for b in self.finished.take():
+            if b.timer is not None:
+                b.timer.cancel()
+            conn = b.conn
+            try:
+                room = conn.peer_limit - _REPLY_ROOM
+                frames = self._reply_frames(self.dispatcher.deferred_replies(b, min(self.max_message_size, room)),
+                                            room)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
+                log.error("wire: a deferred batch from %s failed: %s", conn.peer, exc, exc_info=exc)
+                conn.goaway(exc)
+                continue
+            conn.answered(frames, b.calls, b.nbytes)
+
     def run_calls(self, conn: _ServerConn, groups: list) -> list[bytes]:
         """The REPLIES frames answering one CALLS frame (more than one only past the client's limit)."""
         room = conn.peer_limit - _REPLY_ROOM
         r: Replies = self.dispatcher.run_groups(groups, conn.paths, min(self.max_message_size, room),
                                                 conn.ctx, conn.units)
+        return self._reply_frames(r, room)
+
+    @staticmethod
+    def _reply_frames(r: Replies, room: int) -> list[bytes]:
         statuses = [(e.id, e.code, e.error_type, e.details) for e in r.errors]
         if r.size <= room:
             return [wc.encode_replies(r.frames, statuses)]

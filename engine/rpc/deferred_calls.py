@@ -1,0 +1,89 @@
+"""DeferredBatch: one frame's unary calls that a servicer answers later, from any thread.
+
+A servicer may start every call of a method in a batch and return at once with the hook
+`defer_<Method>(requests, context, done)`; it calls `done(results)` once, from any thread, with a
+response or an exception per request (a Raft driver, when the proposals are applied). No server
+thread waits meanwhile: with blocking handlers, each call in flight holds a worker thread, and every
+call costs that worker two sleeps and two wake-ups (and a turn for the GIL among hundreds of them).
+
+The batch is answered once every group is done, or at its deadline: the groups still out then get a
+DeadlineExceededError (whether they take effect is unknown), and their late `done` is ignored.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from logtide.errors import DeadlineExceededError
+
+
+class DeferredBatch:
+    """The groups of one frame's calls: (unit, call ids, results) as each group finishes."""
+    __slots__ = ("conn", "calls", "nbytes", "deadline", "timer", "parts", "_lock", "_left", "_sealed",
+                 "_over", "_finished", "_started")
+
+    def __init__(self, conn: Any, calls: int, nbytes: int, timeout: float,
+                 finished: Callable[["DeferredBatch"], None]) -> None:
+        self.conn, self.calls, self.nbytes = conn, calls, nbytes
+        self.deadline = timeout
+        self.timer = None                   # the loop's deadline handle, cancelled once answered
+        self.parts: list[tuple[Any, list[int], list]] = []
+        self._lock = threading.Lock()
+        self._left = 0                      # groups started and not done
+        self._sealed = False                # every group started
+        self._over = False                  # answered (or past its deadline): later results are dropped
+        self._finished = finished
+        self._started = {}                  # id(done) -> (unit, ids) of the groups still out
+
+    def add(self, unit: Any, ids: list[int], results: list) -> None:
+        """A group answered at once (on the loop, before `seal`)."""
+        self.parts.append((unit, ids, results))
+
+    def expect(self, unit: Any, ids: list[int]) -> Callable[[list], None]:
+        """The `done` callback of one group started now."""
+        key = object()
+
+        def done(results: list) -> None:
+            with self._lock:
+                if self._over or key not in self._started:
+                    return
+                del self._started[key]
+                if len(results) != len(ids):
+                    results = [TypeError(f"defer_{unit.method.name} answered {len(results)} results for "
+                                         f"{len(ids)} calls")] * len(ids)
+                self.parts.append((unit, ids, results))
+                self._left -= 1
+                last = self._sealed and self._left == 0
+                if last:
+                    self._over = True
+            if last:
+                self._finished(self)
+
+        with self._lock:
+            self._started[key] = (unit, ids)
+            self._left += 1
+        return done
+
+    def seal(self) -> None:
+        """Every group is started: the batch finishes with its last group (now, if none is out)."""
+        with self._lock:
+            self._sealed = True
+            last = self._left == 0 and not self._over
+            if last:
+                self._over = True
+        if last:
+            self._finished(self)
+
+    def expire(self) -> None:
+        """The deadline passed: the groups still out fail with DeadlineExceededError."""
+        with self._lock:
+            if self._over:
+                return
+            self._over = True
+            err = DeadlineExceededError(f"not answered within {self.deadline:g} s (whether the call took "
+                                        f"effect is unknown: read it back before retrying)")
+            for unit, ids in self._started.values():
+                self.parts.append((unit, ids, [err] * len(ids)))
+            self._started.clear()
+        self._finished(self)
+
