@@ -25,11 +25,20 @@ from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidRequest
 
 
-def _serve(t: RaftTransport, address: str = "127.0.0.1:0") -> WireServer:
+def _serve(t: RaftTransport, address: str = "127.0.0.1:0", threaded: bool = False) -> WireServer:
+    """Serve t; threaded=True serves its streams on a thread each (the generator Stream) instead of
+    on the server's loop, so a test may block inside `deliver` without stopping the loop."""
     s = WireServer(address)
-    s.add_service(RAFT_SERVICE, t.servicer)
+    s.add_service(RAFT_SERVICE, _Threaded(t.servicer) if threaded else t.servicer)
     s.start()
     return s
+
+
+class _Threaded:
+    """The transport's servicer without its loop-side stream (open_Stream)."""
+
+    def __init__(self, servicer) -> None:
+        self.Send, self.Stream = servicer.Send, servicer.Stream
 
 
 def _wait(cond, timeout: float, what: str) -> float:
@@ -233,7 +242,8 @@ def test_bad_frames_on_the_stream_are_refused_and_the_server_stays_up():
 
 
 def test_election_messages_bypass_a_stuck_stream():
-    """Votes go as their own calls: a stream wedged at the receiver does not hold them up."""
+    """Votes go as their own calls: a stream wedged at the receiver does not hold them up. (The
+    receiver's handler is wedged on a thread of its own: on the loop, `deliver` must never block.)"""
     got = queue.SimpleQueue()
     release = threading.Event()
 
@@ -245,7 +255,7 @@ def test_election_messages_bypass_a_stuck_stream():
     a = RaftTransport(1, 7, lambda ms: None)
     b = RaftTransport(2, 7, deliver)
     b.set_peer(1, "127.0.0.1:1")
-    sb = _serve(b)
+    sb = _serve(b, threaded=True)
     try:
         a.set_peer(2, sb.address)
         a.send([_app(1)])

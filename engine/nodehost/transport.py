@@ -3,7 +3,9 @@
 
 Replication is streamed. Each peer gets one long-lived stream (RaftTransport.Stream in raft.proto):
 its sender thread writes everything queued for the peer since its last write as one RaftBatch, so
-while one batch is on the wire the next builds up. The receiver acknowledges batches by seq on the
+while one batch is on the wire the next builds up. When that thread is idle (nothing queued, its
+last batch written) and the stream has credit, the driver writes its messages itself, as the next
+batch: waking the sender thread for each round of a busy leader costs two context switches. The receiver acknowledges batches by seq on the
 same stream, at least every ACK_EVERY and for every keepalive (an empty batch the sender writes
 after KEEPALIVE of silence). A watchdog cancels a stream whose oldest unacknowledged batch is older
 than ACK_TIMEOUT (a peer that is stopped, cut off or wedged keeps its TCP connection open, so only
@@ -121,6 +123,7 @@ class _Feed:
         self.last_write = 0.0           # 0: the first write is a keepalive, so a new stream is proven at once
         self.dead: str | None = None    # why the stream was killed
         self.call: Any = None           # the ResponseStream, once open
+        self.idle = False               # the request thread waits for messages (its last batch is written)
 
     def __iter__(self) -> "_Feed":
         return self
@@ -139,19 +142,54 @@ class _Feed:
                 if idle >= KEEPALIVE:
                     msgs, size = [], 0
                     break
+                self.idle = True
                 q.cv.wait(KEEPALIVE - idle)
+                self.idle = False
+        batch = self._batch(msgs)
+        with q.cv:
+            self._numbered(batch, size, len(msgs))
+        return batch
+
+    def _batch(self, msgs: list[Message]) -> pb.RaftBatch:
+        p = self.peer
         batch = pb.RaftBatch(cluster=p.t.cluster_id, frm=p.t.node_id)
         if msgs:
             batch.messages.extend([encode_message(m) for m in msgs])
-        now = time.monotonic()
-        with q.cv:
-            self.seq += 1
-            batch.seq = self.seq
-            self.unacked.append((self.seq, now, size, len(msgs)))
-            self.last_write = now
-        p.t.sent += len(msgs)
-        p.batches += 1
         return batch
+
+    def _numbered(self, batch: pb.RaftBatch, size: int, n: int) -> None:
+        """Give `batch` the next seq and wait for its acknowledgement (the caller holds q.cv)."""
+        now = time.monotonic()
+        self.seq += 1
+        batch.seq = self.seq
+        self.unacked.append((self.seq, now, size, n))
+        self.last_write = now
+        self.peer.t.sent += n
+        self.peer.batches += 1
+
+    def send_now(self, msgs: list[Message]) -> bool:
+        """Write `msgs` as the next batch from the caller's thread, if the request thread is idle
+        and the stream takes it at once (so batches keep their order); False: queue them."""
+        call = self.call
+        if call is None:
+            return False
+        q = self.peer.q
+        size = sum(_size(m) for m in msgs)
+        if len(msgs) > MAX_BATCH_MESSAGES or size > MAX_BATCH_BYTES:
+            return False
+        with q.cv:
+            if not self.idle or q.items or self.dead is not None or q.closed:
+                return False
+            batch = self._batch(msgs)
+            seq = self.seq
+            self._numbered(batch, size, len(msgs))
+            if call.try_send(batch):
+                return True
+            self.seq = seq                # not written: the request thread sends these messages
+            self.unacked.pop()
+            self.peer.t.sent -= len(msgs)
+            self.peer.batches -= 1
+            return False
 
     def ack(self, seq: int) -> None:
         with self.peer.q.cv:
@@ -294,6 +332,9 @@ class _Peer:
             data = [m for m in msgs if m.type not in CONTROL_TYPES]
             ok = self.ctl.put(ctl)
             return (self.q.put(data) if data else True) and ok
+        feed = self.feed
+        if feed is not None and feed.send_now(msgs):
+            return True
         return self.q.put(msgs)
 
     def close(self) -> None:
@@ -303,6 +344,48 @@ class _Peer:
         feed = self.feed
         if feed is not None:
             feed.kill("closed")
+
+
+class _Receiver:
+    """The receiving end of one stream: delivers each batch, and says which to acknowledge (at least
+    every ACK_EVERY, and every keepalive)."""
+
+    def __init__(self, transport: "RaftTransport", peer: str) -> None:
+        self.t = transport
+        self.peer = peer
+        self.last_ack = 0.0
+
+    def take(self, batch: pb.RaftBatch) -> pb.RaftAck | None:
+        if batch.messages:
+            self.t.receive(batch)
+        now = time.monotonic()
+        if not batch.messages or now - self.last_ack >= ACK_EVERY:
+            self.last_ack = now
+            return pb.RaftAck(seq=batch.seq)
+        return None
+
+    def malformed(self, exc: InvalidRequest) -> None:
+        """A frame that is not a RaftBatch: this stream is unusable (the sender opens a new one)."""
+        self.t.refuse(MalformedMessage(f"a frame on the stream from {self.peer}: {exc}"))
+
+
+class _LoopReceiver(_Receiver):
+    """A stream received on the framed server's loop (WireServer's open_<Method>)."""
+
+    def __init__(self, transport: "RaftTransport", peer: str, reply) -> None:
+        super().__init__(transport, peer)
+        self.reply = reply
+
+    def on_request(self, batch: pb.RaftBatch) -> None:
+        ack = self.take(batch)
+        if ack is not None:
+            self.reply(ack)
+
+    def on_error(self, exc: InvalidRequest) -> None:
+        self.malformed(exc)
+
+    def on_end(self) -> None:
+        pass
 
 
 class _Servicer:
@@ -315,22 +398,25 @@ class _Servicer:
     def Stream(self, batches, context):
         # a sender that cancels the stream (it replaces one it found stuck) or goes away ends
         # `batches`: the loop just stops
-        last_ack = 0.0
+        r = _Receiver(self.t, context.peer)
         try:
             for batch in batches:
-                if batch.messages:
-                    self.t.receive(batch)
-                now = time.monotonic()
-                if not batch.messages or now - last_ack >= ACK_EVERY:
-                    last_ack = now
-                    yield pb.RaftAck(seq=batch.seq)
-        except InvalidRequest as exc:  # a frame that is not a RaftBatch: this stream is unusable
-            self.t._refuse(MalformedMessage(f"a frame on the stream from {context.peer}: {exc}"))
+                ack = r.take(batch)
+                if ack is not None:
+                    yield ack
+        except InvalidRequest as exc:
+            r.malformed(exc)
             raise
+
+    def open_Stream(self, context, reply) -> _LoopReceiver:
+        """Stream, served on the framed server's event loop: decoding and delivering a batch there
+        costs no thread wake-up (the driver's inbox is the one hand-off)."""
+        return _LoopReceiver(self.t, context.peer, reply)
 
 
 class RaftTransport:
-    """One replica's transport. `deliver(messages)` gets every valid batch received;
+    """One replica's transport. `deliver(messages)` gets every valid batch received (on the framed
+    server's event loop: it must hand them on and never block);
     `on_unreachable(peer)` hears of failed streams, `on_gone(peer)` of a peer whose address refused
     a connection (its process is gone, not just slow). Serve `servicer` under RAFT_SERVICE on a
     WireServer (peers reach a "host:port" over the framed carrier)."""
@@ -404,11 +490,11 @@ class RaftTransport:
     def receive(self, batch: pb.RaftBatch) -> int:
         """Check and deliver a received batch; returns how many messages were accepted."""
         if batch.cluster != self.cluster_id:
-            self._refuse(UnknownPeer(f"a batch for Raft group {batch.cluster} from node {batch.frm}; "
+            self.refuse(UnknownPeer(f"a batch for Raft group {batch.cluster} from node {batch.frm}; "
                                      f"this is group {self.cluster_id}"))
             return 0
         if batch.frm not in self._peers:
-            self._refuse(UnknownPeer(f"a batch from node {batch.frm}, which is not a known member"))
+            self.refuse(UnknownPeer(f"a batch from node {batch.frm}, which is not a known member"))
             return 0
         out = []
         for p in batch.messages:
@@ -422,13 +508,13 @@ class RaftTransport:
                     raise MalformedMessage(f"local message type {M.MSG_NAMES[m.type]} from the network")
                 out.append(m)
             except (MalformedMessage, CorruptRaftEntry, UnknownPeer) as exc:
-                self._refuse(exc)
+                self.refuse(exc)
         if out:
             self.received += len(out)
             self._deliver(out)
         return len(out)
 
-    def _refuse(self, exc: RaftError) -> None:
+    def refuse(self, exc: RaftError) -> None:
         self.rejected += 1
         self.errors.append(exc)
         log.warning("raft %d: refused a message: %s", self.node_id, exc)

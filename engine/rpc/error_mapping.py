@@ -5,9 +5,13 @@ class name in the trailing metadata and its message as details; the client re-ra
 """
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from logtide import errors as E
+
+log = logging.getLogger("logtide.rpc")
 
 ERROR_TYPE_KEY = "logtide-error-type"
 
@@ -92,3 +96,12 @@ _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 def code_of(number: int) -> grpc.StatusCode | None:
     """The status code of its wire number."""
     return _BY_NUMBER.get(number)
+
+
+def failure_status(exc: BaseException, path: str) -> tuple[int, str, str]:
+    """(code, type, details) of a failed call, as a gRPC status and its trailer would carry it; an
+    error that is not a logtide one is a bug of the servicer's: logged, and INTERNAL."""
+    if isinstance(exc, E.LogtideError):
+        return status_code(exc).value[0], type_name(type(exc)), str(exc)
+    log.error("rpc: unexpected %s in %s: %s", type(exc).__name__, path, exc, exc_info=exc)
+    return grpc.StatusCode.INTERNAL.value[0], "", f"{type(exc).__name__}: {exc}"

@@ -114,6 +114,21 @@ class _Stream:
             self.credit -= 1
         self.conn.send(wc.encode_msg(self.sid, data))
 
+    def try_send(self, request: Any) -> bool:
+        """send() without waiting: False when there is no credit, the stream ended or the message
+        is over the server's limit (the caller keeps it for the request iterator)."""
+        if not isinstance(request, self.method.request_type):
+            return False
+        data = request.SerializeToString()
+        if len(data) + 9 > self.conn.peer_limit > 0:
+            return False
+        with self.cv:
+            if self.credit <= 0 or self.done:
+                return False
+            self.credit -= 1
+        self.conn.send(wc.encode_msg(self.sid, data))
+        return True
+
     def close_requests(self) -> None:
         if not self.done:
             self.conn.send(wc.encode_end(self.sid))
@@ -519,7 +534,7 @@ class WireTransport(Transport):
                 s.on_end(exc if isinstance(exc, Exception) else RpcError(str(exc)))
                 s.cancel()
         threading.Thread(target=pump, name="rpc-wire-requests", daemon=True).start()
-        return ResponseStream(s, s.cancel, method.path, _same)
+        return ResponseStream(s, s.cancel, method.path, _same, try_send=s.try_send)
 
     def close(self) -> None:
         with self._lock:

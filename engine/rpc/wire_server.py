@@ -34,8 +34,9 @@ from logtide._ext.frame_codec import split_calls
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
 from logtide.engine.rpc.deferred_calls import DeferredBatch
-from logtide.engine.rpc.error_mapping import status_code, type_name
+from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
+from logtide.engine.rpc.loop_stream import LoopStream
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
@@ -43,7 +44,7 @@ from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW, split_address
 from logtide.engine.rpc.wire_loop import WireLoop
-from logtide.errors import (FrameTimeout, InvalidRequest, LogtideError, MessageTooLarge, RpcError, RpcStreamBroken,
+from logtide.errors import (FrameTimeout, InvalidRequest, MessageTooLarge, RpcError, RpcStreamBroken,
                             UnknownWireId, WireProtocolError)
 
 log = logging.getLogger("logtide.rpc.wire")
@@ -154,19 +155,11 @@ class _ServerStream:
             else:
                 self._send(self.fn(arg, self.ctx))
         except Exception as exc:  # noqa: BLE001 - the stream's status
-            code, etype, details = _status(exc, self.method.path)
+            code, etype, details = failure_status(exc, self.method.path)
         finally:
             self.conn.stream_done(self.sid)
         if self.ctx.is_active():
             self.conn.send(wc.encode_end(self.sid, code, etype, details))
-
-
-def _status(exc: BaseException, path: str) -> tuple[int, str, str]:
-    """(code, type, details) of a failure, as a gRPC status and its trailer would carry it."""
-    if isinstance(exc, LogtideError):
-        return status_code(exc).value[0], type_name(type(exc)), str(exc)
-    log.error("rpc: unexpected %s in %s: %s", type(exc).__name__, path, exc, exc_info=exc)
-    return 13, "", f"{type(exc).__name__}: {exc}"     # INTERNAL
 
 
 class _ServerConn(asyncio.Protocol):
@@ -325,13 +318,18 @@ class _ServerConn(asyncio.Protocol):
         self.last_sid = sid
         path = self.paths[m]
         found = self.server.streaming.get(path)
+        on_loop = self.server.loop_streams.get(path)
+        if on_loop is not None:
+            self.streams[sid] = s = LoopStream(self, sid, on_loop[0], on_loop[1], STREAM_WINDOW)
+            self.server.running_streams.add(s)
+            return
         if found is None:
             why = "a unary method: call it with CALLS" if self.units[m] is not None else "unknown method"
-            code, t, d = _status(InvalidRequest(f"{path}: {why}"), path)
+            code, t, d = failure_status(InvalidRequest(f"{path}: {why}"), path)
             self.tr.write(wc.encode_end(sid, code, t, d))
             return
         if len(self.server.running_streams) >= self.server.max_streams:
-            code, t, d = _status(RpcError(f"{path}: the server runs {self.server.max_streams} streams already"),
+            code, t, d = failure_status(RpcError(f"{path}: the server runs {self.server.max_streams} streams already"),
                                  path)
             self.tr.write(wc.encode_end(sid, 8, t, d))       # RESOURCE_EXHAUSTED
             return
@@ -359,6 +357,15 @@ class _ServerConn(asyncio.Protocol):
         srv.dispatcher.start_deferred(groups, self.units, self.ctx, b)
         if self.inflight_calls > srv.max_inflight_calls or self.inflight_bytes > srv.max_inflight_bytes:
             self._pause()
+
+    def write(self, frame: bytes) -> None:
+        """Write a frame (on the loop)."""
+        if not self.closed:
+            self.tr.write(frame)
+
+    def stream_ended(self, sid: int, s) -> None:   # on the loop
+        self.server.running_streams.discard(s)
+        self.streams.pop(sid, None)
 
     def stream_done(self, sid: int) -> None:   # from the stream's thread
         s = self.streams.get(sid)
@@ -409,7 +416,7 @@ class _ServerConn(asyncio.Protocol):
         """Tell the client why, close the connection and log it (on the loop)."""
         log.warning("wire: closing the connection from %s: %s: %s", self.peer, type(exc).__name__, exc)
         if not self.closed:
-            code, t, d = _status(exc, "wire")
+            code, t, d = failure_status(exc, "wire")
             self.tr.write(wc.encode_goaway(code, t, d))
             self.tr.close()
         self.closed = True
@@ -438,6 +445,7 @@ class WireServer:
         self._sweep_every = min(1.0, frame_timeout / 2, self.keepalive / 2, self.keepalive_timeout / 2)
         self.dispatcher = CallDispatcher(max_message_size)
         self.streaming: dict[str, tuple[MethodDef, Any]] = {}
+        self.loop_streams: dict[str, tuple[MethodDef, Any]] = {}   # bidi methods served on the loop (open_<M>)
         self.on_loop: set[str] = set()         # paths of unary methods that run on the loop
         self.conns: set[_ServerConn] = set()
         self.running_streams: set = set()
@@ -468,6 +476,8 @@ class WireServer:
                 self.dispatcher.add(m, fn, servicer)
                 if m.name in nonblocking:
                     self.on_loop.add(m.path)
+            elif m.client_streaming and m.server_streaming and callable(getattr(servicer, "open_" + m.name, None)):
+                self.loop_streams[m.path] = (m, getattr(servicer, "open_" + m.name))
             else:
                 self.streaming[m.path] = (m, fn)
         return self
