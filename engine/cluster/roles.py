@@ -48,6 +48,7 @@ def log_store(d: str, i: int, address: str, peers: dict, opts: dict, join: bool 
     argv = logtide_argv("logservice", "serve", "--raft", "--id", str(i), "--peers", peers_arg(peers),
                         "--listen", address, "--dir", os.path.join(d, "data", f"{role}-{i}"),
                         "--tick", str(opts["tick"]), "--stats-interval", "5", *(["--join"] if join else []),
+                        "--cluster-dir", d,
                         *([] if join else hakeeper_replica_arg(d, i, opts)), *hakeeper_arg(opts))
     return ProcessRecord(role, i, address, argv, os.path.join(d, "logs", f"{role}-{i}.log"))
 

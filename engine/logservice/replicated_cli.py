@@ -22,6 +22,9 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     add_host_arguments(s)     # (--raft) a HAKeeper replica in this store process
     add_sender_argument(s)    # (--raft) heartbeats to HAKeeper
     s.add_argument("--store-id", default=None, help="(--raft) this store's id at HAKeeper (default log-ID)")
+    s.add_argument("--cluster-dir", default=None,
+                   help="(--raft) the `logtide cluster` directory this store belongs to: it restarts that "
+                        "cluster's processes when HAKeeper asks (START_TN)")
     s.add_argument("--snapshot-entries", type=int, default=20000,
                    help="(--raft) applied entries between state machine snapshots (default %(default)s)")
     s.add_argument("--compact-keep", type=int, default=5000,
@@ -63,7 +66,12 @@ def serve_raft(args: argparse.Namespace) -> int:
         store_id = args.store_id or log_store_name(args.id)
         # membership commands run on this store's RaftNode; the new replica's address is the one
         # its store registered with HAKeeper
-        runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"])
+        launch = None
+        if args.cluster_dir:
+            from logtide.engine.cluster.process_restart import restart_store
+            launch = lambda sid: restart_store(args.cluster_dir, sid)   # noqa: E731
+        runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"],
+                                launch=launch)
         sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, svc.address,
                                  lambda: log_store_report(svc, store_id), on_commands=runner).start()
     stop = stop_event()

@@ -1,4 +1,4 @@
-"""`logtide cluster up|status|kill|down --dir D`: a whole local cluster as separate processes."""
+"""`logtide cluster up|status|kill|start|down --dir D`: a whole local cluster as separate processes."""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--dir", required=True)
     k.add_argument("process", metavar="ROLE#N")
     k.set_defaults(func=run_kill)
+
+    st = cmds.add_parser("start", help="start one stopped or killed process again (same address and data), "
+                                      "named ROLE#N")
+    st.add_argument("--dir", required=True)
+    st.add_argument("process", metavar="ROLE#N")
+    st.set_defaults(func=run_start)
 
     d = cmds.add_parser("down", help="stop every process of the cluster")
     d.add_argument("--dir", required=True)
@@ -92,6 +98,13 @@ def run_kill(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     p = local_cluster.kill(args.dir, args.process)
     print(f"killed {p.name} (pid {p.pid})")
+    return 0
+
+
+def run_start(args: argparse.Namespace) -> int:
+    from logtide.engine.cluster import local_cluster
+    p, started = local_cluster.start(args.dir, args.process)
+    print(f"started {p.name} (pid {p.pid})" if started else f"{p.name} is already running (pid {p.pid})")
     return 0
 
 
