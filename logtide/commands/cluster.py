@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--tick", type=float, default=None, help="seconds per Raft tick of every group (default 0.05)")
     u.add_argument("--tn-load", type=int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
+    u.add_argument("--replica-timeout", type=float, default=None,
+                   help="seconds the primary keeps holding a silent RO node on its own (default 10)")
+    u.add_argument("--logindex-segments", type=int, default=None,
+                   help="LogIndex memtable segments of the primary and RO nodes (default: full size)")
     u.add_argument("--hakeeper-timeouts", default=None, metavar="ROLE=SECONDS,...",
                    help="HAKeeper's down timeouts (default log=15,tn=5,cn=5,primary=5,ro=5,command=5)")
     u.add_argument("--json", action="store_true", help="print the process table as JSON")
@@ -58,7 +62,8 @@ def run_up(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     local_cluster.up(args.dir, log_replicas=args.log_replicas, meta_replicas=args.meta_replicas, cns=args.cns,
                      ros=args.ros, spare_stores=args.spare_stores, tick=args.tick, tn_load=args.tn_load,
-                     hakeeper_timeouts=args.hakeeper_timeouts)
+                     hakeeper_timeouts=args.hakeeper_timeouts, replica_timeout=args.replica_timeout,
+                     logindex_segments=args.logindex_segments)
     st = local_cluster.status(args.dir, probe_live=False)
     if args.json:
         print(json.dumps(st["processes"]))
