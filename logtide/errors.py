@@ -293,7 +293,8 @@ class ClusterRunningError(ClusterError):
 
 
 class ClusterStoppingError(ClusterError):
-    """A process of a cluster that `cluster down` is stopping was asked to start: nothing was started."""
+    """A process of a cluster that `cluster down` stopped (or is stopping) was asked to start:
+    nothing was started."""
 
 
 class ClusterLockTimeout(ClusterError):

@@ -36,7 +36,8 @@ def _restart(d: str, pick, reap: bool) -> tuple[ProcessRecord, bool]:
         layout = ClusterLayout.load(d)
         p = pick(layout)
         if layout.options.get(STOPPING):
-            raise ClusterStoppingError(f"{p.name} not started: the cluster under {d} is being stopped")
+            raise ClusterStoppingError(f"{p.name} not started: `cluster down` stopped (or is stopping) the cluster "
+                                       f"under {d}; `cluster up --dir {d}` starts it again")
         if process_state.running(p.pid, p.start_time):
             return p, False
         spawn(p, layout.dir, reap=reap)
