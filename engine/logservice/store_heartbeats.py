@@ -10,6 +10,7 @@ from logtide.engine.hakeeper.store_reports import log_store_name, log_store_repo
 from logtide.engine.hakeeper.store_role import StoreRole
 from logtide.engine.logservice.replica_slot import ReplicaSlot
 from logtide.engine.logservice.schedule_runner import ScheduleRunner
+from logtide.errors import UnknownReplicaError
 
 
 def start_store_sender(args: argparse.Namespace, slot: ReplicaSlot) -> HeartbeatSender:
@@ -22,8 +23,11 @@ def start_store_sender(args: argparse.Namespace, slot: ReplicaSlot) -> Heartbeat
 
     def members(shard_id: int) -> dict[int, str]:
         st = status()
-        sh = st["shards"][str(shard_id)]
-        return {int(r): st["stores"][s]["address"] for r, s in {**sh["voters"], **sh["learners"]}.items()}
+        sh = st["shards"].get(str(shard_id))
+        if sh is None:
+            raise UnknownReplicaError(f"HAKeeper knows no log shard {shard_id}")
+        return {int(r): st["stores"][s]["address"] for r, s in {**sh["voters"], **sh["learners"]}.items()
+                if s in st["stores"]}
 
     stores = ReplicaStores(status)
     heartbeat = lambda svc, sid: log_store_report(svc, sid, stores)   # noqa: E731
