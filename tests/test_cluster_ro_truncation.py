@@ -2,7 +2,7 @@
 SIGKILLed while the primary keeps writing. HAKeeper finds it down and drops it; its hold is
 released (HAKeeper's truncation LSN moves past it, the primary lets it go too) and the WAL is
 truncated past the LSN it held. Started again (`cluster start ro#1`), it registers with HAKeeper
-again, re-syncs and reads every tuple and page as the primary has them. The timeline is
+again, subscribes as a new node and reads every tuple and page as the primary has them. The timeline is
 measured and printed."""
 from __future__ import annotations
 
