@@ -1,9 +1,10 @@
-"""up, status, kill and down of a local cluster (the `logtide cluster` commands).
+"""up, status, kill, start and down of a local cluster (the `logtide cluster` commands).
 
 `up` starts every process detached from the caller (its own session, output to D/logs), records
 it in D/cluster.json as soon as it runs, and returns once every process answers and the log
 shard and the meta group each have a leader. A process that exits while `up` waits stops the
 whole start: what was started is stopped again and the error names the process and its log.
+Every change to D/cluster.json is made under its lock (layout_lock.py): log stores write it too.
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from typing import Callable, Optional
 from logtide.engine.cluster import process_state, roles
 from logtide.engine.cluster.layout import FILE, ClusterLayout, ProcessRecord
 from logtide.engine.cluster.layout_lock import locked
+from logtide.engine.cluster.probe import probe
 from logtide.engine.cluster.process_restart import STOPPING
 from logtide.engine.cluster.spawn import spawn
-from logtide.engine.cluster.probe import probe
 from logtide.errors import ClusterError, ClusterRunningError, InvalidArgument
 
 UP_TIMEOUT_S = 180.0
