@@ -292,6 +292,15 @@ class ClusterRunningError(ClusterError):
     """`cluster up` on a directory whose cluster still has processes running."""
 
 
+class ClusterStoppingError(ClusterError):
+    """A process of a cluster that `cluster down` stopped (or is stopping) was asked to start:
+    nothing was started."""
+
+
+class ClusterLockTimeout(ClusterError):
+    """D/cluster.lock stayed held by another writer of D/cluster.json past the deadline."""
+
+
 class UnknownClusterProcess(ClusterError, ValueError):
     """A process named by ROLE#N that the cluster does not have (or a role it does not know)."""
 

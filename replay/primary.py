@@ -20,7 +20,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -78,6 +78,9 @@ def _ro_reader(name: str) -> int | None:
 class Primary:
     """The read-write node. `Primary.open(dir)` embeds the log service; pass `log=` to share one, or
     to write to a replicated log (`connect_logservice("h1:p1,h2:p2,h3:p3")`)."""
+
+    # () -> the cluster's truncation LSN (engine/hakeeper/truncation_hold.py), or None: no cluster hold
+    cluster_hold: Callable[[], int] | None = None
 
     def __init__(self, directory: str | os.PathLike, log=None, *, pool_pages: int = 2048,
                  checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True,
@@ -606,15 +609,32 @@ class Primary:
                 return 1 << 64
             return min(st.apply_lsn for st in self.replicas.values())
 
+    def own_truncation_point(self) -> int:
+        """What this primary itself no longer needs: below the consistent LSN and the LogIndex's
+        last saved LSN (a restart or a new RO node indexes the WAL from there). No RO node's hold."""
+        return max(0, min(self.consistent_lsn, self.index.max_saved_lsn - 1))
+
     def truncation_point(self) -> int:
-        """Log and LogIndex entries at or below this LSN are no longer needed by anyone: below the
-        consistent LSN, every RO node's min used LSN, and the LogIndex's last saved LSN (a restart
-        or a new RO node indexes the WAL from there)."""
+        """Log and LogIndex entries at or below this LSN are no longer needed by anyone: below
+        own_truncation_point(), every RO node's min used LSN, and the cluster's truncation LSN
+        (`cluster_hold`, HAKeeper's, when set)."""
         with self._replica_lock:
-            low = min(self.consistent_lsn, self.index.max_saved_lsn - 1)
+            low = self.own_truncation_point()
             for st in self.replicas.values():
                 low = min(low, st.min_used_lsn - 1)
-            return max(0, low)
+        if self.cluster_hold is not None:
+            low = min(low, self.cluster_hold())
+        return max(0, low)
+
+    def drop_if_quiet(self, node_id: int, quiet_s: float, why: str) -> bool:
+        """Drop RO node `node_id` if no report came from it for `quiet_s` seconds (the cluster's
+        keeper declared it gone; a node that reports is kept). True when it was dropped."""
+        with self._replica_lock:
+            st = self.replicas.get(node_id)
+            if st is None or time.monotonic() - st.seen < quiet_s:
+                return False
+        self._drop(node_id, why)
+        return True
 
     # ------------------------------------------------------------------ checkpoints
     def _write_out(self, tag, page) -> bool:

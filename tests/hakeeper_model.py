@@ -101,9 +101,18 @@ def expected(state, cfg) -> set[tuple]:
     for shard_id in range(1, state.cluster.tn_shards + 1):
         holders = sorted((dict(state.stores[s].report.shards)[shard_id], s) for s in tn_up
                          if state.stores[s].report is not None and shard_id in dict(state.stores[s].report.shards))
-        if not holders and tn_up and not any(c.kind == C.START_TN and c.shard_id == shard_id for c in flying):
+        starting = any(c.kind == C.START_TN and c.shard_id == shard_id for c in flying)
+        if not holders and tn_up and not starting:
             # least loaded first; the checker's own choice within this round is not modelled for >1 shard
             out.add((C.START_TN, "*", shard_id, NEW, False))
+        if not holders and not tn_up and not starting:
+            # no TN store works: the first working log store restarts the down one with the newest replica
+            log_up = sorted(s for s in state.stores if is_up(state, cfg, s, StoreRole.LOG))
+            last = sorted((dict(state.stores[s].report.shards)[shard_id], s) for s in state.stores
+                          if state.stores[s].role == StoreRole.TN and state.stores[s].report is not None
+                          and shard_id in dict(state.stores[s].report.shards))
+            if log_up and last:
+                out.add((C.START_TN, log_up[0], shard_id, last[-1], False))
         if len(holders) > 1 and not any(c.kind == C.STOP_TN and c.shard_id == shard_id for c in flying):
             for rid, s in holders[:-1]:
                 out.add((C.STOP_TN, s, shard_id, rid, False))
@@ -119,6 +128,9 @@ def signature(c, state) -> tuple:
     """A checker command as the model's signature (new replica ids replaced by NEW)."""
     if c.kind in (C.ADD_REPLICA, C.ADD_NON_VOTING_REPLICA) and c.learner:
         return (c.kind, c.target, c.shard_id, (NEW, c.replica_store), True)
+    if c.kind == C.START_TN and state.stores.get(c.target) is not None \
+            and state.stores[c.target].role == StoreRole.LOG:
+        return (c.kind, c.target, c.shard_id, (c.replica_id, c.replica_store), False)
     if c.kind == C.START_TN:
         return (c.kind, "*", c.shard_id, NEW, False)
     if c.kind in (C.DELETE_CN_STORE, C.DROP_RO_NODE):

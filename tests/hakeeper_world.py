@@ -159,6 +159,11 @@ class World:
         """What a store does with a command from its heartbeat reply."""
         self.executed.append((self.now, sid, c))
         k = c.kind
+        if k == C.START_TN and self.roles[sid] == StoreRole.LOG:
+            # a log store restarts the TN store that died (a local cluster's log stores can)
+            self.set_up(c.replica_store, True)
+            self.tn_running[c.replica_store][c.shard_id] = c.replica_id
+            return
         if k in (C.START_TN, C.STOP_TN):
             if k == C.START_TN:
                 self.tn_running[sid][c.shard_id] = c.replica_id

@@ -5,6 +5,7 @@ independent model on random states, and hypothesis over stores going down, comin
 flapping in a world of stores that carries the commands out."""
 import io
 
+import pytest
 from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
@@ -14,9 +15,11 @@ from hakeeper_world import World
 from logtide.engine.hakeeper import (ClusterInfo, CommandType, HAKeeperConfig, HAKeeperState, HAKeeperStateMachine,
                                      LogReplicaInfo, LogStoreHeartbeat, ScheduleCommand, StoreRole, TNHeartbeat, check)
 from logtide.engine.hakeeper.cluster_info import BootstrapState
+from logtide.engine.hakeeper.command import ScheduleCommandBatch
 from logtide.engine.hakeeper.heartbeat import CNHeartbeat, RoHeartbeat
 from logtide.engine.hakeeper.log_shard_state import LogShardState
 from logtide.engine.hakeeper.store_state import StoreState
+from logtide.errors import UnknownStoreError
 
 C = CommandType
 
@@ -131,6 +134,33 @@ def test_the_tn_is_restarted_on_a_working_store_and_duplicates_stopped():
     assert any(c.kind == C.STOP_TN for _t, _s, c in w.executed)
 
 
+def test_the_only_tn_store_down_is_restarted_by_a_log_store_with_its_replica_id():
+    w = booted(tn_stores=1)
+    assert w.tn_runners() == ["tn-1"]
+    rid = w.tn_running["tn-1"][1]
+    w.run(20)
+    assert w.state.stores["tn-1"].tn_shards() == {1: rid}   # HAKeeper heard it run the shard
+    w.set_up("tn-1", False)
+    w.run(w.cfg.timeout_ticks(StoreRole.TN) + 60)
+    restarts = [(sid, c) for _t, sid, c in w.executed if c.kind == C.START_TN and sid.startswith("log-")]
+    assert len(restarts) == 1, restarts          # issued once: in flight until tn-1 is heard from again
+    sid, c = restarts[0]
+    assert w.roles[sid] == StoreRole.LOG and c.replica_store == "tn-1" and c.replica_id == rid
+    assert w.tn_runners() == ["tn-1"] and w.tn_running["tn-1"] == {1: rid}
+    assert not [k for k in w.state.in_flight.values() if k.kind == C.START_TN]
+
+
+def test_a_tn_restart_for_an_unknown_tn_store_is_refused():
+    sm = HAKeeperStateMachine()
+    st = sm.state
+    st.cluster = ClusterInfo(log_shards=1, log_replicas=3, tn_shards=1)
+    st.bootstrap = BootstrapState.RUNNING
+    st.stores["log-1"] = StoreState(StoreRole.LOG, "log-1", "a", 0)
+    with pytest.raises(UnknownStoreError):
+        sm.apply(ScheduleCommandBatch(1, 0, (ScheduleCommand(C.START_TN, "log-1", 1, 1, "tn-9", expires_tick=9),)))
+    assert not st.queued and not st.in_flight
+
+
 def test_expired_cns_and_ro_nodes_are_dropped_and_rejoin_after_registering():
     w = booted(cns=2, ros=2)
     w.set_up("cn-1", False)
@@ -231,8 +261,9 @@ def test_checkers_schedule_what_the_model_says(s):
     sigs = [signature(c, s) for c in cmds]
     assert len(sigs) == len(set(sigs)), "a command was scheduled twice in one round"
     assert set(sigs) == expected(s, CFG)
+    # fresh ids (a TN store restarted by a log store keeps its replica id)
     fresh = [c.replica_id for c in cmds if (c.kind in (C.ADD_REPLICA, C.ADD_NON_VOTING_REPLICA) and c.learner)
-             or c.kind == C.START_TN]
+             or (c.kind == C.START_TN and c.replica_store == c.target)]
     assert len(set(fresh)) == len(fresh) and all(r >= s.next_replica_id for r in fresh)
     # one membership change per shard per round
     per_shard = [c.shard_id for c in cmds if c.kind in (C.ADD_REPLICA, C.REMOVE_REPLICA, C.ADD_NON_VOTING_REPLICA,
@@ -299,7 +330,8 @@ def _invariants(w: World) -> None:
     assert sh.voters, "the shard lost every voter"
     hosts = list(sh.voters.values()) + list(sh.learners.values())
     assert len(hosts) == len(set(hosts)), f"two replicas of the shard on one store: {sh}"
-    ids = [c.replica_id for c in w.issued if (c.kind == C.ADD_REPLICA and c.learner) or c.kind == C.START_TN]
+    ids = [c.replica_id for c in w.issued if (c.kind == C.ADD_REPLICA and c.learner)
+           or (c.kind == C.START_TN and c.replica_store == c.target)]
     assert len(ids) == len(set(ids)), "a replica id was handed out twice"
 
 

@@ -1,22 +1,25 @@
-"""up, status, kill and down of a local cluster (the `logtide cluster` commands).
+"""up, status, kill, start and down of a local cluster (the `logtide cluster` commands).
 
 `up` starts every process detached from the caller (its own session, output to D/logs), records
 it in D/cluster.json as soon as it runs, and returns once every process answers and the log
 shard and the meta group each have a leader. A process that exits while `up` waits stops the
 whole start: what was started is stopped again and the error names the process and its log.
+Every change to D/cluster.json is made under its lock (layout_lock.py): log stores write it too.
 """
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Callable, Optional
 
 from logtide.engine.cluster import process_state, roles
 from logtide.engine.cluster.layout import FILE, ClusterLayout, ProcessRecord
+from logtide.engine.cluster.layout_lock import locked
 from logtide.engine.cluster.probe import probe
+from logtide.engine.cluster.process_restart import STOPPING
+from logtide.engine.cluster.spawn import spawn
 from logtide.errors import ClusterError, ClusterRunningError, InvalidArgument
 
 UP_TIMEOUT_S = 180.0
@@ -68,17 +71,18 @@ def plan(d: str, opts: dict) -> ClusterLayout:
 
 
 def _start(layout: ClusterLayout, p: ProcessRecord) -> None:
-    os.makedirs(os.path.dirname(p.log), exist_ok=True)
-    with open(p.log, "ab") as log:
-        child = subprocess.Popen(p.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=layout.dir, start_new_session=True)
-    p.pid, p.start_time = child.pid, 0
-    end = time.monotonic() + 5
-    while not p.start_time and time.monotonic() < end:
-        p.start_time = process_state.start_time(child.pid)
-        if child.poll() is not None:
-            break
-    layout.save()
+    """Start `p` and record it, under the layout lock; a process already running (a log store
+    restarted it for HAKeeper meanwhile) is adopted instead of started twice."""
+    with locked(layout.dir):
+        disk = ClusterLayout.load(layout.dir)
+        rec = disk.get(p.role, p.id)
+        if rec is not None and _running(rec):
+            p.pid, p.start_time = rec.pid, rec.start_time
+            return
+        spawn(p, layout.dir)
+        if rec is not None:
+            rec.pid, rec.start_time = p.pid, p.start_time
+        disk.save()
 
 
 def _tail(path: str, n: int = 12) -> str:
@@ -133,18 +137,21 @@ def _has_leader(answers: dict) -> bool:
 def up(d: str, **options) -> ClusterLayout:
     """Start the cluster under `d` (or start again the stopped one recorded there)."""
     d = os.path.abspath(d)
-    if os.path.exists(os.path.join(d, FILE)):
-        layout = ClusterLayout.load(d)
-        live = [p.name for p in layout.processes if _running(p)]
-        if live:
-            raise ClusterRunningError(f"{d} already has a running cluster ({', '.join(live)}): "
-                                      f"`logtide cluster down --dir {d}` first")
-    else:
-        opts = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
-        os.makedirs(os.path.join(d, "logs"), exist_ok=True)
-        os.makedirs(os.path.join(d, "data"), exist_ok=True)
-        layout = plan(d, opts)
-    layout.save()
+    os.makedirs(d, exist_ok=True)
+    with locked(d):
+        if os.path.exists(os.path.join(d, FILE)):
+            layout = ClusterLayout.load(d)
+            live = [p.name for p in layout.processes if _running(p)]
+            if live:
+                raise ClusterRunningError(f"{d} already has a running cluster ({', '.join(live)}): "
+                                          f"`logtide cluster down --dir {d}` first")
+        else:
+            opts = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+            os.makedirs(os.path.join(d, "logs"), exist_ok=True)
+            os.makedirs(os.path.join(d, "data"), exist_ok=True)
+            layout = plan(d, opts)
+        layout.options.pop(STOPPING, None)
+        layout.save()
     end = time.monotonic() + UP_TIMEOUT_S
     try:
         stores = layout.of_role("logservice") + layout.of_role("spare")
@@ -237,6 +244,12 @@ def _group(procs: list, role: str) -> dict:
             "terms": {r["id"]: r["status"].get("term") for r in healthy}}
 
 
+def start(d: str, name: str) -> tuple[ProcessRecord, bool]:
+    """Start process ROLE#N again (same address and data) unless it runs; (its record, started now)."""
+    from logtide.engine.cluster.process_restart import restart
+    return restart(d, name)
+
+
 def kill(d: str, name: str) -> ProcessRecord:
     """SIGKILL the process ROLE#N (to show repair); ClusterError if it is not running."""
     layout = ClusterLayout.load(d)
@@ -250,7 +263,11 @@ def kill(d: str, name: str) -> ProcessRecord:
 def down(d: str, quiet: bool = False) -> list:
     """Stop every process of the cluster (SIGTERM, then SIGKILL after STOP_GRACE_S); the names stopped.
     ClusterError if any is left running."""
-    layout = ClusterLayout.load(d)
+    d = os.path.abspath(d)
+    with locked(d):   # from here on no log store restarts a process for HAKeeper (process_restart.py)
+        layout = ClusterLayout.load(d)
+        layout.options[STOPPING] = True
+        layout.save()
     live = [p for p in reversed(layout.processes) if _running(p)]
     for p in live:
         process_state.kill(p.pid, p.start_time, signal.SIGTERM)

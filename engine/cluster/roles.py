@@ -34,6 +34,12 @@ def hakeeper_replica_arg(d: str, i: int, opts: dict) -> list:
             "--hakeeper-log-replicas", str(opts.get("log_replicas", 3))]
 
 
+def logindex_arg(opts: dict) -> list:
+    """`--logindex-segments N` for the primary and RO nodes when `up` was given one."""
+    n = opts.get("logindex_segments")
+    return ["--logindex-segments", str(n)] if n else []
+
+
 def logtide_argv(*args: str) -> list:
     return [sys.executable, "-m", "logtide", *args]
 
@@ -48,6 +54,7 @@ def log_store(d: str, i: int, address: str, peers: dict, opts: dict, join: bool 
     argv = logtide_argv("logservice", "serve", "--raft", "--id", str(i), "--peers", peers_arg(peers),
                         "--listen", address, "--dir", os.path.join(d, "data", f"{role}-{i}"),
                         "--tick", str(opts["tick"]), "--stats-interval", "5", *(["--join"] if join else []),
+                        "--cluster-dir", d,
                         *([] if join else hakeeper_replica_arg(d, i, opts)), *hakeeper_arg(opts))
     return ProcessRecord(role, i, address, argv, os.path.join(d, "logs", f"{role}-{i}.log"))
 
@@ -61,15 +68,15 @@ def meta_replica(d: str, i: int, peers: dict, opts: dict) -> ProcessRecord:
 def primary(d: str, address: str, log_addresses: str, opts: dict) -> ProcessRecord:
     argv = logtide_argv("replay", "primary", "--dir", os.path.join(d, "data", "shared"), "--listen", address,
                         "--log", log_addresses, "--replica-timeout", str(opts["replica_timeout"]),
-                        *hakeeper_arg(opts), "--hakeeper-store-id", "primary-1")
+                        *logindex_arg(opts), *hakeeper_arg(opts), "--hakeeper-store-id", "primary-1")
     return ProcessRecord("primary", 1, address, argv, os.path.join(d, "logs", "primary-1.log"))
 
 
 def ro_node(d: str, i: int, address: str, primary_address: str, log_addresses: str, opts: dict) -> ProcessRecord:
     argv = logtide_argv("replay", "ro", "--dir", os.path.join(d, "data", "shared"), "--primary", primary_address,
                         "--listen", address, "--node-id", str(i), "--log", log_addresses,
-                        "--replica-timeout", str(opts["replica_timeout"]), *hakeeper_arg(opts),
-                        "--hakeeper-store-id", f"ro-{i}")
+                        "--replica-timeout", str(opts["replica_timeout"]), *logindex_arg(opts),
+                        *hakeeper_arg(opts), "--hakeeper-store-id", f"ro-{i}")
     return ProcessRecord("ro", i, address, argv, os.path.join(d, "logs", f"ro-{i}.log"))
 
 

@@ -17,9 +17,11 @@ def finished(c: ScheduleCommand, st: HAKeeperState) -> bool:
     if k in (C.DELETE_CN_STORE, C.DROP_RO_NODE):
         return c.target not in st.stores
     if k in (C.START_TN, C.STOP_TN):
-        store = st.stores.get(c.target)
+        # a restart (START_TN sent to a log store for the TN store `replica_store`) shows once that
+        # store is heard from again after the check found it down
+        store = st.stores.get(c.replica_store or c.target)
         running = store is not None and c.shard_id in store.tn_shards()
-        return running if k == C.START_TN else not running
+        return running and (store.tick > c.store_tick or not c.store_tick) if k == C.START_TN else not running
     shard = st.shards.get(c.shard_id)
     if shard is None:
         return True

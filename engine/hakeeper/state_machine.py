@@ -240,7 +240,13 @@ class HAKeeperStateMachine(StateMachine):
         st = self.state
         target = st.stores.get(c.target)
         want = _TARGET_ROLE[c.kind]
-        if target is None or target.role != want:
+        if c.kind == CommandType.START_TN and target is not None and target.role == StoreRole.LOG:
+            # a log store restarts the TN store `replica_store` (tn_checker: no TN store works)
+            tn = st.stores.get(c.replica_store)
+            if tn is None or tn.role != StoreRole.TN:
+                raise UnknownStoreError(f"START_TN: no registered TN store {c.replica_store!r} to restart")
+            target = tn
+        elif target is None or target.role != want:
             raise UnknownStoreError(f"{c.kind.name}: no registered {ROLE_NAMES[want]} store {c.target!r}")
         k = c.kind
         if want == StoreRole.TN:

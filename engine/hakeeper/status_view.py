@@ -11,6 +11,7 @@ from typing import Any
 
 from logtide.engine.hakeeper.config import HAKeeperConfig
 from logtide.engine.hakeeper.hakeeper_state import HAKeeperState
+from logtide.engine.hakeeper.heartbeat import RoHeartbeat
 from logtide.engine.hakeeper.schedule_command import ScheduleCommand
 from logtide.engine.hakeeper.store_role import ROLE_NAMES
 
@@ -27,6 +28,8 @@ def status_view(state: HAKeeperState, config: HAKeeperConfig) -> dict[str, Any]:
         stores[sid] = {"role": ROLE_NAMES[s.role], "address": s.address, "last_heartbeat_tick": s.tick,
                        "heartbeated": s.report is not None,
                        "down": config.expired(s.role, s.tick, state.tick)}
+        if isinstance(s.report, RoHeartbeat):   # its hold on truncation
+            stores[sid]["min_used_lsn"] = s.report.min_used_lsn
     shards = {str(k): {"epoch": sh.epoch, "term": sh.term, "leader": sh.leader_id,
                        "voters": {str(r): st for r, st in sorted(sh.voters.items())},
                        "learners": {str(r): st for r, st in sorted(sh.learners.items())}}

@@ -4,8 +4,9 @@ Log store: its replica of the log shard (shard 1; replica id = its Raft id; term
 membership at `conf_index` as the epoch, the latest and truncated LSN). Log stores are named
 `log-<replica id>` unless told otherwise, so a voter's store is known from its id. TN: the TN
 shard it runs and the LSN it replayed. CN: its lowest table watermark. Primary: write and
-consistent LSN. RO node: consistent, applied and min used LSN. Values are clamped into what
-HAKeeper accepts (a report is a snapshot of moving counters, read without a lock).
+consistent LSN, and the LSN it would truncate below on its own. RO node: consistent, applied and
+min used LSN. Values are clamped into what HAKeeper accepts (a report is a snapshot of moving
+counters, read without a lock).
 """
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def cn_report(cn: Any, tables: list[str], store_id: str) -> CNHeartbeat:
 
 def primary_report(primary: Any, store_id: str) -> PrimaryHeartbeat:
     write = int(primary.write_lsn)
-    return PrimaryHeartbeat(store_id, write, min(int(primary.consistent_lsn), write), 0)
+    consistent = min(int(primary.consistent_lsn), write)
+    # what the primary itself no longer needs: HAKeeper lowers it to the RO nodes' holds
+    return PrimaryHeartbeat(store_id, write, consistent, min(int(primary.own_truncation_point()), consistent))
 
 
 def ro_report(ro: Any, store_id: str) -> RoHeartbeat:

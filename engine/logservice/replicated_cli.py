@@ -22,6 +22,9 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     add_host_arguments(s)     # (--raft) a HAKeeper replica in this store process
     add_sender_argument(s)    # (--raft) heartbeats to HAKeeper
     s.add_argument("--store-id", default=None, help="(--raft) this store's id at HAKeeper (default log-ID)")
+    s.add_argument("--cluster-dir", default=None,
+                   help="(--raft) the `logtide cluster` directory this store belongs to: it restarts that "
+                        "cluster's processes when HAKeeper asks (START_TN)")
     s.add_argument("--snapshot-entries", type=int, default=20000,
                    help="(--raft) applied entries between state machine snapshots (default %(default)s)")
     s.add_argument("--compact-keep", type=int, default=5000,
@@ -44,10 +47,14 @@ def serve_raft(args: argparse.Namespace) -> int:
     if args.id not in peers:
         raise InvalidArgument(f"--id {args.id} is not one of --peers ({sorted(peers)})")
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
-    svc = ReplicatedLogService.open(args.dir, args.id, peers, listen, join=args.join, tick_interval=args.tick,
-                                    election_tick=args.election_tick, fsync=args.fsync,
-                                    segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
-                                    compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)
+    def open_replica(d: str, rid: int, members: dict, at: str, join: bool = True) -> ReplicatedLogService:
+        return ReplicatedLogService.open(d, rid, members, at, join=join, tick_interval=args.tick,
+                                         election_tick=args.election_tick, fsync=args.fsync,
+                                         segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
+                                         compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)
+    from logtide.engine.logservice.replica_slot import ReplicaSlot
+    svc = open_replica(args.dir, args.id, peers, listen, join=args.join)
+    slot = ReplicaSlot(svc, svc.address, args.dir, open_replica)   # HAKeeper may close it or open another
     from logtide.engine.hakeeper.host_cli import host_from_args
     try:
         hakeeper = host_from_args(args)   # None without --hakeeper-id: the store runs as before
@@ -56,16 +63,8 @@ def serve_raft(args: argparse.Namespace) -> int:
         raise
     sender = None
     if args.hakeeper:
-        from logtide.engine.hakeeper.heartbeat_sender import HeartbeatSender
-        from logtide.engine.hakeeper.store_reports import log_store_name, log_store_report
-        from logtide.engine.hakeeper.store_role import StoreRole
-        from logtide.engine.logservice.schedule_runner import ScheduleRunner
-        store_id = args.store_id or log_store_name(args.id)
-        # membership commands run on this store's RaftNode; the new replica's address is the one
-        # its store registered with HAKeeper
-        runner = ScheduleRunner(svc, store_id, lambda sid: sender.client.status()["stores"][sid]["address"])
-        sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, svc.address,
-                                 lambda: log_store_report(svc, store_id), on_commands=runner).start()
+        from logtide.engine.logservice.store_heartbeats import start_store_sender
+        sender = start_store_sender(args, slot)
     stop = stop_event()
     grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
     print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
@@ -74,15 +73,19 @@ def serve_raft(args: argparse.Namespace) -> int:
         print(f"logservice: HAKeeper replica {hakeeper.id} on {hakeeper.address}", flush=True)
     try:
         while not stop.wait(args.stats_interval if args.stats_interval > 0 else None):
-            s = svc.status()
-            print(f"logservice: replica {args.id} {s['role']} term {s['term']} leader {s['lead']} "
+            with slot.lock:
+                s = slot.svc.status() if slot.svc is not None else None
+            if s is None:
+                print("logservice: no replica (killed as a zombie; a spare store now)", flush=True)
+                continue
+            print(f"logservice: replica {s['id']} {s['role']} term {s['term']} leader {s['lead']} "
                   f"commit {s['commit']} applied {s['applied']}", flush=True)
     finally:
         if sender is not None:
             sender.stop()
         if hakeeper is not None:
             hakeeper.close()
-        svc.close()
+        slot.close()
         print("logservice: stopped", file=sys.stderr, flush=True)
     return 0
 

@@ -1,4 +1,4 @@
-"""`logtide cluster up|status|kill|down --dir D`: a whole local cluster as separate processes."""
+"""`logtide cluster up|status|kill|start|down --dir D`: a whole local cluster as separate processes."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--tick", type=float, default=None, help="seconds per Raft tick of every group (default 0.05)")
     u.add_argument("--tn-load", type=int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
+    u.add_argument("--replica-timeout", type=float, default=None,
+                   help="seconds the primary keeps holding a silent RO node on its own (default 10)")
+    u.add_argument("--logindex-segments", type=int, default=None,
+                   help="LogIndex memtable segments of the primary and RO nodes (default: full size)")
     u.add_argument("--hakeeper-timeouts", default=None, metavar="ROLE=SECONDS,...",
                    help="HAKeeper's down timeouts (default log=15,tn=5,cn=5,primary=5,ro=5,command=5)")
     u.add_argument("--json", action="store_true", help="print the process table as JSON")
@@ -34,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--dir", required=True)
     k.add_argument("process", metavar="ROLE#N")
     k.set_defaults(func=run_kill)
+
+    st = cmds.add_parser("start", help="start one stopped or killed process again (same address and data), "
+                                      "named ROLE#N")
+    st.add_argument("--dir", required=True)
+    st.add_argument("process", metavar="ROLE#N")
+    st.set_defaults(func=run_start)
 
     d = cmds.add_parser("down", help="stop every process of the cluster")
     d.add_argument("--dir", required=True)
@@ -52,7 +62,8 @@ def run_up(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     local_cluster.up(args.dir, log_replicas=args.log_replicas, meta_replicas=args.meta_replicas, cns=args.cns,
                      ros=args.ros, spare_stores=args.spare_stores, tick=args.tick, tn_load=args.tn_load,
-                     hakeeper_timeouts=args.hakeeper_timeouts)
+                     hakeeper_timeouts=args.hakeeper_timeouts, replica_timeout=args.replica_timeout,
+                     logindex_segments=args.logindex_segments)
     st = local_cluster.status(args.dir, probe_live=False)
     if args.json:
         print(json.dumps(st["processes"]))
@@ -92,6 +103,13 @@ def run_kill(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     p = local_cluster.kill(args.dir, args.process)
     print(f"killed {p.name} (pid {p.pid})")
+    return 0
+
+
+def run_start(args: argparse.Namespace) -> int:
+    from logtide.engine.cluster import local_cluster
+    p, started = local_cluster.start(args.dir, args.process)
+    print(f"started {p.name} (pid {p.pid})" if started else f"{p.name} is already running (pid {p.pid})")
     return 0
 
 

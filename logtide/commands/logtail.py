@@ -42,7 +42,9 @@ def run_tn(args: argparse.Namespace) -> int:
     if args.table not in tn.tables:
         tn.create_table(args.table, {"id": "int64", "v": "int64", "w": "float64"}, "id")
     server, addr = serve(tn, args.address)
-    print(json.dumps({"listening": addr, "objects": tn.store.uri}), flush=True)
+    # what recovery (checkpoint + log) brought back: a restarted TN starts from here
+    print(json.dumps({"listening": addr, "objects": tn.store.uri, "recovered_ts": tn.last_ts,
+                      "recovered_lsn": tn.last_lsn}), flush=True)
     from logtide.engine.hakeeper.host_cli import start_sender
     from logtide.engine.hakeeper.store_reports import tn_report
     from logtide.engine.hakeeper.store_role import StoreRole

@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--port-file", default=None, help="write the bound port here once serving")
     pp.add_argument("--checkpoint-interval", type=float, default=1.0)
     pp.add_argument("--pool-pages", type=int, default=2048, help="buffer pool frames (8 KiB each)")
+    pp.add_argument("--logindex-segments", type=int, default=None,
+                    help="LogIndex memtable segments (default: the full size; small: tables saved, and the WAL "
+                         "truncated, after fewer records)")
     pp.add_argument("--replica-timeout", type=float, default=None,
                     help="drop an RO node silent this many seconds (default 10; 0: never)")
     pp.add_argument("--log", default=None, metavar="H1:P1,H2:P2,H3:P3",
@@ -36,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--port-file", default=None)
     rp.add_argument("--node-id", type=int, default=1)
     rp.add_argument("--mode", choices=("lazy", "eager"), default="lazy")
+    rp.add_argument("--logindex-segments", type=int, default=None, help="LogIndex memtable segments")
     rp.add_argument("--replica-timeout", type=float, default=None,
                     help="the primary's replica timeout: stop serving (and re-sync) after 0.8 of it without "
                          "an acknowledged report (default 10)")
@@ -130,7 +134,7 @@ def run_primary(args: argparse.Namespace) -> int:
     from logtide.replay.primary import REPLICA_TIMEOUT_S
     try:
         primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval,
-                          pool_pages=args.pool_pages,
+                          pool_pages=args.pool_pages, logindex_segments=args.logindex_segments,
                           replica_timeout=REPLICA_TIMEOUT_S if args.replica_timeout is None else args.replica_timeout)
     except BaseException:
         log_service.close()
@@ -150,9 +154,15 @@ def run_primary(args: argparse.Namespace) -> int:
     from logtide.engine.hakeeper.store_role import StoreRole
     sender = start_sender(args, StoreRole.PRIMARY, "primary-1", server.address,
                           lambda sid: primary_report(primary, sid))
+    hold = None
+    if args.hakeeper:   # the WAL is truncated no further than HAKeeper's truncation LSN
+        from logtide.engine.hakeeper.truncation_hold import TruncationHold
+        hold = TruncationHold(args.hakeeper, primary).start()
     try:
         rc = _serve(holder, "primary")
     finally:
+        if hold is not None:
+            hold.stop()
         if sender is not None:
             sender.stop()
     log_service.close()
@@ -168,7 +178,8 @@ def run_ro(args: argparse.Namespace) -> int:
     remote_log = (ReplicatedLogServiceClient(args.log, deadline=args.log_deadline) if args.log
                   else connect_logservice(args.primary))   # the primary's DualServer
     try:
-        ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode)
+        ro = ReadOnlyNode(args.dir, remote_log, node_id=args.node_id, mode=args.mode,
+                          logindex_segments=args.logindex_segments)
     except BaseException:
         remote_log.close()
         raise
