@@ -99,7 +99,7 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
             self._closed = True
             self._cv.notify_all()
             streams = list(self._streams)
-        if threading.current_thread() is not self._pusher:   # else: finalized on it (see _pusher)
+        if threading.current_thread() is not self._pusher:   # else: finalized on it (see tn_push.run_pusher)
             self._pusher.join(timeout=5)
         for s in streams:
             s.close()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
 from logtide.errors import MalformedMessageError, StreamClosedError, UnknownTableError
+
+if TYPE_CHECKING:
+    from logtide.engine.logtail.tn import TransactionNode
 
 
 class TnPush:
@@ -69,7 +73,7 @@ class TnPush:
         return None if self._closed else self.last_ts <= self.pushed_ts
 
     def _push_round(self) -> bool:
-        """Under _cv, after the push thread's wait (see _pusher): push what is new, or a heartbeat.
+        """Under _cv, after the push thread's wait (see run_pusher): push what is new, or a heartbeat.
         False once the TN is closed."""
         if self._closed:
             return False
