@@ -19,12 +19,10 @@ up the GIL, so a woken writer finds the GIL free instead of queueing for it behi
 from __future__ import annotations
 
 import threading
-from typing import Callable, TypeVar, Union
+from typing import Callable, Union
 
-from logtide.engine.group_commit.leader import WAIT_TIMEOUT_S, LeaderCommitter
+from logtide.engine.group_commit.leader import LeaderCommitter
 from logtide.engine.group_commit.pipelined import PipelinedCommitter
-
-T = TypeVar("T")
 
 Committer = Union[PipelinedCommitter, LeaderCommitter]
 
@@ -44,4 +42,4 @@ def open_committer(log, *, publish: Callable[[list, list[int]], None],
     return LeaderCommitter(write_group)
 
 
-__all__ = ["Committer", "LeaderCommitter", "PipelinedCommitter", "WAIT_TIMEOUT_S", "open_committer"]
+__all__ = ["Committer", "LeaderCommitter", "PipelinedCommitter", "open_committer"]
