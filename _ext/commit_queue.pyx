@@ -1,23 +1,24 @@
 # cython: language_level=3
 """CommitQueue: the log service's append queue and durable-LSN waiters, without Python on the wait path.
 
-Appenders frame their records straight into the queue's fill buffer (LSNs are assigned there, under
-a C mutex), register a waiter for their last LSN and sleep, with the GIL released, on their group's
-futex word (one per group parity; with handoff=True on the waiter's own word). One flusher thread
-takes the whole fill buffer at once (`flush`), writes it with one write() and, with fsync="always",
-one fdatasync(), then `publish(lsn)` settles exactly the waiters whose LSN is <= lsn and wakes them
-with one FUTEX_WAKE per group word: the waiter list is in LSN order (waiters register under the
-mutex in the order LSNs are handed out), so publishing detaches a prefix of it. `fail(exc)` wakes every waiter with
-LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued.
+It is group commit's pipelined mechanism (engine/group_commit) for every appender of the embedded
+log. Appenders frame their records straight into the queue's fill buffer (frame_buffer.pxd; LSNs
+are assigned there, under a C mutex), register a waiter for their last LSN and sleep, with the GIL
+released (waiter_handoff.pxd). One flusher thread takes the whole fill buffer at once (`flush`),
+writes it with one write() (segment_prealloc.pxd) and, with fsync="always", one fdatasync(), then
+`publish(lsn)` settles exactly the waiters whose LSN is <= lsn, by handoff or all at once.
+`fail(exc)` wakes every waiter with LogServiceFailed; `close()` refuses new appends and lets the
+flusher drain what is queued.
 
 With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
 whole loop without the GIL (write, sync, index, publish, group after group), returning only what
 needs Python; and with `configure(direct=True)` (fsync="batch"/"never") an appender that finds the
-log idle writes and indexes its own record, without a thread hand-off.
+log idle writes and indexes its own record, without a thread hand-over.
 
     q = CommitQueue(next_lsn)
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
+    q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
     q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
     q.run(timeout, publish) -> a group for Python (as flush) | CLOSED | KICKED | TIMEOUT
@@ -28,269 +29,65 @@ See docs/wal_format.md ("Durability") for the protocol.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_CheckExact
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, malloc, realloc, free
-from libc.string cimport memcpy, memset
+from libc.stdlib cimport calloc, free, malloc
 cimport cython
 import os
 import numpy as np
 cimport numpy as cnp
 
-from logtide._ext.wal cimport WAL_HEADER_SIZE, put_frame
+from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_reserve, fb_trim
+from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy,
+                                 lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
+from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
+                                            prealloc_write)
+from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_waiter,
+                                          wl_count, wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
+                                          wl_settle, wl_sleep, wl_take_all, wl_take_ready, wl_take_stalled)
+from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 cnp.import_array()
-
-cdef extern from *:
-    """
-    #include <pthread.h>
-    #include <errno.h>
-    #include <time.h>
-    #include <unistd.h>
-    #include <stdint.h>
-    #ifdef __linux__
-    #include <linux/futex.h>
-    #include <sys/syscall.h>
-    #else
-    #error "the log service's commit queue waits on Linux futexes"
-    #endif
-
-    /* One waiting append: its last LSN, its outcome word (0 waiting, 1 durable, 2 failed) and the
-       futex it sleeps on: its group's shared word, or (shared == NULL) the outcome word itself.
-       It lives on the waiting thread's stack and is linked into the queue's list, in LSN order. */
-    typedef struct lt_waiter { int word; int* shared; uint64_t lsn; struct lt_waiter* next; } lt_waiter;
-
-    static inline int lt_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
-
-    static inline uint64_t lt_load64(uint64_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
-    static inline void lt_store64(uint64_t* w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
-    static inline void lt_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
-    static inline void lt_bump(int* w) { __atomic_add_fetch(w, 1, __ATOMIC_RELEASE); }
-    static inline void lt_futex_wait(int* w, int val, long long ns) {
-        struct timespec ts;
-        ts.tv_sec = ns / 1000000000LL; ts.tv_nsec = ns % 1000000000LL;
-        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
-    }
-    static inline void lt_futex_wait_forever(int* w, int val) {
-        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-    }
-    static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
-    static inline double lt_now(void) {
-        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    }
-    typedef struct { pthread_mutex_t mu; } lt_mutex;
-    static inline void lt_mutex_init(lt_mutex* m) { pthread_mutex_init(&m->mu, NULL); }
-    static inline void lt_mutex_destroy(lt_mutex* m) { pthread_mutex_destroy(&m->mu); }
-    static inline void lt_lock(lt_mutex* m) { pthread_mutex_lock(&m->mu); }
-    static inline void lt_unlock(lt_mutex* m) { pthread_mutex_unlock(&m->mu); }
-    static inline int lt_errno(void) { return errno; }
-
-    /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
-       cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
-       for at most `spin` seconds for it to clear before taking the GIL (see _wait). */
-    static int lt_py_busy;
-    static inline void lt_cpu_relax(void) {
-    #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-    #elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-    #endif
-    }
-    static inline void lt_py_enter(double spin) {
-        double until = -1.0, now;
-        while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
-            now = lt_now();
-            if (until < 0) until = now + spin;
-            else if (now >= until) break;
-            lt_cpu_relax();
-        }
-        __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
-    }
-    static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
-    static inline int lt_eintr(void) { return errno == EINTR; }
-    """
-    ctypedef struct lt_waiter:
-        int word
-        int* shared
-        uint64_t lsn
-        lt_waiter* next
-    ctypedef struct lt_mutex:
-        pass
-    int lt_load(int* w) nogil
-    uint64_t lt_load64(uint64_t* w) nogil
-    void lt_store64(uint64_t* w, uint64_t v) nogil
-    void lt_store(int* w, int v) nogil
-    void lt_bump(int* w) nogil
-    void lt_futex_wait(int* w, int val, long long ns) nogil
-    void lt_futex_wait_forever(int* w, int val) nogil
-    void lt_futex_wake(int* w, int n) nogil
-    double lt_now() nogil
-    void lt_mutex_init(lt_mutex* m) nogil
-    void lt_mutex_destroy(lt_mutex* m) nogil
-    void lt_lock(lt_mutex* m) nogil
-    void lt_unlock(lt_mutex* m) nogil
-    int lt_errno() nogil
-    void lt_py_enter(double spin) nogil
-    void lt_py_leave() nogil
-    int lt_eintr() nogil
-
-cdef extern from "<unistd.h>" nogil:
-    ssize_t c_pwrite "pwrite"(int fd, const void* buf, size_t count, long long offset)
-    int fdatasync(int fd)
 
 # flush() outcomes other than a group
 CLOSED = "closed"
 KICKED = "kicked"
 TIMEOUT = "timeout"
 
-DEF W_WAITING = 0
-DEF W_DURABLE = 1
-DEF W_FAILED = 2
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
 DEF PY_SPIN = 5e-6               # seconds a woken appender waits at most for another to leave Python
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
-DEF ZERO_CHUNK = 1 << 20         # pre-allocation writes zeros in pieces of this size
-
-
-cdef int _pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off) noexcept nogil:
-    """Write n bytes at file offset off; 0, or the errno. A short write (EFBIG or ENOSPC on the
-    way) is retried, so the failure is reported with what fitted already written."""
-    cdef size_t done = 0
-    cdef ssize_t k
-    while done < n:
-        k = c_pwrite(fd, p + done, n - done, <long long>(off + done))
-        if k < 0:
-            if lt_eintr():
-                continue
-            return lt_errno()
-        done += k
-    return 0
-
-
-cdef struct _Buf:
-    uint8_t* data
-    size_t len, cap
-    uint64_t* starts      # each frame's offset in data
-    Py_ssize_t n, ncap
-
-
-cdef int _reserve(_Buf* b, size_t nbytes, Py_ssize_t frames) noexcept nogil:
-    """Room for nbytes more bytes and frames more frames; -1 when memory is out."""
-    cdef size_t cap
-    cdef Py_ssize_t ncap
-    cdef void* p
-    if b.len + nbytes > b.cap:
-        cap = b.cap * 2 if b.cap else 65536
-        while cap < b.len + nbytes:
-            cap *= 2
-        p = realloc(b.data, cap)
-        if p == NULL:
-            return -1
-        b.data, b.cap = <uint8_t*>p, cap
-    if b.n + frames > b.ncap:
-        ncap = b.ncap * 2 if b.ncap else 1024
-        while ncap < b.n + frames:
-            ncap *= 2
-        p = realloc(b.starts, ncap * sizeof(uint64_t))
-        if p == NULL:
-            return -1
-        b.starts, b.ncap = <uint64_t*>p, ncap
-    return 0
-
-
-cdef inline void _sleep(lt_waiter* w) noexcept nogil:
-    # no timeout: the word changes before its wake (no wake is lost), and a timed wait arms and
-    # cancels a timer at every append
-    cdef int seen
-    if w.shared == NULL:
-        while lt_load(&w.word) == W_WAITING:
-            lt_futex_wait_forever(&w.word, W_WAITING)
-        return
-    # the group's word: read it before the outcome, so that a bump after that read fails the wait
-    while True:
-        seen = lt_load(w.shared)
-        if lt_load(&w.word) != W_WAITING:
-            return
-        lt_futex_wait_forever(w.shared, seen)
-
-
-cdef inline void _wake_chain(lt_waiter* w, int outcome) noexcept nogil:
-    """Settle a detached chain of waiters. Read next before the store: once its word is set, a
-    waiter may return and its stack frame be reused (a late futex wake there is only spurious).
-    Waiters on a shared group word are woken with one FUTEX_WAKE per word, after every outcome in
-    the chain is set: one syscall for the whole group, so the flusher is not preempted per waiter."""
-    cdef lt_waiter* nxt
-    cdef int* sh
-    cdef int* w0 = NULL
-    cdef int* w1 = NULL
-    while w != NULL:
-        nxt = w.next
-        sh = w.shared
-        lt_store(&w.word, outcome)
-        if sh == NULL:
-            lt_futex_wake(&w.word, 1)
-        elif sh != w0 and sh != w1:
-            if w0 == NULL:
-                w0 = sh
-            elif w1 == NULL:
-                w1 = sh
-            else:  # (a queue has two group words) wake it now rather than lose it
-                _wake_word(sh)
-        w = nxt
-    if w0 != NULL:
-        _wake_word(w0)
-    if w1 != NULL:
-        _wake_word(w1)
-
-
-cdef inline void _wake_word(int* word) noexcept nogil:
-    """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
-    lt_bump(word)
-    lt_futex_wake(word, 0x7FFFFFFF)
 
 
 cdef class CommitQueue:
     """The append queue of one log writer. LSNs start at next_lsn."""
     cdef lt_mutex mu
-    cdef _Buf fill          # appenders write here
-    cdef _Buf out           # the group the flusher is writing
+    cdef FrameBuf fill      # appenders write here
+    cdef FrameBuf out       # the group the flusher is writing
     cdef uint64_t next_lsn
     cdef uint64_t published
     cdef Py_ssize_t appends         # appends in fill
-    cdef lt_waiter* head
-    cdef lt_waiter* tail
-    cdef lt_waiter* ready           # durable waiters not woken yet, LSN order (see publish)
-    cdef lt_waiter* ready_tail
-    cdef double handed              # when a ready waiter was last woken
+    cdef WaitList waiters
     cdef int state
     cdef object failure
-    cdef int fl_word                # the flusher's futex word: bumped to wake it
+    # the flusher: its futex word (bumped to wake it), whether it sleeps (timed: its sleep ends by
+    # itself within the commit delay), a sync() request, and the commit delay's group forming
+    cdef int fl_word
     cdef bint fl_sleeping
-    cdef bint fl_timed              # the flusher's sleep ends by itself within the commit delay
+    cdef bint fl_timed
     cdef bint kicked
     cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
     cdef Py_ssize_t last_groups[2]
     cdef double fsync_avg
     cdef readonly double max_commit_delay
-    cdef readonly bint handoff      # publish wakes one waiter and the rest are handed on (see publish)
-    cdef readonly double handoff_stall  # seconds: the flusher wakes every ready waiter left this long unclaimed
-    cdef readonly uint64_t stalls   # times the flusher had to wake unclaimed ready waiters
     cdef readonly uint64_t groups, records
     cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
-    # the futex words the waiters of the filling group sleep on (without hand-off): one per group
+    # the futex words the waiters of the filling group sleep on (without handoff): one per group
     # parity, since only the group in the flusher's hands and the one filling have waiters
     cdef int gword[2]
     cdef uint64_t fill_gen
-    # Pre-allocation (see prefill): the current segment's fd and the file offset up to which it is
-    # written (zeros or frames). The flusher writes below `zeroed` without zmu; a write that would
-    # reach past it, and every zero fill, hold zmu, so zeros never land on frames.
-    cdef lt_mutex zmu
-    cdef int zfd
-    cdef uint64_t zeroed
-    cdef readonly uint64_t generation  # bumped by set_segment: which segment a prefill was meant for
-    cdef uint8_t* zeros
+    cdef Prealloc zero              # the current segment's pre-allocation (see prefill)
     cdef object user_slow           # append_user's general path (a weak method of the LogService)
     cdef Py_ssize_t user_max        # the largest payload append_user frames itself
     # The bound segment (bind_index): run() and lone appenders write at wend and index there.
@@ -308,17 +105,17 @@ cdef class CommitQueue:
     cdef uint64_t synced            # fdatasync'ed
     cdef bint sync_always, direct
     cdef double batch_interval, unsynced_since
-    cdef _Buf solo_buf
+    cdef FrameBuf solo_buf
     cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
 
     def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
                   double handoff_stall=0.0002):
         lt_mutex_init(&self.mu)
         self.user_max = -1
-        lt_mutex_init(&self.zmu)
-        self.zfd = -1
-        self.handoff_stall = handoff_stall
-        self.handoff = handoff
+        lt_mutex_init(&self.zero.mu)
+        self.zero.fd = -1
+        self.waiters.stall = handoff_stall
+        self.waiters.handoff = handoff
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
         self.durable = self.synced = next_lsn - 1
@@ -327,15 +124,32 @@ cdef class CommitQueue:
         self.max_commit_delay = max_commit_delay
 
     def __dealloc__(self):
-        free(self.fill.data)
-        free(self.fill.starts)
-        free(self.out.data)
-        free(self.out.starts)
-        free(self.zeros)
-        free(self.solo_buf.data)
-        free(self.solo_buf.starts)
+        fb_free(&self.fill)
+        fb_free(&self.out)
+        fb_free(&self.solo_buf)
+        free(self.zero.zeros)
         lt_mutex_destroy(&self.mu)
-        lt_mutex_destroy(&self.zmu)
+        lt_mutex_destroy(&self.zero.mu)
+
+    @property
+    def handoff(self) -> bool:
+        """Whether publish wakes durable waiters by handoff (see set_handoff)."""
+        return self.waiters.handoff
+
+    @property
+    def handoff_stall(self) -> float:
+        """Seconds after which the flusher wakes ready waiters nobody handed off to."""
+        return self.waiters.stall
+
+    @property
+    def stalls(self) -> int:
+        """Times the flusher had to wake ready waiters nobody handed off to."""
+        return self.waiters.stalls
+
+    @property
+    def generation(self) -> int:
+        """Bumped by set_segment: which segment a prefill was meant for."""
+        return self.zero.generation
 
     @property
     def published_lsn(self) -> int:
@@ -355,48 +169,31 @@ cdef class CommitQueue:
         raise LogServiceClosed("the log service is closed")
 
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil:
-        """Link w (LSN order) and say whether the flusher must be woken (after unlocking)."""
-        w.word = W_WAITING
-        w.next = NULL
-        # hand-off wakes waiters one at a time, so each sleeps on its own word. A group word is
-        # only for a waiter of the filling group (its LSN in `fill`): one linked for an LSN the
-        # flusher already holds must sleep on its own word (shared = NULL), which _wake_chain wakes
-        w.shared = NULL if self.handoff else &self.gword[self.fill_gen & 1]
-        if self.tail == NULL:
-            self.head = w
-        else:
-            self.tail.next = w
-        self.tail = w
+        """Register w (LSN order) and say whether the flusher must be woken (after unlocking). A group
+        word is only for a waiter of the filling group (its LSN in `fill`)."""
+        wl_link(&self.waiters, w, &self.gword[self.fill_gen & 1])
         return self._count_append_locked()
 
-    cdef lt_waiter* _pop_ready_locked(self) noexcept nogil:
-        cdef lt_waiter* r = self.ready
-        if r != NULL:
-            self.ready = r.next
-            if self.ready == NULL:
-                self.ready_tail = NULL
-            r.next = NULL
-            self.handed = lt_now()
-        return r
-
-    cdef lt_waiter* _take_stalled_locked(self, double now) noexcept nogil:
-        """The ready chain, when nobody released the GIL through this queue for handoff_stall seconds
-        (an appender that did not come back): the flusher then wakes them all directly."""
-        cdef lt_waiter* r = NULL
-        if self.ready != NULL and now - self.handed >= self.handoff_stall:
-            r = self.ready
-            self.ready = self.ready_tail = NULL
-            self.stalls += 1
-        return r
+    cdef inline bint _count_append_locked(self) noexcept nogil:
+        """Count a queued append (with or without a waiter), and say whether the flusher must be woken."""
+        self.appends += 1
+        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
+        # group (want) looks again within the commit delay by itself, so the whole group costs it
+        # one wake, by the append that completes it
+        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
+            self.fl_sleeping = False
+            self.fl_word += 1
+            return True
+        return False
 
     def wake_stalled(self) -> None:
         """What the flusher does whenever it waits: wake the durable waiters left unclaimed."""
         cdef lt_waiter* r
         with nogil:
             lt_lock(&self.mu)
-            r = self._take_stalled_locked(lt_now())
+            r = wl_take_stalled(&self.waiters, lt_now())
             lt_unlock(&self.mu)
-            _wake_chain(r, W_DURABLE)
+            wl_settle(r, W_DURABLE)
 
     cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
         with nogil:
@@ -404,8 +201,8 @@ cdef class CommitQueue:
                 lt_futex_wake(&self.fl_word, 1)
             # this thread is giving up the GIL: the next durable appender can take it uncontended
             lt_py_leave()
-            _wake_chain(hand, W_DURABLE)
-            _sleep(w)
+            wl_settle(hand, W_DURABLE)
+            wl_sleep(w)
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
             # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
@@ -433,24 +230,21 @@ cdef class CommitQueue:
                 # a sync requested or due: the flusher needs the log, so queue
                 and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
             return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
-        if _reserve(&self.fill, size, 1) < 0:
+        if fb_reserve(&self.fill, size, 1) < 0:
             lt_unlock(&self.mu)
             raise MemoryError()
         w.lsn = self.next_lsn
         self.next_lsn += 1
-        put_frame(self.fill.data + self.fill.len, w.lsn, rtype, pre, plen, src, dlen)
-        self.fill.starts[self.fill.n] = self.fill.len
-        self.fill.n += 1
-        self.fill.len += size
+        fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
         wake = self._enqueue_locked(&w)
-        hand = self._pop_ready_locked()
+        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
         return self._wait(&w, wake, hand)
 
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                                size_t dlen, size_t size) except? 0:
         """The log is idle and needs no sync per append (fsync="batch"/"never"): write the record
-        here, without waking the flusher and waiting to be woken (two thread hand-offs, most of the
+        here, without waking the flusher and waiting to be woken (two thread switches, most of the
         cost of such an append). Called with mu held, which it releases; meanwhile appenders queue
         behind (solo) and the flusher waits for it."""
         cdef uint64_t lsn = self.next_lsn
@@ -461,10 +255,11 @@ cdef class CommitQueue:
         self.next_lsn += 1
         self.solo = True
         lt_unlock(&self.mu)
-        if _reserve(&self.solo_buf, size, 1) < 0:
+        fb_clear(&self.solo_buf)
+        if fb_reserve(&self.solo_buf, size, 1) < 0:
             err = -1
         else:
-            put_frame(self.solo_buf.data, lsn, rtype, pre, plen, src, dlen)
+            fb_put(&self.solo_buf, lsn, rtype, pre, plen, src, dlen)
             with nogil:
                 err = self._write_at(self.wfd, self.solo_buf.data, size, base, False)
         if err == 0:
@@ -498,7 +293,7 @@ cdef class CommitQueue:
             exc = OSError(err, os.strerror(err))
             self.fail(exc)
             self._refuse()
-        _wake_chain(woken, W_DURABLE)
+        wl_settle(woken, W_DURABLE)
         return lsn
 
     def append_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
@@ -580,7 +375,6 @@ cdef class CommitQueue:
         cdef lt_waiter* hand = NULL
         cdef bint wake
         cdef uint64_t first
-        cdef uint8_t* f
         try:
             if not is_rows:
                 for i in range(n):
@@ -603,24 +397,19 @@ cdef class CommitQueue:
             if self.state != Q_OPEN:
                 lt_unlock(&self.mu)
                 self._refuse()
-            if _reserve(&self.fill, total, n) < 0:
+            if fb_reserve(&self.fill, total, n) < 0:
                 lt_unlock(&self.mu)
                 raise MemoryError()
             first = self.next_lsn
             self.next_lsn += n
             for i in range(n):
-                f = self.fill.data + self.fill.len
-                self.fill.starts[self.fill.n] = self.fill.len
-                self.fill.n += 1
                 if is_rows:
-                    put_frame(f, first + i, rtype, pre, plen, &rows[i, 0] if width else NULL, width)
-                    self.fill.len += WAL_HEADER_SIZE + plen + width
+                    fb_put(&self.fill, first + i, rtype, pre, plen, &rows[i, 0] if width else NULL, width)
                 else:
-                    put_frame(f, first + i, rtype, pre, plen, ptrs[i], lens[i])
-                    self.fill.len += WAL_HEADER_SIZE + plen + lens[i]
+                    fb_put(&self.fill, first + i, rtype, pre, plen, ptrs[i], lens[i])
             w.lsn = first + n - 1
             wake = self._enqueue_locked(&w)
-            hand = self._pop_ready_locked()
+            hand = wl_pop_ready(&self.waiters)
             lt_unlock(&self.mu)
         finally:
             free(ptrs)
@@ -638,17 +427,17 @@ cdef class CommitQueue:
         cdef int outcome = 0
         cdef bint napped = False, timed
         cdef Py_ssize_t appends
-        cdef _Buf tmp
+        cdef FrameBuf tmp
         cdef lt_waiter* stalled
         lt_lock(&self.mu)
         self.busy = False
         wait_until = lt_now() + timeout
         while True:
             now = lt_now()
-            stalled = self._take_stalled_locked(now)
+            stalled = wl_take_stalled(&self.waiters, now)
             if stalled != NULL:
                 lt_unlock(&self.mu)
-                _wake_chain(stalled, W_DURABLE)
+                wl_settle(stalled, W_DURABLE)
                 lt_lock(&self.mu)
                 continue
             if self.solo:  # a lone appender is writing its record itself: after it
@@ -670,10 +459,9 @@ cdef class CommitQueue:
                 break
             elif self.state != Q_OPEN:
                 outcome = 2
-                stalled = self.ready  # the last appenders are settled before the flusher leaves
-                self.ready = self.ready_tail = NULL
+                stalled = wl_take_ready(&self.waiters)  # the last appenders are settled before the flusher leaves
                 lt_unlock(&self.mu)
-                _wake_chain(stalled, W_DURABLE)
+                wl_settle(stalled, W_DURABLE)
                 lt_lock(&self.mu)
                 break
             elif now >= wait_until:
@@ -695,8 +483,8 @@ cdef class CommitQueue:
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
-            if self.ready != NULL:
-                wait_until = min(wait_until, self.handed + self.handoff_stall)
+            if self.waiters.ready != NULL:
+                wait_until = min(wait_until, self.waiters.handed + self.waiters.stall)
             lt_unlock(&self.mu)
             lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
@@ -706,8 +494,7 @@ cdef class CommitQueue:
             tmp = self.out
             self.out = self.fill
             self.fill = tmp
-            self.fill.len = 0
-            self.fill.n = 0
+            fb_clear(&self.fill)
             self.fill_gen += 1
             appends = self.appends
             self.appends = 0
@@ -730,14 +517,7 @@ cdef class CommitQueue:
         """Write n bytes at file offset base (fdatasync when sync): 0, or the errno."""
         cdef int err
         cdef double t0
-        if base + n <= lt_load64(&self.zeroed):  # inside the pre-allocated zeros
-            err = _pwrite_all(fd, data, n, base)
-        else:  # the file grows: keep a concurrent zero fill off these bytes
-            lt_lock(&self.zmu)
-            err = _pwrite_all(fd, data, n, base)
-            if not err and base + n > self.zeroed:
-                lt_store64(&self.zeroed, base + n)
-            lt_unlock(&self.zmu)
+        err = prealloc_write(&self.zero, fd, data, n, base)
         if not err and sync:
             t0 = lt_now()
             if fdatasync(fd) != 0:
@@ -756,14 +536,8 @@ cdef class CommitQueue:
         self.groups += 1
         self.records += n
         nbytes = self.out.len
-        self._trim_out()
+        fb_trim(&self.out, KEEP_BYTES)
         return self.out_first, self.out_first + <uint64_t>n - 1, starts, nbytes
-
-    cdef inline void _trim_out(self) noexcept nogil:
-        if self.out.cap > KEEP_BYTES:  # a huge append_many: do not keep its buffer for ever
-            free(self.out.data)
-            free(self.out.starts)
-            memset(&self.out, 0, sizeof(_Buf))
 
     def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
         """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
@@ -798,7 +572,7 @@ cdef class CommitQueue:
         self.busy = False
         first = self._publish_locked(lsn)
         lt_unlock(&self.mu)
-        _wake_chain(first, W_DURABLE)
+        wl_settle(first, W_DURABLE)
 
     # -- the bound segment: the flusher's loop without Python, and lone appenders --
 
@@ -925,8 +699,8 @@ cdef class CommitQueue:
                     self.kicked = False
                     outcome = 1
                 lt_unlock(&self.mu)
-                _wake_chain(woken, W_DURABLE)
-                self._trim_out()
+                wl_settle(woken, W_DURABLE)
+                fb_trim(&self.out, KEEP_BYTES)
                 if outcome == 1:
                     break
         if err:
@@ -941,16 +715,12 @@ cdef class CommitQueue:
         """The flusher now writes to fd, whose bytes up to `written` are frames or zeros (the flusher
         calls it before its first write there, and closes the previous fd only after)."""
         with nogil:
-            lt_lock(&self.zmu)
-            self.zfd = fd
-            self.generation += 1
-            lt_store64(&self.zeroed, written)
-            lt_unlock(&self.zmu)
+            prealloc_set_segment(&self.zero, fd, written)
 
     @property
     def zeroed(self) -> int:
         """The current segment's written extent: frames, then pre-allocated zeros, up to here."""
-        return lt_load64(&self.zeroed)
+        return lt_load64(&self.zero.zeroed)
 
     def prefill(self, uint64_t generation, uint64_t upto, bint sync) -> int:
         """Extend the current segment with zero bytes up to offset `upto` (nothing if it is already
@@ -959,29 +729,17 @@ cdef class CommitQueue:
         finds the size and extents already on disk (and never more than one piece of its zeros
         still dirty). Never writes where a frame is or is being written. Returns the bytes added;
         OSError (e.g. EFBIG past RLIMIT_FSIZE, ENOSPC) after keeping what fitted."""
-        cdef uint64_t start, pos
-        cdef size_t piece
-        cdef int err = 0
-        if self.zeros == NULL:
-            self.zeros = <uint8_t*>calloc(ZERO_CHUNK, 1)
-            if self.zeros == NULL:
+        cdef uint64_t added = 0
+        cdef int err
+        if self.zero.zeros == NULL:
+            self.zero.zeros = <uint8_t*>calloc(ZERO_CHUNK, 1)
+            if self.zero.zeros == NULL:
                 raise MemoryError()
         with nogil:
-            lt_lock(&self.zmu)
-            start = pos = self.zeroed
-            while self.zfd >= 0 and generation == self.generation and pos < upto:
-                piece = <size_t>min(<uint64_t>ZERO_CHUNK, upto - pos)
-                err = _pwrite_all(self.zfd, self.zeros, piece, pos)
-                if not err and sync and fdatasync(self.zfd) != 0:
-                    err = lt_errno()
-                if err:
-                    break
-                pos += piece
-                lt_store64(&self.zeroed, pos)
-            lt_unlock(&self.zmu)
+            err = prealloc_fill(&self.zero, generation, upto, sync, &added)
         if err:
             raise OSError(err, os.strerror(err))
-        return pos - start
+        return added
 
     def publish(self, uint64_t lsn) -> None:
         """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
@@ -995,37 +753,13 @@ cdef class CommitQueue:
             lt_lock(&self.mu)
             first = self._publish_locked(lsn)
             lt_unlock(&self.mu)
-            _wake_chain(first, W_DURABLE)
+            wl_settle(first, W_DURABLE)
 
     cdef lt_waiter* _publish_locked(self, uint64_t lsn) noexcept nogil:
-        """publish under mu: the chain to wake now (after unlocking)."""
-        cdef lt_waiter* first = NULL
-        cdef lt_waiter* w
-        cdef lt_waiter* last = NULL
+        """publish under mu: the waiters to wake now (after unlocking)."""
         if lsn > self.published:
             self.published = lsn
-        w = self.head
-        while w != NULL and w.lsn <= lsn:
-            last = w
-            w = w.next
-        if last != NULL:
-            first = self.head
-            self.head = w
-            if w == NULL:
-                self.tail = NULL
-            last.next = NULL
-            if not self.handoff:
-                pass  # wake the whole chain
-            elif self.ready == NULL:
-                self.ready = first.next
-                self.ready_tail = last if first.next != NULL else NULL
-                first.next = NULL
-                self.handed = lt_now()
-            else:  # earlier ones still waiting for the hand-off: queue behind them
-                self.ready_tail.next = first
-                self.ready_tail = last
-                first = NULL
-        return first
+        return wl_detach_durable(&self.waiters, lsn)
 
     def fail(self, exc) -> None:
         """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""
@@ -1035,18 +769,15 @@ cdef class CommitQueue:
         if self.state != Q_FAILED:
             self.failure = exc
         self.state = Q_FAILED
-        all_ = self.head
-        self.head = self.tail = NULL
-        ready = self.ready
-        self.ready = self.ready_tail = NULL
-        self.fill.len = 0
-        self.fill.n = 0
+        all_ = wl_take_all(&self.waiters)
+        ready = wl_take_ready(&self.waiters)
+        fb_clear(&self.fill)
         self.appends = 0
         self.fl_word += 1
         lt_unlock(&self.mu)
         with nogil:
-            _wake_chain(ready, W_DURABLE)  # published before the failure
-            _wake_chain(all_, W_FAILED)
+            wl_settle(ready, W_DURABLE)  # published before the failure
+            wl_settle(all_, W_FAILED)
             lt_futex_wake(&self.fl_word, 1)
 
     def close(self) -> None:
@@ -1070,31 +801,14 @@ cdef class CommitQueue:
 
     def waiting(self) -> int:
         """Appends registered and not yet settled (for tests)."""
-        cdef Py_ssize_t n = 0
-        cdef lt_waiter* w
+        cdef Py_ssize_t n
         lt_lock(&self.mu)
-        w = self.head
-        while w != NULL:
-            n += 1
-            w = w.next
+        n = wl_count(&self.waiters)
         lt_unlock(&self.mu)
         return n
 
-    # -- pipelined appends: queue now, wait for durability later (the TN's and the primary's group
-    # commit: they queue under their own ordering lock and wait without it). Added as a separate
-    # block: the append paths above are unchanged. --
-
-    cdef inline bint _count_append_locked(self) noexcept nogil:
-        """Count a queued append (with or without a waiter), and say whether the flusher must be woken."""
-        self.appends += 1
-        # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
-        # group (want) looks again within the commit delay by itself, so the whole group costs it
-        # one wake, by the append that completes it
-        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
-            self.fl_sleeping = False
-            self.fl_word += 1
-            return True
-        return False
+    # -- queue now, wait for durability later: the pipelined committer's appends (the TN's and the
+    # primary's; they queue under their own ordering lock and wait without it) --
 
     def enqueue_one(self, uint32_t rtype, bytes prefix not None, payload) -> int:
         """Frame one record (data = prefix + payload) and queue it for the flusher without waiting:
@@ -1120,16 +834,12 @@ cdef class CommitQueue:
         if self.state != Q_OPEN:
             lt_unlock(&self.mu)
             self._refuse()
-        if _reserve(&self.fill, size, 1) < 0:
+        if fb_reserve(&self.fill, size, 1) < 0:
             lt_unlock(&self.mu)
             raise MemoryError()
         lsn = self.next_lsn
         self.next_lsn += 1
-        put_frame(self.fill.data + self.fill.len, lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen,
-                  src, dlen)
-        self.fill.starts[self.fill.n] = self.fill.len
-        self.fill.n += 1
-        self.fill.len += size
+        fb_put(&self.fill, lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen, src, dlen)
         wake = self._count_append_locked()
         lt_unlock(&self.mu)
         if wake:
@@ -1141,7 +851,6 @@ cdef class CommitQueue:
         sleeping on a futex with the GIL released: the published LSN then (>= lsn).
         LogServiceFailed when a write failed first; ValueError for an LSN not handed out yet."""
         cdef lt_waiter w
-        cdef lt_waiter* p
         cdef lt_waiter* hand
         lt_lock(&self.mu)
         if lsn <= self.published:
@@ -1154,35 +863,20 @@ cdef class CommitQueue:
         if lsn >= self.next_lsn:
             lt_unlock(&self.mu)
             raise ValueError(f"LSN {lsn} was not handed out (the next is {self.next_lsn})")
-        # the waiter list is in LSN order (publish detaches a prefix): appends link at the tail as
-        # they take their LSNs, this waiter comes later, so it goes where its LSN belongs
-        w.word = W_WAITING
+        # appends link at the tail as they take their LSNs; this waiter comes later
         w.lsn = lsn
-        w.shared = NULL  # its LSN may be in a group the flusher already holds: its own word
-        if self.head == NULL or self.head.lsn > lsn:
-            w.next = self.head
-            self.head = &w
-            if self.tail == NULL:
-                self.tail = &w
-        else:
-            p = self.head
-            while p.next != NULL and p.next.lsn <= lsn:
-                p = p.next
-            w.next = p.next
-            p.next = &w
-            if w.next == NULL:
-                self.tail = &w
-        hand = self._pop_ready_locked()
+        wl_insert(&self.waiters, &w)
+        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
         self._wait(&w, False, hand)
         return lt_load64(&self.published)
 
     def set_handoff(self, bint handoff) -> None:
-        """How publish wakes durable waiters from now on: one, each later one when an appender gives
-        up the GIL through this queue (True), or all at once by the flusher (False). Writers that
-        run much Python per record (the TN, the primary) gain from the first: woken at once they
-        would queue for the GIL. Safe at any time: waiters already handed on are still woken (by the
-        next waiter, or by the flusher after handoff_stall)."""
+        """How publish wakes durable waiters from now on: by handoff, one and each later one when an
+        appender gives up the GIL through this queue (True), or all at once by the flusher (False).
+        Writers that run much Python per record (the TN, the primary) gain from handoff: woken at
+        once they would queue for the GIL. Safe at any time: waiters already due by handoff are
+        still woken (by the next waiter, or by the flusher after handoff_stall)."""
         lt_lock(&self.mu)
-        self.handoff = handoff
+        self.waiters.handoff = handoff
         lt_unlock(&self.mu)

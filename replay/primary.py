@@ -27,8 +27,7 @@ import numpy as np
 from logtide._ext import page as pg
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
-from logtide.engine.pipelined_commit import PipelinedCommitter
-from logtide.engine.relay_commit import RelayCommitter
+from logtide.engine.group_commit import open_committer
 from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
                             TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool
@@ -131,13 +130,9 @@ class Primary:
         self.consistent_lsn = ctl.consistent_lsn
         self.recovered_records = self._recover(ctl)
         self._assigned_lsn = self.write_lsn   # the LSN of the newest record queued (write LSN: durable)
-        if callable(getattr(log, "enqueue", None)) and callable(getattr(log, "wait_durable", None)):
-            # the embedded log: a record goes into the log under the WAL insert lock, each writer
-            # waits for durability alone, and the first of a durable group publishes it
-            self.committer = PipelinedCommitter(log, self._publish_group, on_fail=self._stop_writes)
-        else:   # a remote or replicated log: one group at a time (relay_commit.py)
-            self.committer = RelayCommitter(self._write_group)
-        self._pipelined = self.committer.__class__ is PipelinedCommitter
+        self.committer = open_committer(log, publish=self._publish_group, write_group=self._write_group,
+                                        on_fail=self._stop_writes)
+        self._pipelined = self.committer.pipelined
         self._adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
@@ -249,11 +244,11 @@ class Primary:
         self.queue.push_many(lsns, [xw.wal_meta(rec) for rec, _ in items])
         self.write_lsn = lsns[-1]
 
-    def _write_group(self, group: list[tuple], release) -> None:
-        """The committer's flush: append the group's records with one fsync, then publish them in
-        order. The previous group's writers are released just before the append (relay_commit.py)."""
+    def _write_group(self, group: list[tuple], handoff) -> None:
+        """The leader committer's write: append the group's records with one fsync, then publish
+        them in order. The previous group's writers are woken just before the append (handoff)."""
         recs = [r for _, rs, _ in group for r in rs]
-        release()
+        handoff()
         try:
             first = self.wal.append_many(recs)
         except BaseException:

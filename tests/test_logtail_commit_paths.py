@@ -1,16 +1,13 @@
-"""The TN's two commit-check paths and the group committer's chained wake-ups, against simple models.
+"""The TN's two commit-check paths, against a serial model.
 
 A commit of at most SMALL_TXN_KEYS keys is checked and reserved one B-tree call per key, a larger one
 with numpy batch calls. Transactions of both sizes, over one small key space so that they collide,
 must give the serial model's outcome (write-write conflict, missing key, duplicate key), take commit
 ts in commit order, leave the logtail in ts order, and leave the model's rows (also after a reopen,
-from the log). The group committer is driven by many threads: every item is flushed exactly once, in
-ticket order, before its writer returns; a failed flush fails its group and everything after it.
+from the log).
 """
 import shutil
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +17,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from hypothesis_profiles import scaled
 
-from logtide.engine.group_commit import GroupCommitter
 from logtide.engine.logservice import LogService
 from logtide.engine.logtail import TransactionNode
 from logtide.engine.logtail.tn import SMALL_TXN_KEYS
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import (DuplicateKeyError, GroupCommitFailed, KeyNotFoundError, SchemaError, UnknownTableError,
+from logtide.errors import (DuplicateKeyError, KeyNotFoundError, SchemaError, UnknownTableError,
                             WriteConflictError)
 
 KEYS = 48
@@ -226,70 +222,6 @@ def test_commit_paths_machine_found_at_10x():
             m.matches_the_serial_model()
     finally:
         m.teardown()
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("chain", [True, False])
-@pytest.mark.parametrize("fail_at", [None, 40])
-def test_group_committer_flushes_each_item_once_in_order(fail_at, chain):
-    """32 writers queue under their own ordering lock and wait; the flushes see every ticket once,
-    in order, and each writer returns only after its item was flushed (or fails with the group);
-    with the settled writers woken as a chain (the TN) or all at once (the primary)."""
-    flushed: list[int] = []
-    flushes = [0]
-
-    def flush(group):
-        flushes[0] += 1
-        time.sleep(0.001)      # an fsync's time, with the GIL released: writers queue behind the group
-        if fail_at is not None and group[0] <= fail_at <= group[-1]:
-            raise OSError("disk gone")
-        flushed.extend(group)
-
-    gc = GroupCommitter(flush, timeout=60, chain=chain)
-    order = threading.Lock()
-    next_item = [0]
-    acked: list[tuple[int, bool]] = []
-    failed: list[int] = []
-    errors: list[BaseException] = []
-
-    def writer():
-        try:
-            for _ in range(60):
-                with order:
-                    next_item[0] += 1
-                    item = next_item[0]
-                    try:
-                        ticket = gc.enqueue(item)
-                    except GroupCommitFailed:
-                        failed.append(item)
-                        return
-                try:
-                    gc.wait(ticket)
-                except (GroupCommitFailed, OSError):
-                    failed.append(item)
-                    return
-                acked.append((item, item in set(flushed)))
-        except BaseException as exc:  # noqa: B902 - reported below
-            errors.append(exc)
-
-    ths = [threading.Thread(target=writer) for _ in range(32)]
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join(100)
-    assert not errors and not any(th.is_alive() for th in ths)
-    assert all(was_flushed for _, was_flushed in acked)
-    assert flushed == list(range(1, len(flushed) + 1))        # each once, in ticket order
-    if fail_at is None:
-        assert len(flushed) == 32 * 60 and not failed
-        assert gc.items == 32 * 60 and gc.groups == flushes[0] < gc.items
-    else:
-        assert gc.failed is not None
-        assert fail_at not in flushed and max(flushed, default=0) < fail_at
-        assert sorted(i for i, _ in acked) == flushed
-        # every writer ends on exactly one failed item: the failed group's, or one queued after it
-        assert len(failed) == 32 and fail_at in failed and set(failed).isdisjoint(flushed)
-        assert min(failed) == max(flushed, default=0) + 1     # the failed group starts after the last flushed
 
 
 @scaled(max_examples=150, deadline=None)

@@ -1,4 +1,4 @@
-"""The pipelined committer (engine/pipelined_commit.py) on a real log service with fsync, driven by
+"""The pipelined committer (engine/group_commit/pipelined.py) on a real log service with fsync, driven by
 many threads, against a serial model; and the log service's enqueue / wait_durable it relies on.
 
 Checked: every item is published exactly once, in LSN order, which is the order the writers chose
@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 from hypothesis_profiles import scaled
 
 from logtide import LogService
-from logtide.engine.pipelined_commit import PipelinedCommitter
+from logtide.engine.group_commit import PipelinedCommitter
 from logtide.errors import (GroupCommitFailed, InvalidArgument, LogServiceClosed, RecordTooLarge)
 
 

@@ -1,7 +1,7 @@
 """The log writer: assigns LSNs and makes records durable with group commit.
 
-Appenders frame their records into a CommitQueue (Cython) and sleep there, with the GIL released,
-on their own futex. One flusher thread takes everything queued, writes it with one write() and makes
+Appenders frame their records into a CommitQueue (Cython: group commit's pipelined mechanism, see
+engine/group_commit) and sleep there, with the GIL released, on a futex. One flusher thread takes everything queued, writes it with one write() and makes
 it durable with one fdatasync(), indexes it in the segment, then wakes exactly the appenders whose
 records it covered. `append` returns only once its records are durable (fsync="always"), or written
 to the OS (fsync="batch"/"never").
@@ -9,7 +9,7 @@ to the OS (fsync="batch"/"never").
 The flusher's common case runs in the queue without the GIL (CommitQueue.run: write, sync, index,
 publish, group after group); it comes back to Python only to roll a segment, to wake the
 pre-allocation thread, to grow the index, and for syncs, close and failures. With fsync="batch" or
-"never", an appender that finds the log idle writes its record itself (no thread hand-off at all).
+"never", an appender that finds the log idle writes its record itself (no thread switch at all).
 
 A pre-allocation thread keeps zero bytes written (and synced) ahead of the write position and
 prepares the next segment file, so the flusher's fdatasync rarely has a file size or extent to

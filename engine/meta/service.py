@@ -6,16 +6,15 @@ Raft group of MetaReplicas (replica.py, docs/meta_raft.md), not a MetaService on
 """
 from __future__ import annotations
 
-import collections
 import io
 import logging
 import os
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from logtide.engine.group_commit import open_committer
 from logtide.fsync_dir import fsync_dir
 from logtide.engine.meta.command import (
     TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec)
@@ -34,17 +33,15 @@ SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (doc
 LOG_DIR = "log"                     # the log-service directory holding every entry after it
 DEFAULT_SNAPSHOT_EVERY = 10_000     # entries between snapshots (each snapshot lets the log be truncated)
 REPLAY_READ_BYTES = 4 << 20
-APPLY_WAIT_S = 60.0                 # a proposal not durable by then means a broken log
-MAX_GROUP = 1024                    # proposals appended as one group at most
 
 
 class _Slot:
-    """One proposal: its command, and where the proposer thread leaves the reply."""
-    __slots__ = ("cmd", "done", "reply", "error")
+    """One proposal: its command, its log time, and where its publication leaves the reply."""
+    __slots__ = ("cmd", "time", "reply", "error")
 
     def __init__(self, cmd):
         self.cmd = cmd
-        self.done = threading.Event()
+        self.time = 0
         self.reply = None
         self.error = None
 
@@ -62,7 +59,8 @@ class MetaService:
         self._sm = sm if sm is not None else MetaStateMachine()
         self._clock = clock or wall_clock_ms
         self._lock = threading.RLock()
-        self._pq = _Proposals()
+        self._order = threading.Lock()     # proposals take their log time and their LSN in one order
+        self._stopping = False
         self._time_lock = threading.Lock()
         self._log = log
         self._dir = dir
@@ -75,11 +73,9 @@ class MetaService:
         self._last_time_ms = self._sm.last_time_ms
         self._closed = False
         self.leader = leader     # the address of the leader, named in every RPC reply
-        self._proposer_thread = None
-        if log is not None:
-            self._proposer_thread = threading.Thread(target=_proposer, args=(weakref.ref(self), self._pq),
-                                                     daemon=True, name="meta-proposer")
-            self._proposer_thread.start()
+        # concurrent writers share one log write (one fsync) per group (engine/group_commit)
+        self._committer = None if log is None else open_committer(
+            log, publish=self._publish_group, write_group=self._write_group)
 
     @classmethod
     def in_memory(cls, clock: Optional[Callable[[], int]] = None) -> "MetaService":
@@ -158,45 +154,41 @@ class MetaService:
                 t = self._stamp()
                 return self._sm.apply(self._sm.applied_index + 1, t, cmd)
         slot = _Slot(cmd)
-        pq = self._pq
-        with pq.cv:
-            if pq.stopping:
-                raise MetaClosedError("the meta-service is closed")
-            pq.items.append(slot)
-            pq.cv.notify()
-        if not slot.done.wait(APPLY_WAIT_S):
-            raise MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s")
+        self._wait(self._queue([slot]))
         if slot.error is not None:
             raise slot.error
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
             self._snapshot_after_write()
         return slot.reply
 
-    def _run_group(self, batch) -> None:
-        """Append one group of queued proposals (consecutive LSNs, one fsync), apply them in LSN
-        order, then wake each proposer (the proposer thread's work: see _proposer)."""
-        try:
-            times = [self._stamp() for _ in batch]
-            self._write_group(batch, times)
-        except Exception as exc:  # the log is unavailable: nothing of this group is acknowledged
-            for s in batch:
-                if s.reply is None and s.error is None:
-                    s.error = exc
-        for s in batch:
-            s.done.set()
+    def _queue(self, slots: list[_Slot]) -> int:
+        """Queue proposals for the log, stamped in queue order; the ticket of the last."""
+        c = self._committer
+        with self._order:
+            if self._stopping:
+                raise MetaClosedError("the meta-service is closed")
+            for s in slots:
+                s.time = self._stamp()
+                ticket = c.enqueue(encode_entry(s.time, s.cmd), s) if c.pipelined else c.enqueue(s)
+        return ticket
 
-    def _write_group(self, batch, times) -> None:
-        """Append and apply one group, leaving each proposal its reply or error."""
-        payloads = [encode_entry(t, s.cmd) for t, s in zip(times, batch)]
+    def _wait(self, ticket: int) -> None:
+        """Return once the proposals up to `ticket` are durable and applied."""
+        self._committer.wait(ticket)
+
+    def _write_group(self, batch: list[_Slot], handoff) -> None:
+        """The leader committer's write: append one group (consecutive LSNs, one fsync), then apply it."""
+        payloads = [encode_entry(s.time, s.cmd) for s in batch]
+        handoff()
         first = self._log.append_many(payloads)
-        self._apply_group([(first + i, t, s) for i, (t, s) in enumerate(zip(times, batch))])
+        self._publish_group(batch, range(first, first + len(batch)))
 
-    def _apply_group(self, entries) -> None:
-        """Apply (lsn, time, proposal) in the order given (LSN order)."""
+    def _publish_group(self, batch: list[_Slot], lsns) -> None:
+        """Apply durable proposals in LSN order, leaving each its reply or error."""
         with self._lock:
-            for lsn, t, s in entries:
+            for lsn, s in zip(lsns, batch):
                 try:
-                    s.reply = self._sm.apply(lsn, t, s.cmd)
+                    s.reply = self._sm.apply(lsn, s.time, s.cmd)
                 except Exception as exc:  # handed to its proposer
                     s.error = exc
 
@@ -283,19 +275,15 @@ class MetaService:
                     out.append(exc)
             return out
         slots = [_Slot(c) for c in cmds]
-        pq = self._pq
-        with pq.cv:
-            if pq.stopping:
-                raise MetaClosedError("the meta-service is closed")
-            pq.items.extend(slots)
-            pq.cv.notify()
-        deadline = time.monotonic() + APPLY_WAIT_S
-        out = []
-        for s in slots:
-            if not s.done.wait(max(0.0, deadline - time.monotonic())):
-                out.append(MetaError(f"a proposal was not made durable within {APPLY_WAIT_S:g} s"))
-            else:
-                out.append(s.error if s.error is not None else s.reply)
+        try:
+            self._wait(self._queue(slots))
+        except MetaClosedError:
+            raise
+        except LogtideError as exc:  # the log is unavailable: no command of the group is acknowledged
+            for s in slots:
+                if s.reply is None and s.error is None:
+                    s.error = exc
+        out = [s.error if s.error is not None else s.reply for s in slots]
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
             self._snapshot_after_write()
         return out
@@ -364,11 +352,13 @@ class MetaService:
             self._closed = True
         self._hub.close_all()
         if self._log is not None:
-            with self._pq.cv:
-                self._pq.stopping = True       # queued proposals still go through, new ones are refused
-                self._pq.cv.notify_all()
-            if threading.current_thread() is not self._proposer_thread:  # else: finalized on it (see _proposer)
-                self._proposer_thread.join()
+            with self._order:
+                self._stopping = True       # queued proposals still go through, new ones are refused
+            if self._committer.failed is None:
+                try:
+                    self._committer.drain()
+                except LogtideError as exc:
+                    logger.warning("meta-service closed with writes that did not reach its log: %s", exc)
             with self._snapshot_lock:
                 self._log.close()
         lock = getattr(self, "_dir_lock", None)
@@ -382,41 +372,8 @@ class MetaService:
         self.close()
 
     def __del__(self) -> None:
-        # a service nobody closed: stop its proposer and release its directory
+        # a service nobody closed: its queued writes are made durable and its directory released
         try:
             self.close()
         except Exception:  # noqa: BLE001 - partly constructed, or interpreter shutdown
             pass
-
-
-class _Proposals:
-    """The proposals waiting for the log, shared by a service and its proposer thread."""
-
-    def __init__(self) -> None:
-        self.items: collections.deque = collections.deque()
-        self.cv = threading.Condition(threading.Lock())
-        self.stopping = False
-
-
-def _proposer(ref: "weakref.ref[MetaService]", pq: _Proposals) -> None:
-    """The one thread that writes the log: it takes every queued proposal and has the service write
-    them as one group. Proposals queue up while a group is being synced, so groups grow with the
-    load. It holds the service only while a group is written, so a service nobody closed is still
-    collected (and closed by its __del__, possibly on this thread)."""
-    while True:
-        with pq.cv:
-            while not pq.items and not pq.stopping:
-                pq.cv.wait()
-            if not pq.items:
-                return
-            n = min(len(pq.items), MAX_GROUP)
-            batch = [pq.items.popleft() for _ in range(n)]
-        svc = ref()
-        if svc is None:   # cannot be while a proposer waits (it holds the service); refuse anyway
-            for s in batch:
-                s.error = MetaClosedError("the meta-service is closed")
-                s.done.set()
-            return
-        svc._run_group(batch)
-        del svc
-

@@ -1,19 +1,19 @@
 """Pipelined group commit: writers hand their records to the log at once and wait for durability
 apart, so the next group forms (and is written) while the previous one is being synced.
 
-A writer calls `enqueue(payload, item)` under its own ordering lock (the TN's commit lock, the
-primary's WAL insert lock): the log queues the record without waiting (`log.enqueue`) and gives it
-the next LSN, so LSN order is the caller's order, and the item joins the pending list in that order.
-Then, with no lock held, `wait(lsn)` sleeps in the log (`log.wait_durable`, a futex in C with the
-GIL released) until the log's flusher has made the record durable, in a group with whatever else was
-queued meanwhile. The first writer of a durable group to get the GIL back publishes, under the
-publication lock, every pending item up to the durable LSN, in order (`publish(items, lsns)`);
+For a log that queues a record without waiting for it (the embedded log service: `enqueue(payload)
+-> lsn` and `wait_durable(lsn)` on its C commit queue). A writer calls `enqueue(payload, item)`
+under its own ordering lock (the TN's commit lock, the primary's WAL insert lock): the log queues
+the record and gives it the next LSN, so LSN order is the caller's order, and the item joins the
+pending list in that order. Then, with no lock held, `wait(lsn)` sleeps in the log (a futex in C,
+the GIL released) until the log's flusher has made the record durable, in a group with whatever
+else was queued meanwhile. The first writer of a durable group to get the GIL back publishes, under
+the publication lock, every pending item up to the durable LSN, in order (`publish(items, lsns)`);
 the others find theirs published. A writer returns only once its item is durable and published.
 
-The log is asked to wake a durable group's writers one at a time (`set_handoff(True)`): each as
-the writer before it gives up the GIL, so a woken writer finds the GIL free instead of queueing for
-it. There is no leader and no group boundary in Python: the log's flusher takes everything queued
-whenever it is free, and no writer waits for another writer's wake-up to hand its record over.
+The log wakes a durable group's writers by handoff (`set_handoff(True)`, see __init__.py). There is
+no leader and no group boundary in Python: the log's flusher takes everything queued whenever it is
+free, and no writer waits for another writer's wake-up to hand its record over.
 
 A failed log fails every writer waiting or coming, and the committer stays failed: the caller's
 in-memory state may be ahead of its log.
@@ -37,14 +37,16 @@ class PipelinedCommitter(Generic[T]):
     `on_fail(exc)` is called once when the committer fails (the caller stops taking writes).
     """
 
+    pipelined = True
+
     def __init__(self, log, publish: Callable[[list[T], list[int]], None], lock=None,
                  on_fail: Callable[[BaseException], None] | None = None) -> None:
         self._on_fail = on_fail   # told once, when the committer fails
         self._log_enqueue = log.enqueue
         self._log_wait = log.wait_durable
-        # the log wakes a durable group's writers one at a time, each as the one before gives up the
-        # GIL: woken at once, each would wake only to queue for the GIL behind the others (about one
-        # context switch more per write, and more CPU, in paired runs of the TN and the primary)
+        # woken at once, a durable group's writers would each wake only to queue for the GIL behind
+        # the others (about one context switch more per write, and more CPU, in paired runs of the
+        # TN and the primary)
         set_handoff = getattr(log, "set_handoff", None)
         if callable(set_handoff):
             set_handoff(True)

@@ -1,10 +1,10 @@
-"""The relay group committer (engine/relay_commit.py) against a serial model, driven by many threads.
+"""The leader group committer (engine/group_commit/leader.py) against a serial model, driven by many threads.
 
 The serial model: every item is appended once, in ticket order, and its writer returns after it was
 appended. Hypothesis chooses the writers, their items, the flush's time, whether the flush calls
-`release` itself (else the committer does, after it), and a group that fails. Checked: the flushed
+`handoff` itself (else the committer does, after it), and a group that fails. Checked: the flushed
 sequence is the model's (a prefix of it when a group fails), groups are contiguous runs of tickets,
-every writer returns only after its own group's flush returned and after the next group's release
+every writer returns only after its own group's flush returned and after the next group's handoff
 (or with no next group), and a failure fails its group and everything after it, never a flushed item.
 """
 import threading
@@ -15,20 +15,20 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide.engine.relay_commit import RelayCommitter
+from logtide.engine.group_commit import LeaderCommitter
 from logtide.errors import GroupCommitFailed
 
 
-def _run(writers: int, per_writer: int, delay: float, calls_release: bool, fail_at: int | None):
+def _run(writers: int, per_writer: int, delay: float, calls_handoff: bool, fail_at: int | None):
     groups: list[list[int]] = []
     flushed_at: dict[int, int] = {}        # item -> index of its group (set once its flush returned)
     state = threading.Lock()
 
-    def flush(group, release):
+    def write_group(group, handoff):
         g = len(groups)
         groups.append(list(group))
-        if calls_release:
-            release()
+        if calls_handoff:
+            handoff()
         time.sleep(delay)             # the append's fsync, with the GIL released
         if fail_at is not None and group[0] <= fail_at <= group[-1]:
             raise OSError("disk gone")
@@ -36,7 +36,7 @@ def _run(writers: int, per_writer: int, delay: float, calls_release: bool, fail_
             for item in group:
                 flushed_at[item] = g
 
-    gc = RelayCommitter(flush, timeout=60)
+    gc = LeaderCommitter(write_group, timeout=60)
     order = threading.Lock()
     next_item = [0]
     acked: list[tuple[int, bool]] = []
@@ -78,11 +78,11 @@ def _run(writers: int, per_writer: int, delay: float, calls_release: bool, fail_
 
 @scaled(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writers=st.integers(1, 12), per_writer=st.integers(1, 12), delay=st.sampled_from([0.0, 0.0005, 0.002]),
-       calls_release=st.booleans(), fail=st.one_of(st.none(), st.floats(0.0, 1.0)))
-def test_relay_committer_matches_serial_model(writers, per_writer, delay, calls_release, fail):
+       calls_handoff=st.booleans(), fail=st.one_of(st.none(), st.floats(0.0, 1.0)))
+def test_leader_committer_matches_serial_model(writers, per_writer, delay, calls_handoff, fail):
     total = writers * per_writer
     fail_at = None if fail is None else 1 + int(fail * (total - 1))
-    gc, groups, flushed_at, acked, failed, completed = _run(writers, per_writer, delay, calls_release, fail_at)
+    gc, groups, flushed_at, acked, failed, completed = _run(writers, per_writer, delay, calls_handoff, fail_at)
     seq = [i for g in groups for i in g]
     model = list(range(1, len(seq) + 1))
     assert seq == model                                   # each item once, in ticket order, groups contiguous
@@ -104,26 +104,26 @@ def test_relay_committer_matches_serial_model(writers, per_writer, delay, calls_
 
 
 @pytest.mark.timeout(60)
-def test_relay_committer_wakes_a_group_behind_the_next_append():
+def test_leader_committer_wakes_a_group_behind_the_next_append():
     """A flushed group's writer is not woken when its group's flush returns but just before the GIL
-    is next given up: by a writer about to sleep, or by the next leader's release (just before its
+    is next given up: by a writer about to sleep, or by the next leader's handoff (just before its
     append); with no next group, at once."""
     gates = {2: threading.Event(), 3: threading.Event()}   # flush of the group ending at item k waits here
-    before_release = threading.Event()
+    before_handoff = threading.Event()
     leading = threading.Event()
     flushed = []
 
-    def flush(group, release):
+    def write_group(group, handoff):
         if group[-1] == 2:
             leading.set()
             gates[2].wait(10)
         else:
-            before_release.set()
+            before_handoff.set()
             gates[3].wait(10)        # encoding the next group: the previous group's writer still sleeps
-        release()
+        handoff()
         flushed.extend(group)
 
-    gc = RelayCommitter(flush, timeout=10)
+    gc = LeaderCommitter(write_group, timeout=10)
     returned = {}
 
     def waiter(ticket):
@@ -142,7 +142,7 @@ def test_relay_committer_wakes_a_group_behind_the_next_append():
     w3.start()
     time.sleep(0.05)
     gates[2].set()                                         # [1, 2] is durable
-    assert before_release.wait(10)
+    assert before_handoff.wait(10)
     lead.join(10)
     assert 2 in returned                                   # the leader itself returns at once
     time.sleep(0.05)
@@ -158,7 +158,7 @@ def test_relay_committer_wakes_a_group_behind_the_next_append():
     assert returned[3][:3] == [1, 2, 3] and returned[4] == [1, 2, 3, 4]
 
     # no next group: the writers are woken when their group is flushed
-    gc2 = RelayCommitter(lambda group, release: time.sleep(0.01))
+    gc2 = LeaderCommitter(lambda group, handoff: time.sleep(0.01))
     for _ in range(4):
         gc2.enqueue(None)
     ths = [threading.Thread(target=gc2.wait, args=(t,)) for t in (4, 1, 2, 3)]

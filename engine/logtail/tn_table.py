@@ -1,0 +1,58 @@
+"""TableState: the TN's side of one table: its primary-key indexes, row-id allocation and its
+in-memory rows since the last flush."""
+from __future__ import annotations
+
+import numpy as np
+
+from logtide import BTree
+from logtide.engine.logtail.catalog import TableDef
+from logtide.engine.logtail.column_batch import BatchLayout
+from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS
+from logtide.engine.logtail.logtail_format import BLOCK, OFFSET, PK, TS, Entry
+from logtide.engine.objectstore import BLOCK_ROWS
+
+SYSTEM_COLUMNS = [(BLOCK, np.int64), (OFFSET, np.int32), (TS, np.int64)]
+DELETE_LAYOUT = BatchLayout(SYSTEM_COLUMNS + [(PK, np.int64)])
+
+
+class TableState:
+    """The TN side of one table."""
+
+    def __init__(self, tdef: TableDef) -> None:
+        self.tdef = tdef
+        self.insert_layout = BatchLayout(SYSTEM_COLUMNS + list(tdef.dtypes().items()))
+        self.pk_index = BTree()      # pk -> rowid (block * BLOCK_ROWS + offset) of the live row
+        self.pk_ts = BTree()         # pk -> ts of the last committed write to it (write-write conflicts)
+        self.next_block = 1
+        self.cur_block = 0
+        self.cur_off = BLOCK_ROWS    # forces a new block on the first insert
+        self.mem_inserts: list[Entry] = []
+        self.mem_deletes: list[Entry] = []
+        self.objects: list[dict] = []
+
+    def alloc_rowids(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        off = self.cur_off
+        if off + n <= BLOCK_ROWS:       # the common case: the rows fit the current block
+            self.cur_off = off + n
+            return filled(n, self.cur_block), np.arange(off, off + n, dtype=np.int32)
+        blocks = np.empty(n, dtype=np.int64)
+        offs = np.empty(n, dtype=np.int32)
+        i = 0
+        while i < n:
+            if self.cur_off >= BLOCK_ROWS:
+                self.cur_block, self.next_block, self.cur_off = self.next_block, self.next_block + 1, 0
+            take = min(n - i, BLOCK_ROWS - self.cur_off)
+            blocks[i:i + take] = self.cur_block
+            offs[i:i + take] = np.arange(self.cur_off, self.cur_off + take, dtype=np.int32)
+            self.cur_off += take
+            i += take
+        return blocks, offs
+
+    def freeze(self) -> None:
+        """New rows go to new blocks from now on."""
+        self.cur_off = BLOCK_ROWS
+
+
+def filled(n: int, v: int) -> np.ndarray:
+    """n copies of v as int64 (np.full costs more than the list for a few)."""
+    return np.array([v] * n, dtype=np.int64) if n <= SMALL_TXN_KEYS else np.full(n, v, dtype=np.int64)
