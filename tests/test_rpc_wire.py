@@ -208,6 +208,25 @@ class OnLoop(DiagnosticsServicer):
         return super().Ping(request, context)
 
 
+def _pings_from_threads(c, threads: int, each: int) -> None:
+    """`threads` threads each send `each` Pings at once on one client; every reply must echo its payload."""
+    out, errors = [], []
+
+    def work(t):
+        try:
+            for i in range(each):
+                p = b"%d-%d" % (t, i)
+                out.append(c.Ping(payload=p).payload == p)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+    ths = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    assert not errors and len(out) == threads * each and all(out)
+
+
 def test_nonblocking_methods_run_on_the_loop():
     svc = OnLoop()
     server = WireServer("127.0.0.1:0", max_message_size=1 << 20)
@@ -216,21 +235,7 @@ def test_nonblocking_methods_run_on_the_loop():
     try:
         assert server.on_loop == {PING}
         with client(server) as c:
-            out, errors = [], []
-
-            def work(t):
-                try:
-                    for i in range(100):
-                        p = b"%d-%d" % (t, i)
-                        out.append(c.Ping(payload=p).payload == p)
-                except Exception as exc:  # noqa: BLE001 - asserted below
-                    errors.append(exc)
-            ths = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
-            assert not errors and len(out) == 800 and all(out)
+            _pings_from_threads(c, threads=8, each=100)
             assert svc.threads == {"rpc-wire-loop"}
             with pytest.raises(InvalidRange, match="no such LSN"):   # a typed error from the loop too
                 c.Ping(payload=b"range")
@@ -289,21 +294,7 @@ def test_deferred_methods_answer_later_without_a_worker():
     server.start()
     try:
         with client(server) as c:
-            out, errors = [], []
-
-            def work(t):
-                try:
-                    for i in range(100):
-                        p = b"%d-%d" % (t, i)
-                        out.append(c.Ping(payload=p).payload == p)
-                except Exception as exc:  # noqa: BLE001 - asserted below
-                    errors.append(exc)
-            ths = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-            for th in ths:
-                th.start()
-            for th in ths:
-                th.join()
-            assert not errors and len(out) == 800 and all(out)
+            _pings_from_threads(c, threads=8, each=100)
             assert svc.threads == {"rpc-wire-loop"}                  # started on the loop, no worker
             with pytest.raises(InvalidRange, match="no such LSN"):
                 c.Ping(payload=b"range")

@@ -25,7 +25,7 @@ from logtide.engine.logservice.replicated_state_machine import (
     ReplicatedLogStateMachine, append_command, batch_append_commands, json_command, parse_append)
 from logtide.engine.raft import messages as M
 from logtide.engine.nodehost.disk_storage import DiskStorage
-from logtide.engine.raft.errors import CompactedError, NotLeader
+from logtide.engine.raft.errors import CompactedError, NotLeader, RaftTimeout
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.nodehost.node import RaftNode
 from logtide.engine.nodehost.transport import RAFT_SERVICE
@@ -136,19 +136,17 @@ class ReplicatedLogService:
 
     def append_each(self, reqs: list[tuple[int, int, int, bytes]]) -> list[int | BaseException]:
         """Several appends (client, seq, type, data) proposed together; each gets its LSN or its error."""
-        out: list = [None] * len(reqs)
-        cmds, where = [], []
-        for i, (client, seq, rtype, data) in enumerate(reqs):
-            if not 0 <= rtype < 1 << 32:
-                out[i] = InvalidArgument(f"record type must be a u32, got {rtype}")
-            else:
-                cmds.append(append_command(client, seq, rtype, data))
-                where.append(i)
-        if cmds:
-            for i, r in zip(where, self.node.propose_many(cmds, timeout=self.timeout)):
-                out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r if isinstance(r, BaseException) \
-                    else r[1]
-        return out
+        got: list = []
+        settled = threading.Event()
+
+        def done(out: list) -> None:
+            got.append(out)
+            settled.set()
+        self.append_deferred(reqs, done)
+        if not settled.wait(self.timeout):
+            return [RaftTimeout(f"appends on replica {self.id} not applied within {self.timeout:g} s "
+                                f"(they may still be)")] * len(reqs)
+        return got[0]
 
     def append_deferred(self, reqs: list[tuple[int, int, int, bytes]],
                         done: Callable[[list[int | BaseException]], None]) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 from logtide._ext import wire_codec as wc
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.service import CallContext, MethodDef
-from logtide.errors import InvalidRequest, MessageTooLarge
+from logtide.engine.rpc.stream_reply import stream_reply
+from logtide.errors import InvalidRequest
 
 log = logging.getLogger("logtide.rpc")
 
@@ -42,14 +43,7 @@ class LoopStream:
         """Send one response (on the loop)."""
         if self.over:
             return
-        if not isinstance(response, self.method.response_type):
-            raise TypeError(f"{self.method.path}: servicer returned {type(response).__name__}, not "
-                            f"{self.method.response_type.__name__}")
-        data = response.SerializeToString()
-        if len(data) + 9 > self.conn.peer_limit:
-            raise MessageTooLarge(f"{self.method.path}: a reply of {len(data)} bytes is over the client's "
-                                  f"limit of {self.conn.peer_limit}")
-        frame = wc.encode_msg(self.sid, data)
+        frame = wc.encode_msg(self.sid, stream_reply(self.method, response, self.conn.peer_limit))
         if self.credit > 0 and not self.held:
             self.credit -= 1
             self.conn.write(frame)

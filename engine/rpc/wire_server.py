@@ -37,6 +37,7 @@ from logtide.engine.rpc.deferred_calls import DeferredBatch
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.loop_stream import LoopStream
+from logtide.engine.rpc.stream_reply import stream_reply
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
@@ -44,7 +45,7 @@ from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW, split_address
 from logtide.engine.rpc.wire_loop import WireLoop
-from logtide.errors import (FrameTimeout, InvalidRequest, MessageTooLarge, RpcError, RpcStreamBroken,
+from logtide.errors import (FrameTimeout, InvalidRequest, RpcError, RpcStreamBroken,
                             UnknownWireId, WireProtocolError)
 
 log = logging.getLogger("logtide.rpc.wire")
@@ -121,13 +122,7 @@ class _ServerStream:
         raise InvalidRequest(f"{self.method.path}: the stream ended before its request")
 
     def _send(self, resp: Any) -> bool:
-        if not isinstance(resp, self.method.response_type):
-            raise TypeError(f"{self.method.path}: servicer returned {type(resp).__name__}, not "
-                            f"{self.method.response_type.__name__}")
-        data = resp.SerializeToString()
-        if len(data) + 9 > self.conn.peer_limit:
-            raise MessageTooLarge(f"{self.method.path}: a reply of {len(data)} bytes is over the client's "
-                                  f"limit of {self.conn.peer_limit}")
+        data = stream_reply(self.method, resp, self.conn.peer_limit)
         with self.cv:
             while self.credit <= 0 and self.ctx.is_active():
                 self.cv.wait(0.5)
