@@ -7,9 +7,9 @@ sleeps on the waiter's futex with the GIL released. The sender `take()`s (or `po
 frames as one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
 called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
 `deliver()`s a REPLIES frame: one call splits the reply frames, settles the waiters by id and
-wakes them. Woken callers are handed on one at a time: the first is woken at once, the others are
-*ready*, and each caller, as soon as its futex wait returns and before it takes the GIL, wakes the
-next ready one. The wake-ups so cascade one kernel wake-up apart and the callers reach the GIL one
+wakes them by handoff, one at a time: the first is woken at once, the others are *ready*, and
+each caller, as soon as its futex wait returns and before it takes the GIL, wakes the next ready
+one. The wake-ups so cascade one kernel wake-up apart and the callers reach the GIL one
 after another (not all at once), while each one's wake-up latency overlaps the GIL wait and Python
 work of those before it. (A defence only, since every woken caller passes the wake-up on: the
 sender thread, whenever it runs, wakes ready callers left unclaimed for `stall_s`, and a settled
@@ -60,31 +60,13 @@ cdef extern from *:
 
     /* One waiting call, on its caller's stack: the futex word it sleeps on (0 waiting, 1 woken),
        whether its outcome is set (0 no, 1 a reply, 2 the stream failed), the outcome (a new
-       reference) and its link in the ready chain. */
+       reference) and its link in the ready list (the callers the handoff wakes next). */
     typedef struct cs_waiter { int word; int state; uint64_t id; PyObject* result; struct cs_waiter* next; } cs_waiter;
 
-    static inline int cs_load(int* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
-    static inline void cs_store(int* w, int v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
-    static inline void cs_futex_wait(int* w, int val, double s) {
-        struct timespec ts;
-        if (s < 0) s = 0;
-        ts.tv_sec = (time_t)s; ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-        syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
-    }
-    static inline void cs_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
     /* the notify eventfd (see CallSlots.poll): it lives as long as the slots, so a write never hits another file */
     static inline void cs_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
     static inline void cs_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, 8); (void)r; }
     static inline int cs_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
-    static inline double cs_now(void) {
-        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    }
-    typedef struct { pthread_mutex_t mu; } cs_mutex;
-    static inline void cs_mutex_init(cs_mutex* m) { pthread_mutex_init(&m->mu, NULL); }
-    static inline void cs_mutex_destroy(cs_mutex* m) { pthread_mutex_destroy(&m->mu); }
-    static inline void cs_lock(cs_mutex* m) { pthread_mutex_lock(&m->mu); }
-    static inline void cs_unlock(cs_mutex* m) { pthread_mutex_unlock(&m->mu); }
 
     /* The CallSlots whose reply this thread got last (and the batch-rule epoch then): its next call
        on the same slots counts as "returned" (see take). */
@@ -93,11 +75,6 @@ cdef extern from *:
     static inline void* cs_get_last(uint64_t* epoch) { *epoch = cs_last_epoch; return cs_last_slots; }
     static inline void cs_set_last(void* s, uint64_t epoch) { cs_last_slots = s; cs_last_epoch = epoch; }
 
-    static inline void cs_put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-    static inline void cs_put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-    static inline void cs_put16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-    static inline uint64_t cs_get64(const uint8_t* p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; return v; }
-    static inline uint32_t cs_get32(const uint8_t* p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = (v << 8) | p[i]; return v; }
     """
     ctypedef struct cs_waiter:
         int word
@@ -105,30 +82,16 @@ cdef extern from *:
         uint64_t id
         PyObject* result
         cs_waiter* next
-    ctypedef struct cs_mutex:
-        pass
-    int cs_load(int* w) nogil
-    void cs_store(int* w, int v) nogil
-    void cs_futex_wait(int* w, int val, double s) nogil
-    void cs_futex_wake(int* w, int n) nogil
     void cs_notify(int fd) nogil
     void cs_drain(int fd) nogil
     int cs_eventfd() nogil
-    double cs_now() nogil
-    void cs_mutex_init(cs_mutex* m) nogil
-    void cs_mutex_destroy(cs_mutex* m) nogil
-    void cs_lock(cs_mutex* m) nogil
-    void cs_unlock(cs_mutex* m) nogil
     void* cs_get_last(uint64_t* epoch) nogil
     void cs_set_last(void* s, uint64_t epoch) nogil
-    void cs_put64(uint8_t* p, uint64_t v) nogil
-    void cs_put32(uint8_t* p, uint32_t v) nogil
-    void cs_put16(uint8_t* p, uint16_t v) nogil
-    uint64_t cs_get64(const uint8_t* p) nogil
-    uint32_t cs_get32(const uint8_t* p) nogil
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
-from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER
+from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
+from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load, lt_lock, lt_mutex, lt_mutex_destroy,
+                                 lt_mutex_init, lt_now, lt_store, lt_unlock)
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
@@ -137,19 +100,24 @@ DEF RECHECK_S = 0.05      # a sleeping thread re-checks at least this often (a s
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
 
 
-cdef inline void _wake_chain(cs_waiter* w) noexcept nogil:
-    """Wake a detached chain. Read next before the store: once its word is set a waiter may return
+cdef inline void _futex_wait_s(int* w, int val, double s) noexcept nogil:
+    """Sleep while *w == val, at most s seconds."""
+    lt_futex_wait(w, val, <long long>((s if s > 0 else 0.0) * 1e9))
+
+
+cdef inline void _wake_list(cs_waiter* w) noexcept nogil:
+    """Wake every waiter of a detached list. Read next before the store: once its word is set a waiter may return
     and its stack frame be reused (a late futex wake there is only spurious)."""
     cdef cs_waiter* nxt
     while w != NULL:
         nxt = w.next
-        cs_store(&w.word, 1)
-        cs_futex_wake(&w.word, 1)
+        lt_store(&w.word, 1)
+        lt_futex_wake(&w.word, 1)
         w = nxt
 
 
 cdef inline void _settle(cs_waiter* w, object result, cs_waiter** head, cs_waiter** tail):
-    """Give waiter `w` its outcome (a new reference to `result`) and append it to the chain
+    """Give waiter `w` its outcome (a new reference to `result`) and append it to the ready list
     head..tail of callers to wake."""
     Py_INCREF(result)
     w.result = <PyObject*>result
@@ -164,7 +132,7 @@ cdef inline void _settle(cs_waiter* w, object result, cs_waiter** head, cs_waite
 
 cdef class CallSlots:
     """The queued calls and the waiting callers of one call stream."""
-    cdef cs_mutex mu
+    cdef lt_mutex mu
     cdef uint8_t* pend          # packed call frames not taken by the sender yet
     cdef size_t pend_len, pend_cap
     cdef Py_ssize_t pend_n
@@ -190,7 +158,7 @@ cdef class CallSlots:
 
     def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10,
                   double stall_s=0.0002, bint handoff=True):
-        cs_mutex_init(&self.mu)
+        lt_mutex_init(&self.mu)
         self.next_id = 1
         self.table = {}
         self.linger_s, self.linger_max_s, self.stall_s = linger_s, linger_max_s, stall_s
@@ -204,7 +172,7 @@ cdef class CallSlots:
             close(self.notify_fd)
         free(self.pend)
         free(self.out)
-        cs_mutex_destroy(&self.mu)
+        lt_mutex_destroy(&self.mu)
 
     @property
     def failure(self):
@@ -229,7 +197,7 @@ cdef class CallSlots:
             if self.ready == NULL:
                 self.ready_tail = NULL
             r.next = NULL
-            self.handed = cs_now()
+            self.handed = lt_now()
         return r
 
     @cython.boundscheck(False)
@@ -252,9 +220,9 @@ cdef class CallSlots:
         w.state = S_WAITING
         w.result = NULL
         w.next = NULL
-        cs_lock(&self.mu)
+        lt_lock(&self.mu)
         if self.cbroken:
-            cs_unlock(&self.mu)
+            lt_unlock(&self.mu)
             return False
         need = self.pend_len + CALL_HEADER + n
         if need > self.pend_cap:
@@ -263,19 +231,19 @@ cdef class CallSlots:
                 cap *= 2
             p = realloc(self.pend, cap)
             if p == NULL:
-                cs_unlock(&self.mu)
+                lt_unlock(&self.mu)
                 raise MemoryError("call stream: no memory for the pending calls")
             self.pend, self.pend_cap = <uint8_t*>p, cap
         w.id = self.next_id
         self.next_id += 1
         f = self.pend + self.pend_len
-        cs_put64(f, w.id)
-        cs_put16(f + 8, <uint16_t>method)
-        cs_put32(f + 10, <uint32_t>n)
+        put64(f, w.id)
+        put16(f + 8, <uint16_t>method)
+        put32(f + 10, <uint32_t>n)
         memcpy(f + CALL_HEADER, PyBytes_AS_STRING(request), n)
         self.pend_len = need
         self.pend_n += 1
-        now = cs_now()
+        now = lt_now()
         if self.pend_n == 1:
             self.first_at = now
         self.last_call = now
@@ -287,53 +255,53 @@ cdef class CallSlots:
         wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
         if wake_sender:
             self.snd_word += 1
-        cs_unlock(&self.mu)
+        lt_unlock(&self.mu)
         end = now + timeout
         if wake_sender:
             with nogil:
-                cs_futex_wake(&self.snd_word, 1)
+                lt_futex_wake(&self.snd_word, 1)
                 if self.notify_fd >= 0:
                     cs_notify(self.notify_fd)
         while True:
             with nogil:
-                while cs_load(&w.word) == 0:
-                    left = end - cs_now()
+                while lt_load(&w.word) == 0:
+                    left = end - lt_now()
                     if left <= 0:
                         break
-                    cs_futex_wait(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
-                    if cs_load(&w.word) == 0 and cs_load(&w.state) != S_WAITING:
+                    _futex_wait_s(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
+                    if lt_load(&w.word) == 0 and lt_load(&w.state) != S_WAITING:
                         break                   # settled, and nobody woke it for RECHECK_S: claim it
-                if cs_load(&w.word) != 0:
+                if lt_load(&w.word) != 0:
                     # woken: pass the wake-up on at once, before taking the GIL, so the next
                     # caller's wake-up latency overlaps this one's GIL wait and Python work
-                    cs_lock(&self.mu)
+                    lt_lock(&self.mu)
                     hand = self._pop_ready()
-                    cs_unlock(&self.mu)
+                    lt_unlock(&self.mu)
                     if hand != NULL:
-                        cs_store(&hand.word, 1)
-                        cs_futex_wake(&hand.word, 1)
-            if cs_load(&w.word) != 0:
+                        lt_store(&hand.word, 1)
+                        lt_futex_wake(&hand.word, 1)
+            if lt_load(&w.word) != 0:
                 break
-            cs_lock(&self.mu)
+            lt_lock(&self.mu)
             if w.state == S_WAITING:
-                if cs_now() < end:          # a spurious wake-up
-                    cs_unlock(&self.mu)
+                if lt_now() < end:          # a spurious wake-up
+                    lt_unlock(&self.mu)
                     continue
                 self.table.pop(w.id, None)  # the deadline passed: forget the call (a late reply is dropped)
-                cs_unlock(&self.mu)
+                lt_unlock(&self.mu)
                 return None
-            # settled: if it is still in the ready chain, take it out; else someone detached it
+            # settled: if it is still in the ready list, take it out; else someone detached it
             # and is waking it right now
             if self.ready == &w:
                 self.ready = w.next
                 if self.ready == NULL:
                     self.ready_tail = NULL
-                hand = self._pop_ready()        # it headed a stalled chain: pass the wake-up on
-                cs_unlock(&self.mu)
+                hand = self._pop_ready()        # it headed a stalled list: pass the wake-up on
+                lt_unlock(&self.mu)
                 if hand != NULL:
                     with nogil:
-                        cs_store(&hand.word, 1)
-                        cs_futex_wake(&hand.word, 1)
+                        lt_store(&hand.word, 1)
+                        lt_futex_wake(&hand.word, 1)
             else:
                 q = self.ready
                 while q != NULL and q.next != &w:
@@ -342,12 +310,12 @@ cdef class CallSlots:
                     q.next = w.next
                     if self.ready_tail == &w:
                         self.ready_tail = q
-                    cs_unlock(&self.mu)
+                    lt_unlock(&self.mu)
                 else:
-                    cs_unlock(&self.mu)
+                    lt_unlock(&self.mu)
                     with nogil:
-                        while cs_load(&w.word) == 0:
-                            cs_futex_wait(&w.word, 0, RECHECK_S)
+                        while lt_load(&w.word) == 0:
+                            _futex_wait_s(&w.word, 0, RECHECK_S)
             break
         r = <object>w.result
         Py_XDECREF(w.result)
@@ -366,14 +334,14 @@ cdef class CallSlots:
         cdef size_t cut = 0
         cdef bint broken = False, empty = False
         cdef cs_waiter* stalled = NULL
-        give_up = cs_now() + timeout if timeout >= 0 else -1.0
+        give_up = lt_now() + timeout if timeout >= 0 else -1.0
         with nogil:
-            cs_lock(&self.mu)
+            lt_lock(&self.mu)
             while True:
                 if self.cbroken:
                     broken = True
                     break
-                now = cs_now()
+                now = lt_now()
                 due = self._batch_due_locked(now, &stalled)
                 if due == 0:
                     break
@@ -390,16 +358,16 @@ cdef class CallSlots:
                     until = self.handed + self.stall_s
                 self.snd_sleeping = True
                 word = self.snd_word
-                cs_unlock(&self.mu)
-                _wake_chain(stalled)
+                lt_unlock(&self.mu)
+                _wake_list(stalled)
                 stalled = NULL
-                cs_futex_wait(&self.snd_word, word, until - now)
-                cs_lock(&self.mu)
+                _futex_wait_s(&self.snd_word, word, until - now)
+                lt_lock(&self.mu)
                 self.snd_sleeping = False
             if not broken and not empty:
                 cut = self._cut_locked()
-            cs_unlock(&self.mu)
-            _wake_chain(stalled)
+            lt_unlock(&self.mu)
+            _wake_list(stalled)
         if broken:
             return None
         if empty:
@@ -409,7 +377,7 @@ cdef class CallSlots:
     cdef double _batch_due_locked(self, double now, cs_waiter** stalled) noexcept nogil:
         """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
         now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
-        chain left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is
+        list left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is
         released (those callers did not come back)."""
         cdef double lend
         if self.ready != NULL and now - self.handed >= self.stall_s:
@@ -437,7 +405,7 @@ cdef class CallSlots:
         cdef Py_ssize_t k = 0
         cdef void* p
         while cut < self.pend_len:
-            flen = CALL_HEADER + cs_get32(self.pend + cut + 10)
+            flen = CALL_HEADER + get32(self.pend + cut + 10)
             if cut and cut + flen > self.max_batch_bytes:
                 break
             cut += flen
@@ -453,7 +421,7 @@ cdef class CallSlots:
             self.pend_len -= cut
             self.pend_n -= k
             if self.pend_n:
-                self.first_at = cs_now()
+                self.first_at = lt_now()
             self.batches += 1
             self.calls += k
         return cut
@@ -494,12 +462,12 @@ cdef class CallSlots:
         cdef bint broken = False, send = False
         cdef cs_waiter* stalled = NULL
         with nogil:
-            cs_lock(&self.mu)
+            lt_lock(&self.mu)
             self.snd_sleeping = False
             if self.cbroken:
                 broken = True
             else:
-                now = cs_now()
+                now = lt_now()
                 due = self._batch_due_locked(now, &stalled)
                 if due == 0:
                     send = True
@@ -509,8 +477,8 @@ cdef class CallSlots:
                     if self.ready != NULL and (wait < 0 or self.handed + self.stall_s - now < wait):
                         wait = max(0.0, self.handed + self.stall_s - now)
                     self.snd_sleeping = True
-            cs_unlock(&self.mu)
-            _wake_chain(stalled)
+            lt_unlock(&self.mu)
+            _wake_list(stalled)
         if broken:
             return None
         if not send:
@@ -536,20 +504,20 @@ cdef class CallSlots:
             if end - pos < REPLY_HEADER:
                 raise _malformed(f"reply frame at offset {pos}: {end - pos} bytes left, "
                                       f"a header needs {REPLY_HEADER}")
-            cid = cs_get64(b + pos)
-            n = cs_get32(b + pos + 8)
+            cid = get64(b + pos)
+            n = get32(b + pos + 8)
             if n > end - pos - REPLY_HEADER:
                 raise _malformed(f"reply frame {cid} at offset {pos}: length {n} runs "
                                       f"{n - (end - pos - REPLY_HEADER)} bytes past the end of the batch")
             pos += REPLY_HEADER + n
         err_ids = [(e.id, e) for e in errors]
         table = self.table
-        cs_lock(&self.mu)
+        lt_lock(&self.mu)
         try:
             pos = 0
             while pos < end:
-                cid = cs_get64(b + pos)
-                n = cs_get32(b + pos + 8)
+                cid = get64(b + pos)
+                n = get32(b + pos + 8)
                 addr = table.pop(cid, None)
                 if addr is not None:
                     _settle(<cs_waiter*><size_t>addr,
@@ -564,18 +532,18 @@ cdef class CallSlots:
         except BaseException:
             # out of memory half way: the callers settled so far still get their replies
             now_wake = self._settle_locked(head, tail, settled)
-            cs_unlock(&self.mu)
+            lt_unlock(&self.mu)
             with nogil:
-                _wake_chain(now_wake)
+                _wake_list(now_wake)
             raise
         now_wake = self._settle_locked(head, tail, settled)
-        cs_unlock(&self.mu)
+        lt_unlock(&self.mu)
         with nogil:
-            _wake_chain(now_wake)
+            _wake_list(now_wake)
         return settled
 
     cdef cs_waiter* _settle_locked(self, cs_waiter* head, cs_waiter* tail, Py_ssize_t settled) noexcept nogil:
-        """Under the mutex: queue the settled chain head..tail; returns what to wake now."""
+        """Under the mutex: queue the settled list head..tail; returns what to wake now."""
         cdef cs_waiter* now_wake = NULL
         if head == NULL:
             return NULL
@@ -587,7 +555,7 @@ cdef class CallSlots:
             self.ready = head.next
             self.ready_tail = tail if head.next != NULL else NULL
             head.next = NULL
-            self.handed = cs_now()
+            self.handed = lt_now()
         else:
             self.ready_tail.next = head
             self.ready_tail = tail
@@ -599,7 +567,7 @@ cdef class CallSlots:
         cdef cs_waiter* head
         cdef cs_waiter* w
         cdef cs_waiter* ready
-        cs_lock(&self.mu)
+        lt_lock(&self.mu)
         if not self.cbroken:
             self.cbroken = True
             self.broken = exc
@@ -619,8 +587,8 @@ cdef class CallSlots:
         self.pend_n = 0
         self.returning = 0
         self.snd_word += 1
-        cs_unlock(&self.mu)
+        lt_unlock(&self.mu)
         with nogil:
-            cs_futex_wake(&self.snd_word, 1)
-            _wake_chain(ready)
-            _wake_chain(head)
+            lt_futex_wake(&self.snd_word, 1)
+            _wake_list(ready)
+            _wake_list(head)
