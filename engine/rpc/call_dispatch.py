@@ -17,16 +17,15 @@ from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc.call_frames import REPLY_HEADER
 from logtide.engine.rpc.deferred_calls import DeferredBatch
-from logtide.engine.rpc.error_mapping import status_code, type_name
+from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.service import CallContext, MethodDef
-from logtide.errors import InvalidRequest, LogtideError
+from logtide.errors import InvalidRequest
 
 log = logging.getLogger("logtide.rpc")
 
 # per-reply framing allowance (id, code, field tags) when checking sizes
 _REPLY_OVERHEAD = 32
 _RESOURCE_EXHAUSTED = 8   # gRPC's status codes, which every carrier's replies use
-_INTERNAL = 13
 _pack_reply = REPLY_HEADER.pack
 
 
@@ -48,10 +47,7 @@ class CallError(NamedTuple):
 
 def error_reply(call_id: int, exc: BaseException, path: str) -> CallError:
     """The reply that carries a failed call's typed error."""
-    if isinstance(exc, LogtideError):
-        return CallError(call_id, status_code(exc).value[0], type_name(type(exc)), str(exc))
-    log.error("rpc: unexpected %s in %s: %s", type(exc).__name__, path, exc, exc_info=exc)
-    return CallError(call_id, _INTERNAL, "", f"{type(exc).__name__}: {exc}")
+    return CallError(call_id, *failure_status(exc, path))
 
 
 class Replies:

@@ -10,12 +10,12 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import deadlines, fork_guard
-from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, status_code, type_name
+from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, code_of, failure_status
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
-from logtide.errors import InvalidRequest, LogtideError, RpcError
+from logtide.errors import InvalidRequest, RpcError
 
 log = logging.getLogger("logtide.rpc")
 
@@ -112,11 +112,10 @@ def _unknown(path: str):
 
 
 def _abort(context, exc: BaseException) -> None:
-    if isinstance(exc, LogtideError):
-        context.set_trailing_metadata(((ERROR_TYPE_KEY, type_name(type(exc))),))
-        context.abort(status_code(exc), str(exc))
-    log.error("rpc: unexpected %s: %s", type(exc).__name__, exc, exc_info=exc)
-    context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+    code, error_type, details = failure_status(exc, "grpc")
+    if error_type:
+        context.set_trailing_metadata(((ERROR_TYPE_KEY, error_type),))
+    context.abort(code_of(code), details)
 
 
 def _parse(method: MethodDef, raw: bytes):
