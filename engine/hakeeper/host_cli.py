@@ -37,13 +37,15 @@ def add_sender_argument(s: argparse.ArgumentParser, *, store_id: bool = False) -
         s.add_argument("--hakeeper-store-id", default=None, help="this store's id at HAKeeper")
 
 
-def start_sender(args: argparse.Namespace, role, default_id: str, address: str, report):
-    """The heartbeat sender --hakeeper asks for (started), or None. `report(store_id)` builds a heartbeat."""
+def start_sender(args: argparse.Namespace, role, default_id: str, address: str, report, run_command=None):
+    """The heartbeat sender --hakeeper asks for (started), or None. `report(store_id)` builds a heartbeat;
+    `run_command(store_id)` gives what carries out a schedule command (None: commands are logged)."""
     if not getattr(args, "hakeeper", None):
         return None
     from logtide.engine.hakeeper.heartbeat_sender import HeartbeatSender
     sid = getattr(args, "hakeeper_store_id", None) or default_id
-    return HeartbeatSender(args.hakeeper, role, sid, address, lambda: report(sid)).start()
+    run = run_command(sid) if run_command is not None else None
+    return HeartbeatSender(args.hakeeper, role, sid, address, lambda: report(sid), run_command=run).start()
 
 
 _TIMEOUT_NAMES = {"log": "log_store_timeout", "tn": "tn_store_timeout", "cn": "cn_store_timeout",

@@ -19,7 +19,8 @@ from typing import Any, BinaryIO
 
 from logtide.engine.hakeeper.cluster_info import BootstrapState
 from logtide.engine.hakeeper.command_progress import finished
-from logtide.engine.hakeeper.command import (Command, InitialCluster, RegisterStore, ScheduleCommandBatch, Tick,
+from logtide.engine.hakeeper.command import (Command, InitialCluster, OperatorSchedule, RegisterStore,
+                                             ScheduleCommandBatch, Tick,
                                              decode_command)
 from logtide.engine.hakeeper.hakeeper_state import HAKeeperState
 from logtide.engine.hakeeper.heartbeat import LogStoreHeartbeat, PrimaryHeartbeat
@@ -101,6 +102,8 @@ class HAKeeperStateMachine(StateMachine):
             return self._bootstrap(cmd)
         if isinstance(cmd, ScheduleCommandBatch):
             return self._take_batch(cmd)
+        if isinstance(cmd, OperatorSchedule):
+            return self._take_operator(cmd)
         return self._heartbeat(cmd)
 
     def _expire(self) -> None:
@@ -211,29 +214,41 @@ class HAKeeperStateMachine(StateMachine):
         for c in b.commands:
             self._check(c)
         st.term, st.last_batch_index = b.term, st.index
-        taken = 0
-        for c in b.commands:
-            if c.replica_id:
-                st.next_replica_id = max(st.next_replica_id, c.replica_id + 1)
+        return sum(self._take(c) for c in b.commands)
+
+    def _take_operator(self, o: OperatorSchedule) -> int:
+        st = self.state
+        for c in o.commands:
             if c.kind in SELF_APPLIED:
-                if st.stores[c.target].tick == c.store_tick:   # no heartbeat since the check found it down
-                    del st.stores[c.target]
-                    st.queued.pop(c.target, None)
-                    taken += 1
-                continue
-            key = c.key()
-            if key in st.in_flight:
-                continue   # already on its way: never run twice
-            if c.kind == CommandType.START_REPLICA and c.members:
-                shard = st.shards[c.shard_id]
-                if not shard.voters and shard.epoch == 0:
-                    shard.voters = dict(c.members)
-            elif c.kind == CommandType.ADD_NON_VOTING_REPLICA:
-                st.shards[c.shard_id].non_voting.add(c.replica_id)
-            st.queued.setdefault(c.target, []).append(c)
-            st.in_flight[key] = c
-            taken += 1
-        return taken
+                raise MalformedCommandError(f"{c.kind.name} is HAKeeper's own, not an operator's")
+            self._check(c)
+        stamped = [replace(c, expires_tick=st.tick + o.timeout_ticks, timeout_ticks=o.timeout_ticks)
+                   for c in o.commands]
+        return sum(self._take(c) for c in stamped)
+
+    def _take(self, c: ScheduleCommand) -> int:
+        """Queue one checked command for its target (or apply it, when HAKeeper's own); 1 when taken."""
+        st = self.state
+        if c.replica_id:
+            st.next_replica_id = max(st.next_replica_id, c.replica_id + 1)
+        if c.kind in SELF_APPLIED:
+            if st.stores[c.target].tick == c.store_tick:   # no heartbeat since the check found it down
+                del st.stores[c.target]
+                st.queued.pop(c.target, None)
+                return 1
+            return 0
+        key = c.key()
+        if key in st.in_flight:
+            return 0   # already on its way: never run twice
+        if c.kind == CommandType.START_REPLICA and c.members:
+            shard = st.shards[c.shard_id]
+            if not shard.voters and shard.epoch == 0:
+                shard.voters = dict(c.members)
+        elif c.kind == CommandType.ADD_NON_VOTING_REPLICA:
+            st.shards[c.shard_id].non_voting.add(c.replica_id)
+        st.queued.setdefault(c.target, []).append(c)
+        st.in_flight[key] = c
+        return 1
 
     def _check(self, c: ScheduleCommand) -> None:
         """Refuse (before anything changes) a command naming a store or replica the state lacks."""
