@@ -131,6 +131,18 @@ def test_a_killed_log_store_is_replaced_and_comes_back_as_a_spare(tmp_path):
         log = (d / "logs" / f"logservice-{victim}.log").read_text()
         assert f"ran schedule command KILL_ZOMBIE shard 1 replica {victim}" in log, log[-2000:]
         assert back["address"] == stores[victim]
+        # killed and started again, the store remembers its killed zombie: it opens no replica, and
+        # HAKeeper has nothing to kill a second time
+        zombie_dir = d / "data" / f"logservice-{victim}"
+        assert (zombie_dir / "ZOMBIE_KILLED").read_text() == f"{victim}\n"
+        logtide("cluster", "kill", "--dir", d, f"spare#{victim}")
+        logtide("cluster", "start", "--dir", d, f"spare#{victim}")
+        _until("the restarted store heartbeats with no replica", lambda: (lambda s: s["heartbeated"] and s.get(
+            "replicas") == [] and not s["down"] and s["last_heartbeat_tick"] > hk.status()["tick"] - 10)(
+            hk.status()["stores"][f"log-{victim}"]), 20)
+        log = (d / "logs" / f"logservice-{victim}.log").read_text()
+        assert f"replica {victim} in {zombie_dir} was killed as a zombie: not opened" in log, log[-2000:]
+        assert log.count("ran schedule command KILL_ZOMBIE") == 1, log[-3000:]
         # the next repair goes to it: a new replica id, started there by START_REPLICA
         leader = hk.status()["shards"]["1"]["leader"]
         second_victim = next(int(r) for r in sh["voters"] if int(r) != leader)

@@ -1,0 +1,145 @@
+"""The schedule commands no checker of a healthy `cluster up` issues, carried out by real processes.
+
+A `logtide cluster` (separate processes on loopback, HAKeeper inside the log stores) is given
+commands through HAKeeper's operator path (`OperatorSchedule`); each reaches its store in the
+reply to that store's next heartbeat, and its effect shows in what the store then reports:
+
+- `STOP_REPLICA` closes a follower's replica (it stays a voter); the log checker finds a member
+  not running and sends `START_REPLICA`, which reopens it from its own directory; it catches up
+  and every acknowledged append is read back through it.
+- `ADD_NON_VOTING_REPLICA` adds the spare's replica as a Raft learner, which is never promoted;
+  the cluster wants no non-voting replica, so the log checker sends `REMOVE_NON_VOTING_REPLICA`
+  and the shard leader's store removes it.
+- `STOP_TN` stops the TN process; HAKeeper finds its TN down and has it started again.
+- commands naming unknown stores or replicas, or HAKeeper's own types, are refused, typed, and
+  HAKeeper's tick goes on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from cluster_run import cluster_processes, logtide, until
+
+from logtide.engine.hakeeper.client import HAKeeperClient
+from logtide.engine.hakeeper.schedule_command import CommandType as C
+from logtide.engine.hakeeper.schedule_command import ScheduleCommand
+from logtide.engine.logservice import connect_logservice
+from logtide.errors import MalformedCommandError, UnknownReplicaError, UnknownStoreError
+
+pytestmark = pytest.mark.timeout(180)
+TIMEOUTS = "log=15,tn=2,cn=5,primary=5,ro=5,command=5"
+LIFETIME = 50   # ticks an operator's command stays in flight
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_path):
+    d = tmp_path / "cluster"
+    r = logtide("cluster", "up", "--dir", d, "--cns", 0, "--ros", 0, "--spare-stores", 1, "--meta-replicas", 1,
+                "--hakeeper-timeouts", TIMEOUTS, "--json")
+    table = json.loads(r.stdout)
+    layout = json.loads((d / "cluster.json").read_text())
+    hk = HAKeeperClient(",".join(layout["options"]["hakeeper_peers"].values()), timeout=3.0)
+    stores = {p["id"]: p["address"] for p in table if p["role"] in ("logservice", "spare")}
+    log_of = lambda role, i: (d / "logs" / f"{role}-{i}.log").read_text(errors="replace")   # noqa: E731
+    timeline: dict[str, float] = {}
+    try:
+        sh = until("HAKeeper knows the shard's three voters and its leader",
+                   lambda: (lambda s: s if set(s.get("voters", {})) == {"1", "2", "3"} and s.get("leader") else None)(
+                       hk.status()["shards"].get("1", {})), 30)
+        leader_store = sh["voters"][str(sh["leader"])]
+        v = next(i for i in (1, 2, 3) if i != sh["leader"])
+        with connect_logservice(",".join(stores[i] for i in (1, 2, 3))) as c:
+            acked = {c.append(b"before %d" % i): b"before %d" % i for i in range(50)}
+
+        def runs(st, store):   # the replica ids a store's last heartbeat reported
+            return [x["replica"] for x in st["stores"][store].get("replicas", [])]
+
+        # STOP_REPLICA: the follower's replica closes and stays a voter; START_REPLICA reopens it
+        t0 = time.monotonic()
+        assert hk.schedule([ScheduleCommand(C.STOP_REPLICA, f"log-{v}", 1, v, f"log-{v}")], LIFETIME) == 1
+        st = until(f"log-{v} reports no replica", lambda: (lambda s: s if runs(s, f"log-{v}") == [] else None)(
+            hk.status()), 15, every=0.1)
+        timeline["replica stopped"] = time.monotonic() - t0
+        assert str(v) in st["shards"]["1"]["voters"], st["shards"]["1"]
+        until(f"log-{v} runs replica {v} again", lambda: runs(hk.status(), f"log-{v}") == [v], 15, every=0.1)
+        timeline["replica started again"] = time.monotonic() - t0
+        log = log_of("logservice", v)
+        assert f"ran schedule command STOP_REPLICA shard 1 replica {v}" in log, log[-2000:]
+        assert f"ran schedule command START_REPLICA shard 1 replica {v}@log-{v} -> log-{v}: replica {v} opened" \
+            in log, log[-2000:]
+        with connect_logservice(",".join(stores[i] for i in (1, 2, 3))) as c:
+            acked.update({c.append(b"after %d" % i): b"after %d" % i for i in range(50)})
+        last = max(acked)
+        until(f"replica {v} caught up", lambda: any(x["latest_lsn"] >= last for x in hk.status()["stores"][
+            f"log-{v}"].get("replicas", [])), 15)
+        got, lsn = {}, min(acked)
+        with connect_logservice(stores[v]) as c:   # through the reopened replica's own address
+            while lsn <= last:
+                recs, lsn = c.read(lsn, 1 << 20)
+                got.update({rec.lsn: rec.data for rec in recs})
+                if not recs:
+                    break
+        assert all(got.get(lsn, b"").endswith(data) for lsn, data in acked.items()), "acknowledged appends lost"
+
+        # ADD_NON_VOTING_REPLICA: the spare's replica 4 becomes a learner, never a voter; the checker
+        # (no non-voting replica wanted) has it removed again
+        t0 = time.monotonic()
+        assert hk.schedule([ScheduleCommand(C.ADD_NON_VOTING_REPLICA, leader_store, 1, 4, "log-4", learner=True)],
+                           LIFETIME) == 1
+        seen_learner = False
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            sh = hk.status()["shards"]["1"]
+            assert "4" not in sh["voters"], sh          # a non-voting replica is never promoted
+            if "4" in sh["learners"]:
+                assert 4 in sh["non_voting"], sh
+                seen_learner = True
+                timeline.setdefault("non-voting learner added", time.monotonic() - t0)
+            elif seen_learner:
+                timeline["non-voting learner removed"] = time.monotonic() - t0
+                break
+            time.sleep(0.1)
+        assert "non-voting learner removed" in timeline, (timeline, sh)
+        log = log_of("logservice", leader_store.split("-")[1])
+        assert "ran schedule command ADD_NON_VOTING_REPLICA shard 1 replica 4@log-4" in log, log[-2000:]
+        assert "ran schedule command REMOVE_NON_VOTING_REPLICA shard 1 replica 4@log-4" in log, log[-2000:]
+
+        # bad operator input: typed refusals, and HAKeeper goes on ticking
+        tick = hk.status()["tick"]
+        with pytest.raises(UnknownReplicaError):
+            hk.schedule([ScheduleCommand(C.STOP_REPLICA, "log-1", 1, 99, "log-1")], LIFETIME)
+        with pytest.raises(UnknownStoreError):
+            hk.schedule([ScheduleCommand(C.STOP_TN, "tn-9", 1, 1, "tn-9")], LIFETIME)
+        with pytest.raises(MalformedCommandError):
+            hk.schedule([ScheduleCommand(C.DELETE_CN_STORE, "tn-1")], LIFETIME)
+        with pytest.raises(MalformedCommandError):
+            hk.schedule([ScheduleCommand(C.STOP_TN, "tn-1", 1, 1, "tn-1")], 0)
+        until("HAKeeper's tick goes on", lambda: hk.status()["tick"] > tick + 5, 5)
+
+        # STOP_TN: the TN process stops; HAKeeper finds the TN down and has it started again
+        pid0 = cluster_processes(d)[("tn", 1)]["pid"]
+        t0 = time.monotonic()
+        assert hk.schedule([ScheduleCommand(C.STOP_TN, "tn-1", 1, 1, "tn-1")], LIFETIME) == 1
+        until("the TN process stops", lambda: not _alive(pid0), 15, every=0.1)
+        timeline["TN stopped"] = time.monotonic() - t0
+        assert "HAKeeper stopped TN shard 1 on tn-1 (STOP_TN)" in log_of("tn", 1)
+        tn = until("the TN is started again", lambda: (lambda p: p if p["state"] == "up" and p["pid"] != pid0
+                                                       else None)(cluster_processes(d)[("tn", 1)]), 30)
+        timeline["TN started again"] = time.monotonic() - t0
+        assert tn["address"] == next(p["address"] for p in table if p["role"] == "tn")
+        print("\nstore commands timeline (s after the command was queued): "
+              + ", ".join(f"{k} {t:.1f}" for k, t in timeline.items()))
+    finally:
+        hk.close()
+        down = logtide("cluster", "down", "--dir", d, check=False)
+    assert down.returncode == 0, down.stderr
