@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from logtide.engine.hakeeper import hakeeper_format as F
 from logtide.engine.hakeeper.cluster_info import ClusterInfo
 from logtide.engine.hakeeper.heartbeat import HEARTBEAT_TAG, HEARTBEAT_TYPES, Heartbeat
-from logtide.engine.hakeeper.schedule_command import ScheduleCommand
+from logtide.engine.hakeeper.schedule_command import SELF_APPLIED, ScheduleCommand
 from logtide.engine.hakeeper.store_role import StoreRole
 from logtide.errors import MalformedCommandError, MalformedHeartbeatError
 
@@ -151,6 +151,9 @@ def decode_command(data: bytes) -> Command:
         cmd = OperatorSchedule(timeout, tuple(ScheduleCommand.decode_from(r) for _ in range(r.count("commands"))))
         if timeout < 1:
             raise MalformedCommandError("operator schedule: timeout_ticks must be >= 1")
+        own = [c.kind.name for c in cmd.commands if c.kind in SELF_APPLIED]
+        if own:
+            raise MalformedCommandError(f"operator schedule: {', '.join(own)} are HAKeeper's own, not an operator's")
     else:
         raise MalformedCommandError(f"unknown HAKeeper command tag {tag}")
     r.end()
