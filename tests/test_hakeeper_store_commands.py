@@ -7,9 +7,11 @@ reply to that store's next heartbeat, and its effect shows in what the store the
 - `STOP_REPLICA` closes a follower's replica (it stays a voter); the log checker finds a member
   not running and sends `START_REPLICA`, which reopens it from its own directory; it catches up
   and every acknowledged append is read back through it.
-- `ADD_NON_VOTING_REPLICA` adds the spare's replica as a Raft learner, which is never promoted;
-  the cluster wants no non-voting replica, so the log checker sends `REMOVE_NON_VOTING_REPLICA`
-  and the shard leader's store removes it.
+- the cluster wants one non-voting replica: the log checker's `ADD_NON_VOTING_REPLICA` makes the
+  spare's replica a Raft learner, which is never promoted. `STOP_NON_VOTING_REPLICA` closes it and
+  the checker's `START_NON_VOTING_REPLICA` reopens it; `REMOVE_NON_VOTING_REPLICA` takes it out of
+  the membership, its store kills it as a zombie, and the checker adds a new one there, which the
+  store starts.
 - `STOP_TN` stops the TN process; HAKeeper finds its TN down and has it started again.
 - commands naming unknown stores or replicas, or HAKeeper's own types, are refused, typed, and
   HAKeeper's tick goes on.
@@ -45,7 +47,7 @@ def _alive(pid: int) -> bool:
 def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_path):
     d = tmp_path / "cluster"
     r = logtide("cluster", "up", "--dir", d, "--cns", 0, "--ros", 0, "--spare-stores", 1, "--meta-replicas", 1,
-                "--hakeeper-timeouts", TIMEOUTS, "--json")
+                "--non-voting-replicas", 1, "--hakeeper-timeouts", TIMEOUTS, "--json")
     table = json.loads(r.stdout)
     layout = json.loads((d / "cluster.json").read_text())
     hk = HAKeeperClient(",".join(layout["options"]["hakeeper_peers"].values()), timeout=3.0)
@@ -91,28 +93,47 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
                     break
         assert all(got.get(lsn, b"").endswith(data) for lsn, data in acked.items()), "acknowledged appends lost"
 
-        # ADD_NON_VOTING_REPLICA: the spare's replica 4 becomes a learner, never a voter; the checker
-        # (no non-voting replica wanted) has it removed again
-        t0 = time.monotonic()
-        assert hk.schedule([ScheduleCommand(C.ADD_NON_VOTING_REPLICA, leader_store, 1, 4, "log-4", learner=True)],
-                           LIFETIME) == 1
-        seen_learner = False
-        end = time.monotonic() + 20
-        while time.monotonic() < end:
+        # the cluster wants one non-voting replica: the log checker added the spare's replica 4 as a
+        # Raft learner, and it stays one
+        sh = until("the spare's replica 4 is a non-voting learner", lambda: (lambda s: s if "4" in s["learners"]
+                   else None)(hk.status()["shards"]["1"]), 20)
+        assert sh["non_voting"] == [4] and "4" not in sh["voters"], sh
+        end = time.monotonic() + 3
+        while time.monotonic() < end:   # promote_lag is long passed: a voting learner would be promoted now
             sh = hk.status()["shards"]["1"]
-            assert "4" not in sh["voters"], sh          # a non-voting replica is never promoted
-            if "4" in sh["learners"]:
-                assert 4 in sh["non_voting"], sh
-                seen_learner = True
-                timeline.setdefault("non-voting learner added", time.monotonic() - t0)
-            elif seen_learner:
-                timeline["non-voting learner removed"] = time.monotonic() - t0
-                break
-            time.sleep(0.1)
-        assert "non-voting learner removed" in timeline, (timeline, sh)
+            assert "4" in sh["learners"] and "4" not in sh["voters"], sh
+            time.sleep(0.2)
         log = log_of("logservice", leader_store.split("-")[1])
         assert "ran schedule command ADD_NON_VOTING_REPLICA shard 1 replica 4@log-4" in log, log[-2000:]
-        assert "ran schedule command REMOVE_NON_VOTING_REPLICA shard 1 replica 4@log-4" in log, log[-2000:]
+
+        # STOP_NON_VOTING_REPLICA closes it; the checker's START_NON_VOTING_REPLICA reopens it
+        t0 = time.monotonic()
+        assert hk.schedule([ScheduleCommand(C.STOP_NON_VOTING_REPLICA, "log-4", 1, 4, "log-4")], LIFETIME) == 1
+        until("log-4 reports no replica", lambda: runs(hk.status(), "log-4") == [], 15, every=0.1)
+        timeline["non-voting replica stopped"] = time.monotonic() - t0
+        until("log-4 runs replica 4 again", lambda: runs(hk.status(), "log-4") == [4], 15, every=0.1)
+        timeline["non-voting replica started again"] = time.monotonic() - t0
+        assert "ran schedule command START_NON_VOTING_REPLICA shard 1 replica 4@log-4 -> log-4: replica 4 opened" \
+            in log_of("spare", 4)
+
+        # REMOVE_NON_VOTING_REPLICA takes it out of the membership; its replica is then a zombie, killed,
+        # and the checker adds a new non-voting replica on that store, which the store starts
+        t0 = time.monotonic()
+        assert hk.schedule([ScheduleCommand(C.REMOVE_NON_VOTING_REPLICA, leader_store, 1, 4, "log-4")],
+                           LIFETIME) == 1
+        until("replica 4 leaves the membership", lambda: "4" not in hk.status()["shards"]["1"]["learners"], 15,
+              every=0.1)
+        timeline["non-voting replica removed"] = time.monotonic() - t0
+        sh = until("a new non-voting replica runs on log-4", lambda: (lambda st: st["shards"]["1"] if any(
+            st["shards"]["1"]["learners"].get(str(r)) == "log-4" for r in runs(st, "log-4")) else None)(
+            hk.status()), 25, every=0.1)
+        timeline["new non-voting replica running"] = time.monotonic() - t0
+        new = next(int(r) for r, store in sh["learners"].items() if store == "log-4")
+        assert new > 4 and sh["non_voting"] == [new] and str(new) not in sh["voters"], sh
+        spare_log = log_of("spare", 4)
+        assert "ran schedule command KILL_ZOMBIE shard 1 replica 4@log-4" in spare_log, spare_log[-2000:]
+        assert f"ran schedule command START_NON_VOTING_REPLICA shard 1 replica {new}@log-4 -> log-4: replica " \
+            f"{new} opened" in spare_log, spare_log[-2000:]
 
         # bad operator input: typed refusals, and HAKeeper goes on ticking
         tick = hk.status()["tick"]

@@ -194,8 +194,11 @@ class HAKeeperStateMachine(StateMachine):
         done = {k: c for k, c in st.in_flight.items() if finished(c, st)}
         if not done:
             return
-        for k in done:
+        for k, c in done.items():
             del st.in_flight[k]
+            shard = st.shards.get(c.shard_id)
+            if c.kind in (CommandType.REMOVE_REPLICA, CommandType.REMOVE_NON_VOTING_REPLICA) and shard is not None:
+                shard.non_voting.discard(c.replica_id)   # gone from the membership: ids are never reused
         self._unqueue(set(done.values()))
 
     def _advance_truncation(self, request: int) -> None:
