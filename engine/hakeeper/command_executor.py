@@ -6,7 +6,8 @@ call a live store down. The heartbeat thread hands each reply's commands here an
 
 Commands run one at a time, in the order received. Each has a deadline from its receipt: one
 still waiting when its deadline passes is dropped, not run late (HAKeeper sees it unfinished and
-issues it again when it expires). A command equal to one waiting or running is not queued twice.
+issues it again when it expires). A command with the key of one waiting or running (the same
+action, re-issued) is not queued twice.
 Each command's own wait (a membership change's commit) has its own deadline in `run`. Errors
 are logged and counted, never raised into the store.
 """
@@ -43,13 +44,14 @@ class CommandExecutor:
     def submit(self, commands: list[ScheduleCommand]) -> None:
         """Queue the commands of one heartbeat reply; returns at once."""
         with self._cv:
-            waiting = {c for _, c in self._queue} | {self._running}
+            # by key: HAKeeper re-issues an expired command with a new lifetime while the first may still run
+            waiting = {c.key() for _, c in self._queue} | ({self._running.key()} if self._running else set())
             for c in commands:
-                if c in waiting:
+                if c.key() in waiting:
                     log.info("store %s: %s is already waiting or running", self.store_id, c)
                     continue
                 self._queue.append((time.monotonic() + self.deadline, c))
-                waiting.add(c)
+                waiting.add(c.key())
             self._cv.notify()
 
     def pending(self) -> int:
