@@ -16,14 +16,14 @@ def logtide(*args, check=True, timeout=200) -> subprocess.CompletedProcess:
     return r
 
 
-def until(what: str, cond, timeout: float, every: float = 0.3):
+def until(what: str, cond, timeout: float, step: float = 0.1):
     """cond()'s first truthy value; AssertionError naming `what` when none comes within `timeout` s."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = cond()
         if got:
             return got
-        time.sleep(every)
+        time.sleep(step)
     raise AssertionError(f"not within {timeout} s: {what}")
 
 

@@ -70,10 +70,10 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
         t0 = time.monotonic()
         assert hk.schedule([ScheduleCommand(C.STOP_REPLICA, f"log-{v}", 1, v, f"log-{v}")], LIFETIME) == 1
         st = until(f"log-{v} reports no replica", lambda: (lambda s: s if runs(s, f"log-{v}") == [] else None)(
-            hk.status()), 15, every=0.1)
+            hk.status()), 15, step=0.1)
         timeline["replica stopped"] = time.monotonic() - t0
         assert str(v) in st["shards"]["1"]["voters"], st["shards"]["1"]
-        until(f"log-{v} runs replica {v} again", lambda: runs(hk.status(), f"log-{v}") == [v], 15, every=0.1)
+        until(f"log-{v} runs replica {v} again", lambda: runs(hk.status(), f"log-{v}") == [v], 15, step=0.1)
         timeline["replica started again"] = time.monotonic() - t0
         log = log_of("logservice", v)
         assert f"ran schedule command STOP_REPLICA shard 1 replica {v}" in log, log[-2000:]
@@ -109,9 +109,9 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
         # STOP_NON_VOTING_REPLICA closes it; the checker's START_NON_VOTING_REPLICA reopens it
         t0 = time.monotonic()
         assert hk.schedule([ScheduleCommand(C.STOP_NON_VOTING_REPLICA, "log-4", 1, 4, "log-4")], LIFETIME) == 1
-        until("log-4 reports no replica", lambda: runs(hk.status(), "log-4") == [], 15, every=0.1)
+        until("log-4 reports no replica", lambda: runs(hk.status(), "log-4") == [], 15, step=0.1)
         timeline["non-voting replica stopped"] = time.monotonic() - t0
-        until("log-4 runs replica 4 again", lambda: runs(hk.status(), "log-4") == [4], 15, every=0.1)
+        until("log-4 runs replica 4 again", lambda: runs(hk.status(), "log-4") == [4], 15, step=0.1)
         timeline["non-voting replica started again"] = time.monotonic() - t0
         assert "ran schedule command START_NON_VOTING_REPLICA shard 1 replica 4@log-4 -> log-4: replica 4 opened" \
             in log_of("spare", 4)
@@ -122,11 +122,11 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
         assert hk.schedule([ScheduleCommand(C.REMOVE_NON_VOTING_REPLICA, leader_store, 1, 4, "log-4")],
                            LIFETIME) == 1
         until("replica 4 leaves the membership", lambda: "4" not in hk.status()["shards"]["1"]["learners"], 15,
-              every=0.1)
+              step=0.1)
         timeline["non-voting replica removed"] = time.monotonic() - t0
         sh = until("a new non-voting replica runs on log-4", lambda: (lambda st: st["shards"]["1"] if any(
             st["shards"]["1"]["learners"].get(str(r)) == "log-4" for r in runs(st, "log-4")) else None)(
-            hk.status()), 25, every=0.1)
+            hk.status()), 25, step=0.1)
         timeline["new non-voting replica running"] = time.monotonic() - t0
         new = next(int(r) for r, store in sh["learners"].items() if store == "log-4")
         assert new > 4 and sh["non_voting"] == [new] and str(new) not in sh["voters"], sh
@@ -151,7 +151,7 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
         pid0 = cluster_processes(d)[("tn", 1)]["pid"]
         t0 = time.monotonic()
         assert hk.schedule([ScheduleCommand(C.STOP_TN, "tn-1", 1, 1, "tn-1")], LIFETIME) == 1
-        until("the TN process stops", lambda: not _alive(pid0), 15, every=0.1)
+        until("the TN process stops", lambda: not _alive(pid0), 15, step=0.1)
         timeline["TN stopped"] = time.monotonic() - t0
         assert "HAKeeper stopped TN shard 1 on tn-1 (STOP_TN)" in log_of("tn", 1)
         tn = until("the TN is started again", lambda: (lambda p: p if p["state"] == "up" and p["pid"] != pid0
