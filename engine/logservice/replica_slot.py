@@ -56,7 +56,7 @@ class ReplicaSlot:
             if self.svc is None or self.svc.id != replica_id:
                 return False
             svc, self.svc = self.svc, None
-            mark_killed(svc.dir, replica_id)   # durable before the close: a crash in between still skips it
+        mark_killed(svc.dir, replica_id)   # durable before the close: a crash in between still skips it
         svc.close()
         return True
 
@@ -72,14 +72,17 @@ class ReplicaSlot:
 
     def start(self, replica_id: int, peers: dict[int, str]) -> bool:
         """Open replica `replica_id` unless one runs (from its directory when this slot stopped it, else
-        as a joiner); True when it was opened."""
+        as a joiner); True when it was opened. Called from one thread (the store's command executor)."""
         with self.lock:
             if self.svc is not None:
                 return False
             d = self.stopped.get(replica_id, f"{self.base_dir}.replica-{replica_id}")
-            self.svc = self._open(d, replica_id, {**peers, replica_id: self.address}, self.address)
+        # opened outside the lock: recovery may take seconds, and the heartbeat's report takes the lock
+        svc = self._open(d, replica_id, {**peers, replica_id: self.address}, self.address)
+        with self.lock:
+            self.svc = svc
             self.stopped.pop(replica_id, None)
-            return True
+        return True
 
     def close(self) -> None:
         with self.lock:
