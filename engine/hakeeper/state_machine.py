@@ -114,6 +114,10 @@ class HAKeeperStateMachine(StateMachine):
         if not gone:
             return
         dropped = {st.in_flight.pop(k) for k in gone}
+        for c in dropped:   # a non-voting replica that was never added is not one
+            shard = st.shards.get(c.shard_id)
+            if c.kind == CommandType.ADD_NON_VOTING_REPLICA and shard is not None and c.replica_id not in shard.learners:
+                shard.non_voting.discard(c.replica_id)
         self._unqueue(dropped)
 
     def _unqueue(self, commands: set[ScheduleCommand]) -> None:
@@ -176,6 +180,9 @@ class HAKeeperStateMachine(StateMachine):
         s.tick, s.report = st.tick, hb
         if isinstance(hb, LogStoreHeartbeat):
             for rep in hb.replicas:
+                # ids the stores already use (founders that bootstrapped on their own) are never handed out
+                seen = [rep.replica_id, *(r for r, _s in rep.voters), *(r for r, _s in rep.learners)]
+                st.next_replica_id = max(st.next_replica_id, max(seen) + 1)
                 shard = st.shards.get(rep.shard_id)
                 if shard is not None:   # other shards (HAKeeper's own, shard 0) are not checked here
                     shard.update(rep)
