@@ -93,45 +93,47 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
                     break
         assert all(got.get(lsn, b"").endswith(data) for lsn, data in acked.items()), "acknowledged appends lost"
 
-        # the cluster wants one non-voting replica: the log checker added the spare's replica 4 as a
+        # the cluster wants one non-voting replica: the log checker added one on the spare store as a
         # Raft learner, and it stays one
-        sh = until("the spare's replica 4 is a non-voting learner", lambda: (lambda s: s if "4" in s["learners"]
-                   else None)(hk.status()["shards"]["1"]), 20)
-        assert sh["non_voting"] == [4] and "4" not in sh["voters"], sh
+        sh = until("the spare store runs a non-voting learner", lambda: (lambda st: st["shards"]["1"] if any(
+            st["shards"]["1"]["learners"].get(str(r)) == "log-4" for r in runs(st, "log-4")) else None)(
+            hk.status()), 20, step=0.1)
+        nv = next(int(r) for r, store in sh["learners"].items() if store == "log-4")
+        assert sh["non_voting"] == [nv] and str(nv) not in sh["voters"], sh
         end = time.monotonic() + 3
         while time.monotonic() < end:   # promote_lag is long passed: a voting learner would be promoted now
             sh = hk.status()["shards"]["1"]
-            assert "4" in sh["learners"] and "4" not in sh["voters"], sh
+            assert str(nv) in sh["learners"] and str(nv) not in sh["voters"], sh
             time.sleep(0.2)
         log = log_of("logservice", leader_store.split("-")[1])
-        assert "ran schedule command ADD_NON_VOTING_REPLICA shard 1 replica 4@log-4" in log, log[-2000:]
+        assert f"ran schedule command ADD_NON_VOTING_REPLICA shard 1 replica {nv}@log-4" in log, log[-2000:]
 
         # STOP_NON_VOTING_REPLICA closes it; the checker's START_NON_VOTING_REPLICA reopens it
         t0 = time.monotonic()
-        assert hk.schedule([ScheduleCommand(C.STOP_NON_VOTING_REPLICA, "log-4", 1, 4, "log-4")], LIFETIME) == 1
+        assert hk.schedule([ScheduleCommand(C.STOP_NON_VOTING_REPLICA, "log-4", 1, nv, "log-4")], LIFETIME) == 1
         until("log-4 reports no replica", lambda: runs(hk.status(), "log-4") == [], 15, step=0.1)
         timeline["non-voting replica stopped"] = time.monotonic() - t0
-        until("log-4 runs replica 4 again", lambda: runs(hk.status(), "log-4") == [4], 15, step=0.1)
+        until(f"log-4 runs replica {nv} again", lambda: runs(hk.status(), "log-4") == [nv], 15, step=0.1)
         timeline["non-voting replica started again"] = time.monotonic() - t0
-        assert "ran schedule command START_NON_VOTING_REPLICA shard 1 replica 4@log-4 -> log-4: replica 4 opened" \
-            in log_of("spare", 4)
+        assert f"ran schedule command START_NON_VOTING_REPLICA shard 1 replica {nv}@log-4 -> log-4: replica {nv} " \
+            "opened" in log_of("spare", 4)
 
         # REMOVE_NON_VOTING_REPLICA takes it out of the membership; its replica is then a zombie, killed,
         # and the checker adds a new non-voting replica on that store, which the store starts
         t0 = time.monotonic()
-        assert hk.schedule([ScheduleCommand(C.REMOVE_NON_VOTING_REPLICA, leader_store, 1, 4, "log-4")],
+        assert hk.schedule([ScheduleCommand(C.REMOVE_NON_VOTING_REPLICA, leader_store, 1, nv, "log-4")],
                            LIFETIME) == 1
-        until("replica 4 leaves the membership", lambda: "4" not in hk.status()["shards"]["1"]["learners"], 15,
-              step=0.1)
+        until(f"replica {nv} leaves the membership", lambda: str(nv) not in hk.status()["shards"]["1"]["learners"],
+              15, step=0.1)
         timeline["non-voting replica removed"] = time.monotonic() - t0
         sh = until("a new non-voting replica runs on log-4", lambda: (lambda st: st["shards"]["1"] if any(
-            st["shards"]["1"]["learners"].get(str(r)) == "log-4" for r in runs(st, "log-4")) else None)(
+            st["shards"]["1"]["learners"].get(str(r)) == "log-4" and r != nv for r in runs(st, "log-4")) else None)(
             hk.status()), 25, step=0.1)
         timeline["new non-voting replica running"] = time.monotonic() - t0
         new = next(int(r) for r, store in sh["learners"].items() if store == "log-4")
-        assert new > 4 and sh["non_voting"] == [new] and str(new) not in sh["voters"], sh
+        assert new > nv and sh["non_voting"] == [new] and str(new) not in sh["voters"], sh
         spare_log = log_of("spare", 4)
-        assert "ran schedule command KILL_ZOMBIE shard 1 replica 4@log-4" in spare_log, spare_log[-2000:]
+        assert f"ran schedule command KILL_ZOMBIE shard 1 replica {nv}@log-4" in spare_log, spare_log[-2000:]
         assert f"ran schedule command START_NON_VOTING_REPLICA shard 1 replica {new}@log-4 -> log-4: replica " \
             f"{new} opened" in spare_log, spare_log[-2000:]
 

@@ -180,12 +180,12 @@ class HAKeeperStateMachine(StateMachine):
         s.tick, s.report = st.tick, hb
         if isinstance(hb, LogStoreHeartbeat):
             for rep in hb.replicas:
-                # ids the stores already use (founders that bootstrapped on their own) are never handed out
-                seen = [rep.replica_id, *(r for r, _s in rep.voters), *(r for r, _s in rep.learners)]
-                st.next_replica_id = max(st.next_replica_id, max(seen) + 1)
                 shard = st.shards.get(rep.shard_id)
                 if shard is not None:   # other shards (HAKeeper's own, shard 0) are not checked here
                     shard.update(rep)
+                    # ids the shard already uses (founders that bootstrapped on their own) are never handed out
+                    seen = [rep.replica_id, *(r for r, _s in rep.voters), *(r for r, _s in rep.learners)]
+                    st.next_replica_id = max(st.next_replica_id, max(seen) + 1)
             self._maybe_running()
         elif isinstance(hb, PrimaryHeartbeat):
             self._advance_truncation(hb.truncate_request)

@@ -71,12 +71,18 @@ class ReplicaSlot:
         return True
 
     def start(self, replica_id: int, peers: dict[int, str]) -> bool:
-        """Open replica `replica_id` unless one runs (from its directory when this slot stopped it, else
-        as a joiner); True when it was opened. Called from one thread (the store's command executor)."""
+        """Open replica `replica_id` unless a member runs (from its directory when this slot stopped it,
+        else as a joiner; an idle `--join` spare that no membership names is closed first); True when
+        it was opened. Called from one thread (the store's command executor)."""
         with self.lock:
-            if self.svc is not None:
+            idle = self.svc if self.svc is not None and not self.svc.status()["voters"] else None
+            if self.svc is not None and idle is None:
                 return False
+            self.svc = None
             d = self.stopped.get(replica_id, f"{self.base_dir}.replica-{replica_id}")
+        if idle is not None:   # a --join spare no membership names holds nothing: it makes way
+            log.warning("replica slot: closing idle joiner %d to open replica %d", idle.id, replica_id)
+            idle.close()
         # opened outside the lock: recovery may take seconds, and the heartbeat's report takes the lock
         svc = self._open(d, replica_id, {**peers, replica_id: self.address}, self.address)
         with self.lock:
