@@ -2,8 +2,9 @@
 
 `report()` builds the store's heartbeat (its role's dataclass) from the live process; the reply's
 schedule commands are handed to a CommandExecutor, which runs each through `run_command` on its
-own thread (logged when none is given), so a slow command never delays the next heartbeat. A heartbeat refused with UnknownStoreError (HAKeeper dropped the store, or never had it)
-registers again. Every call has the client's deadline, so a lost HAKeeper delays the next beat
+own thread (logged when none is given), so a slow command never delays the next heartbeat. A
+heartbeat refused with UnknownStoreError (HAKeeper dropped the store, or never had it) registers
+again. Every call has the client's deadline, so a lost HAKeeper delays the next beat
 and never hangs the store; errors are counted and logged, never raised into the store.
 """
 from __future__ import annotations

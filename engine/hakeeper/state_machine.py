@@ -20,8 +20,7 @@ from typing import Any, BinaryIO
 from logtide.engine.hakeeper.cluster_info import BootstrapState
 from logtide.engine.hakeeper.command_progress import finished
 from logtide.engine.hakeeper.command import (Command, InitialCluster, OperatorSchedule, RegisterStore,
-                                             ScheduleCommandBatch, Tick,
-                                             decode_command)
+                                             ScheduleCommandBatch, Tick, decode_command)
 from logtide.engine.hakeeper.hakeeper_state import HAKeeperState
 from logtide.engine.hakeeper.heartbeat import LogStoreHeartbeat, PrimaryHeartbeat
 from logtide.engine.hakeeper.log_shard_state import LogShardState
@@ -116,7 +115,8 @@ class HAKeeperStateMachine(StateMachine):
         dropped = {st.in_flight.pop(k) for k in gone}
         for c in dropped:   # a non-voting replica that was never added is not one
             shard = st.shards.get(c.shard_id)
-            if c.kind == CommandType.ADD_NON_VOTING_REPLICA and shard is not None and c.replica_id not in shard.learners:
+            if c.kind == CommandType.ADD_NON_VOTING_REPLICA and shard is not None \
+                    and c.replica_id not in shard.learners:
                 shard.non_voting.discard(c.replica_id)
         self._unqueue(dropped)
 

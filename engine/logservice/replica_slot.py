@@ -8,8 +8,9 @@ HAKeeper counts it as a store a new replica can go to. `STOP_REPLICA` closes a m
 in the membership; the slot remembers its directory). `START_REPLICA` of a member this store does
 not run reopens it from its directory when this slot stopped it, and otherwise opens it as a
 joining replica, in a directory of its own beside the store's, on the store's address, with the
-shard's current members as its peers (the leader then brings it up to date). Nothing here
-decides: HAKeeper's checkers do (docs/hakeeper.md, section 5).
+shard's current members as its peers (the leader then brings it up to date); an idle `--join`
+spare (no membership names it, so it holds nothing) makes way for it. Nothing here decides:
+HAKeeper's checkers do (docs/hakeeper.md, section 5).
 """
 from __future__ import annotations
 

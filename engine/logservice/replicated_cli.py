@@ -56,7 +56,8 @@ def serve_raft(args: argparse.Namespace) -> int:
     from logtide.engine.logservice.zombie_marker import killed
     # a replica HAKeeper had killed as a zombie stays closed: the store starts as a spare
     svc = None if killed(args.dir) else open_replica(args.dir, args.id, peers, listen, join=args.join)
-    slot = ReplicaSlot(svc, svc.address if svc else listen, args.dir, open_replica)   # HAKeeper may close it or open another
+    # HAKeeper may close the replica or open another
+    slot = ReplicaSlot(svc, svc.address if svc else listen, args.dir, open_replica)
     from logtide.engine.hakeeper.host_cli import host_from_args
     try:
         hakeeper = host_from_args(args)   # None without --hakeeper-id: the store runs as before
