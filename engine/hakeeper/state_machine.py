@@ -9,6 +9,7 @@ changes nothing but the applied index, the same on every replica. Results:
 - RegisterStore: the store's tick;
 - a heartbeat: the store's queued schedule commands (a tuple), which are deleted from the queue;
 - ScheduleCommandBatch: the number of commands taken, or -1 when the batch is stale and ignored;
+- OperatorSchedule: the number of commands taken (one already in flight is not taken again);
 - InitialCluster: True when it bootstrapped, False when the cluster was already bootstrapped.
 """
 from __future__ import annotations
