@@ -15,15 +15,20 @@ reply to that store's next heartbeat, and its effect shows in what the store the
 - `STOP_TN` stops the TN process; HAKeeper finds its TN down and has it started again.
 - commands naming unknown stores or replicas, or HAKeeper's own types, are refused, typed, and
   HAKeeper's tick goes on.
+
+And one the TN checker issues itself: a TN shard served by two TN stores is stopped on one.
 """
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
 from cluster_run import cluster_processes, logtide, until
+from hakeeper_procs import LOGTIDE
+from ports import free_ports
 
 from logtide.engine.hakeeper.client import HAKeeperClient
 from logtide.engine.hakeeper.schedule_command import CommandType as C
@@ -34,6 +39,11 @@ from logtide.errors import MalformedCommandError, UnknownReplicaError, UnknownSt
 pytestmark = pytest.mark.timeout(180)
 TIMEOUTS = "log=15,tn=2,cn=5,primary=5,ro=5,command=5"
 LIFETIME = 50   # ticks an operator's command stays in flight
+
+
+def process_log(d):
+    """log_of(role, n): the text of D/logs/<role>-<n>.log."""
+    return lambda role, i: (d / "logs" / f"{role}-{i}.log").read_text(errors="replace")
 
 
 def _alive(pid: int) -> bool:
@@ -52,7 +62,7 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
     layout = json.loads((d / "cluster.json").read_text())
     hk = HAKeeperClient(",".join(layout["options"]["hakeeper_peers"].values()), timeout=3.0)
     stores = {p["id"]: p["address"] for p in table if p["role"] in ("logservice", "spare")}
-    log_of = lambda role, i: (d / "logs" / f"{role}-{i}.log").read_text(errors="replace")   # noqa: E731
+    log_of = process_log(d)
     timeline: dict[str, float] = {}
     try:
         sh = until("HAKeeper knows the shard's three voters and its leader",
@@ -164,5 +174,47 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
               + ", ".join(f"{k} {t:.1f}" for k, t in timeline.items()))
     finally:
         hk.close()
+        down = logtide("cluster", "down", "--dir", d, check=False)
+    assert down.returncode == 0, down.stderr
+
+
+def test_a_tn_shard_found_on_two_stores_is_stopped_on_one_by_the_tn_checker(tmp_path):
+    """A second TN process (store tn-2) serves TN shard 1 beside the cluster's tn-1: the TN checker
+    keeps one (the highest replica id, then store id: tn-2) and sends STOP_TN to the other, which
+    stops; the shard then runs on one store, and HAKeeper starts nothing again (tn-2 runs it)."""
+    d = tmp_path / "cluster"
+    logtide("cluster", "up", "--dir", d, "--cns", 0, "--ros", 0, "--spare-stores", 0, "--meta-replicas", 1,
+            "--hakeeper-timeouts", TIMEOUTS)
+    layout = json.loads((d / "cluster.json").read_text())
+    addrs = ",".join(layout["options"]["hakeeper_peers"].values())
+    hk = HAKeeperClient(addrs, timeout=3.0)
+    log_of = process_log(d)
+    second = None
+    try:
+        until("HAKeeper hears tn-1", lambda: hk.status()["stores"].get("tn-1", {}).get("heartbeated"), 20)
+        pid1 = cluster_processes(d)[("tn", 1)]["pid"]
+        port = free_ports(1)[0]
+        second = subprocess.Popen([LOGTIDE, "logtail", "tn", str(tmp_path / "tn2"), "--address", f"127.0.0.1:{port}",
+                                   "--hakeeper", addrs, "--hakeeper-store-id", "tn-2"],
+                                  stdout=open(tmp_path / "tn2.log", "wb"), stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        until("HAKeeper hears tn-2", lambda: hk.status()["stores"].get("tn-2", {}).get("heartbeated"), 20)
+        heard = time.monotonic() - t0
+        until("tn-1 stops", lambda: not _alive(pid1), 15, step=0.1)
+        stopped = time.monotonic() - t0
+        assert "HAKeeper stopped TN shard 1 on tn-1 (STOP_TN)" in log_of("tn", 1)
+        store_logs = lambda: "".join(log_of("logservice", i) for i in (1, 2, 3))   # noqa: E731
+        assert "schedules STOP_TN shard 1 -> tn-1" in store_logs()
+        until("tn-1 is down at HAKeeper", lambda: hk.status()["stores"]["tn-1"]["down"], 10)
+        time.sleep(3)   # more checker rounds: tn-2 runs the shard, so nothing starts tn-1 again
+        assert second.poll() is None
+        assert not _alive(pid1) and cluster_processes(d)[("tn", 1)]["state"] == "down"
+        assert "START_TN" not in store_logs()
+        print(f"\ntn-2 heard {heard:.1f} s after its start; tn-1 stopped by STOP_TN {stopped:.1f} s after it")
+    finally:
+        hk.close()
+        if second is not None:
+            second.terminate()
+            second.wait(10)
         down = logtide("cluster", "down", "--dir", d, check=False)
     assert down.returncode == 0, down.stderr
