@@ -12,7 +12,8 @@ reply to that store's next heartbeat, and its effect shows in what the store the
   the checker's `START_NON_VOTING_REPLICA` reopens it; `REMOVE_NON_VOTING_REPLICA` takes it out of
   the membership, its store kills it as a zombie, and the checker adds a new one there, which the
   store starts.
-- `STOP_TN` stops the TN process; HAKeeper finds its TN down and has it started again.
+- `STOP_TN` (given from the shell: `logtide hakeeper schedule`) stops the TN process; HAKeeper
+  finds its TN down and has it started again.
 - commands naming unknown stores or replicas, or HAKeeper's own types, are refused, typed, and
   HAKeeper's tick goes on.
 
@@ -157,12 +158,19 @@ def test_stop_start_non_voting_and_stop_tn_are_carried_out_by_the_stores(tmp_pat
             hk.schedule([ScheduleCommand(C.DELETE_CN_STORE, "tn-1")], LIFETIME)
         with pytest.raises(MalformedCommandError):
             hk.schedule([ScheduleCommand(C.STOP_TN, "tn-1", 1, 1, "tn-1")], 0)
+        bad = logtide("hakeeper", "schedule", ",".join(layout["options"]["hakeeper_peers"].values()),
+                      "STOP_REPLICA", "log-1", "--replica", 99, check=False)
+        assert bad.returncode == 2 and "replica 99" in bad.stderr, (bad.returncode, bad.stdout, bad.stderr)
+        bad = logtide("hakeeper", "schedule", "127.0.0.1:1", "NO_SUCH_COMMAND", "log-1", check=False)
+        assert bad.returncode == 2 and "unknown schedule command type" in bad.stderr, bad.stderr
         until("HAKeeper's tick goes on", lambda: hk.status()["tick"] > tick + 5, 5)
 
         # STOP_TN: the TN process stops; HAKeeper finds the TN down and has it started again
         pid0 = cluster_processes(d)[("tn", 1)]["pid"]
         t0 = time.monotonic()
-        assert hk.schedule([ScheduleCommand(C.STOP_TN, "tn-1", 1, 1, "tn-1")], LIFETIME) == 1
+        addrs = ",".join(layout["options"]["hakeeper_peers"].values())   # this one from the shell, as an operator
+        out = logtide("hakeeper", "schedule", addrs, "STOP_TN", "tn-1", "--replica", 1, "--timeout-ticks", LIFETIME)
+        assert json.loads(out.stdout)["taken"] == 1, out.stdout
         until("the TN process stops", lambda: not _alive(pid0), 15, step=0.1)
         timeline["TN stopped"] = time.monotonic() - t0
         assert "HAKeeper stopped TN shard 1 on tn-1 (STOP_TN)" in log_of("tn", 1)
