@@ -9,11 +9,10 @@ The timelines are measured and printed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from cluster_run import logtide, until
 
 from logtide.engine.hakeeper.client import HAKeeperClient
 from logtide.engine.logservice import connect_logservice
@@ -23,12 +22,6 @@ pytestmark = pytest.mark.timeout(240)
 LOG_TIMEOUT = 4   # seconds without a heartbeat before HAKeeper calls a log store down
 
 
-def logtide(*args, check=True, timeout=200):
-    r = subprocess.run([sys.executable, "-m", "logtide", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd="/")
-    if check:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return r
 
 
 def _read_all(c, first, last):
@@ -48,14 +41,6 @@ def _processes(d) -> dict:
     return {p["id"]: p for p in st["processes"] if p["role"] in ("logservice", "spare")}
 
 
-def _until(what, cond, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def _repair(hk, d, victim: int, newcomer: str) -> tuple[dict, dict]:
@@ -109,13 +94,13 @@ def test_a_killed_log_store_is_replaced_and_comes_back_as_a_spare(tmp_path):
 
     try:
         append_and_check([1, 2, 3], "before")
-        sh = _until("HAKeeper knows the shard's three voters from their heartbeats",
+        sh = until("HAKeeper knows the shard's three voters from their heartbeats",
                     lambda: (lambda s: s if set(s.get("voters", {})) == {"1", "2", "3"} and s.get("leader") else None)(
                         hk.status()["shards"].get("1", {})), 30)
         victim = next(i for i in (1, 2, 3) if i != sh["leader"])
         first, sh = _repair(hk, d, victim, "log-4")
         # the spare, a voter now, is listed as a logservice (same id, address and pid)
-        four = _until("the spare is listed as a logservice", lambda: (lambda p: p if p["role"] == "logservice"
+        four = until("the spare is listed as a logservice", lambda: (lambda p: p if p["role"] == "logservice"
                                                                       else None)(_processes(d)[4]), 15)
         assert four["state"] == "up" and four["address"] == stores[4], four
         assert four["pid"] == next(p["pid"] for p in table if p["id"] == 4 and p["role"] == "spare")
@@ -124,13 +109,25 @@ def test_a_killed_log_store_is_replaced_and_comes_back_as_a_spare(tmp_path):
         # the dead store comes back: its replica is a zombie; killed, the store is a spare
         logtide("cluster", "start", "--dir", d, f"logservice#{victim}")
         t1 = time.monotonic()
-        back = _until("the zombie is killed and its store listed as a spare",
+        back = until("the zombie is killed and its store listed as a spare",
                       lambda: (lambda p: p if p["role"] == "spare" and p["state"] == "up" else None)(
                           _processes(d)[victim]), 30)
         zombie_killed = time.monotonic() - t1
         log = (d / "logs" / f"logservice-{victim}.log").read_text()
         assert f"ran schedule command KILL_ZOMBIE shard 1 replica {victim}" in log, log[-2000:]
         assert back["address"] == stores[victim]
+        # killed and started again, the store remembers its killed zombie: it opens no replica, and
+        # HAKeeper has nothing to kill a second time
+        zombie_dir = d / "data" / f"logservice-{victim}"
+        assert (zombie_dir / "ZOMBIE_KILLED").read_text() == f"{victim}\n"
+        logtide("cluster", "kill", "--dir", d, f"spare#{victim}")
+        logtide("cluster", "start", "--dir", d, f"spare#{victim}")
+        until("the restarted store heartbeats with no replica", lambda: (lambda s: s["heartbeated"] and s.get(
+            "replicas") == [] and not s["down"] and s["last_heartbeat_tick"] > hk.status()["tick"] - 10)(
+            hk.status()["stores"][f"log-{victim}"]), 20)
+        log = (d / "logs" / f"logservice-{victim}.log").read_text()
+        assert f"replica {victim} in {zombie_dir} was killed as a zombie: not opened" in log, log[-2000:]
+        assert log.count("ran schedule command KILL_ZOMBIE") == 1, log[-3000:]
         # the next repair goes to it: a new replica id, started there by START_REPLICA
         leader = hk.status()["shards"]["1"]["leader"]
         second_victim = next(int(r) for r in sh["voters"] if int(r) != leader)
@@ -140,7 +137,7 @@ def test_a_killed_log_store_is_replaced_and_comes_back_as_a_spare(tmp_path):
         assert new > 4, sh                                 # a fresh id from HAKeeper, not the zombie's
         log = (d / "logs" / f"logservice-{victim}.log").read_text()
         assert f"ran schedule command START_REPLICA shard 1 replica {new}" in log, log[-2000:]
-        _until("the store is listed as a logservice again", lambda: _processes(d)[victim]["role"] == "logservice", 15)
+        until("the store is listed as a logservice again", lambda: _processes(d)[victim]["role"] == "logservice", 15)
         live = [int(s.split("-")[1]) for s in sh["voters"].values()]
         append_and_check(live, "last")
         print("\nrepair timeline after SIGKILL of logservice#%d (HAKeeper log timeout %d s): %s"

@@ -7,11 +7,10 @@ measured and printed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from cluster_run import logtide, until
 
 from logtide.engine.cluster.layout import ClusterLayout
 from logtide.engine.hakeeper.client import HAKeeperClient
@@ -27,22 +26,8 @@ REPLICA_TIMEOUT = 30   # the primary's own timeout: far beyond the test, so only
 REL = 16384
 
 
-def logtide(*args, check=True, timeout=200):
-    r = subprocess.run([sys.executable, "-m", "logtide", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd="/")
-    if check:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return r
 
 
-def _until(what: str, cond, timeout: float, step: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def _status(c) -> dict:
@@ -68,20 +53,20 @@ def test_a_killed_ro_node_is_dropped_from_the_hold_and_rejoins(tmp_path):
             written[(t.block, t.slot)] = data
 
     try:
-        _until("HAKeeper hears both RO nodes and the primary",
+        until("HAKeeper hears both RO nodes and the primary",
                lambda: all(hk.status()["stores"].get(s, {}).get("heartbeated") for s in ("ro-1", "ro-2", "primary-1")),
                30)
         write(200)
         rc = connect(REPLAY_NODE, ro1.address, carrier="wire", timeout=20)
         (blk, slot), data = next(iter(written.items()))
-        _until("ro#1 reads a tuple", lambda: rc.Get(rel=REL, block=blk, slot=slot).found, 30)
+        until("ro#1 reads a tuple", lambda: rc.Get(rel=REL, block=blk, slot=slot).found, 30)
         rc.close()
         rc = None
 
         def truncating() -> bool:
             write(20)
             return _status(pc)["truncated_lsn"] > 0
-        _until("the WAL is truncated while both RO nodes hold it", truncating, 30)
+        until("the WAL is truncated while both RO nodes hold it", truncating, 30)
         held = hk.status()["stores"]["ro-1"]["min_used_lsn"]   # its hold as HAKeeper knows it
         logtide("cluster", "kill", "--dir", d, "ro#1")
         t0 = time.monotonic()
@@ -119,7 +104,7 @@ def test_a_killed_ro_node_is_dropped_from_the_hold_and_rejoins(tmp_path):
         # ro#2 kept its hold all along and still reads everything
         logtide("cluster", "start", "--dir", d, "ro#1")
         t1 = time.monotonic()
-        _until("ro#1 registers and heartbeats again",
+        until("ro#1 registers and heartbeats again",
                lambda: (hk.status()["stores"].get("ro-1") or {}).get("heartbeated"), 30)
         timeline["rejoined"] = time.monotonic() - t0
         write(50)
@@ -127,7 +112,7 @@ def test_a_killed_ro_node_is_dropped_from_the_hold_and_rejoins(tmp_path):
         for node in (ro1, ro2):
             c = connect(REPLAY_NODE, node.address, carrier="wire", timeout=20)
             try:
-                _until(f"{node.name} applies the primary's WAL", lambda: _status(c)["applied_lsn"] >= top, 30)
+                until(f"{node.name} applies the primary's WAL", lambda: _status(c)["applied_lsn"] >= top, 30)
                 for (b, s), data in written.items():
                     got = c.Get(rel=REL, block=b, slot=s)
                     assert got.found and got.data == data, (node.name, b, s)

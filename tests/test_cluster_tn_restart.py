@@ -6,12 +6,11 @@ measured and printed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cluster_run import logtide, until
 
 from logtide.engine.cluster.probe import probe
 from logtide.engine.cluster.layout import ClusterLayout
@@ -25,12 +24,6 @@ pytestmark = pytest.mark.timeout(240)
 TN_TIMEOUT = 2   # seconds without a heartbeat before HAKeeper calls the TN down
 
 
-def logtide(*args, check=True, timeout=200):
-    r = subprocess.run([sys.executable, "-m", "logtide", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd="/")
-    if check:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return r
 
 
 def _json_lines(path: Path) -> list[dict]:
@@ -49,14 +42,6 @@ def _summary(table) -> tuple[int, int, int]:
     return table.num_rows, int(ids.sum()), int(table.column("v").to_numpy().sum())
 
 
-def _until(what: str, cond, timeout: float, step: float = 0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def test_a_killed_tn_is_restarted_by_hakeeper_and_the_cns_converge(tmp_path):
@@ -69,11 +54,11 @@ def test_a_killed_tn_is_restarted_by_hakeeper_and_the_cns_converge(tmp_path):
     objects = str(d / "data" / "tn" / "objects")
     cn = None
     try:
-        _until("HAKeeper hears the TN run shard 1", lambda: (hk.status()["stores"].get("tn-1", {}).get("heartbeated")),
+        until("HAKeeper hears the TN run shard 1", lambda: (hk.status()["stores"].get("tn-1", {}).get("heartbeated")),
                30)
         cn = ComputeNode(lambda: RemoteStream(tn.address, "test"), ObjectStore(objects), "test")
         cn.subscribe("t")
-        _until("the TN commits", lambda: cn.read("t").num_rows > 50, 30)
+        until("the TN commits", lambda: cn.read("t").num_rows > 50, 30)
         acked = cn.watermark("t")             # pushed to a CN: durable and acknowledged
         before = _summary(cn.read("t", acked))
         old_pid = tn.pid

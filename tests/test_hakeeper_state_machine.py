@@ -431,3 +431,24 @@ def test_a_cn_that_heartbeats_after_the_check_is_not_deleted():
     cmds = [c for c in leader_batch(d.sm.lookup("state"), cfg, 1).commands if c.kind == C.DELETE_CN_STORE]
     assert d(ScheduleCommandBatch(1, d.sm.state.index, tuple(cmds))) == 1
     assert "cn-1" not in d.sm.state.stores
+
+
+def test_replica_ids_the_stores_report_are_never_handed_out_and_a_failed_non_voting_add_leaves_no_trace():
+    """Founders that bootstrapped on their own (a `cluster up`) report ids HAKeeper never issued: the
+    next id is past them, so a non-voting add cannot name a voter (found by a real cluster: ids 1 and
+    3 were handed out again and stayed in the non-voting set)."""
+    d = Driver()
+    for i in range(1, 5):
+        d(RegisterStore(StoreRole.LOG, f"log-{i}", f"127.0.0.1:{7000 + i}"))
+    d(InitialCluster(ClusterInfo(log_shards=1, log_replicas=3, non_voting_replicas=1)))
+    members = ((1, "log-1"), (2, "log-2"), (3, "log-3"))
+    for i in range(1, 4):
+        d(LogStoreHeartbeat(f"log-{i}", (LogReplicaInfo(1, i, 1, 1, 5, 10, members),)))
+    st = d.sm.lookup("state")
+    assert st.next_replica_id == 4
+    batch = leader_batch(st, HAKeeperConfig(command_timeout=1.0), 1)
+    adds = [c for c in batch.commands if c.kind == C.ADD_NON_VOTING_REPLICA]
+    assert [(c.replica_id, c.replica_store) for c in adds] == [(4, "log-4")]
+    assert d(batch) >= 1 and d.sm.lookup("state").shards[1].non_voting == {4}
+    d.ticks(11)   # never added: it expires, and 4 is not a non-voting replica
+    assert d.sm.lookup("state").shards[1].non_voting == set()

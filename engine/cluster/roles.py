@@ -31,7 +31,8 @@ def hakeeper_replica_arg(d: str, i: int, opts: dict) -> list:
             "--hakeeper-dir", os.path.join(d, "data", f"hakeeper-{i}"), "--hakeeper-tick", str(opts["tick"]),
             "--hakeeper-check-interval", "1",
             "--hakeeper-timeouts", opts.get("hakeeper_timeouts") or HAKEEPER_TIMEOUTS,
-            "--hakeeper-log-replicas", str(opts.get("log_replicas", 3))]
+            "--hakeeper-log-replicas", str(opts.get("log_replicas", 3)),
+            "--hakeeper-non-voting-replicas", str(opts.get("non_voting_replicas", 0))]
 
 
 def logindex_arg(opts: dict) -> list:

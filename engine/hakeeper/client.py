@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from logtide.engine.hakeeper import hakeeper_pb2 as pb
-from logtide.engine.hakeeper.command import RegisterStore, encode_command
+from logtide.engine.hakeeper.command import OperatorSchedule, RegisterStore, encode_command
 from logtide.engine.hakeeper.hakeeper_service import HAKEEPER_SERVICE
 from logtide.engine.hakeeper.heartbeat import Heartbeat
 from logtide.engine.hakeeper.propose_result import decode_result
@@ -59,6 +59,11 @@ class HAKeeperClient:
     def heartbeat(self, hb: Heartbeat) -> list[ScheduleCommand]:
         """Send one heartbeat; returns the schedule commands HAKeeper queued for this store."""
         return list(self.propose(encode_command(hb)))
+
+    def schedule(self, commands: list[ScheduleCommand], timeout_ticks: int) -> int:
+        """Queue schedule commands as an operator (OperatorSchedule); the number taken (one already
+        in flight is not taken again). A command for an unknown store or replica is refused, typed."""
+        return self.propose(encode_command(OperatorSchedule(timeout_ticks, tuple(commands))))
 
     def propose(self, command: bytes) -> Any:
         """Any store command's bytes (malformed ones too: HAKeeper refuses them with a typed error)."""

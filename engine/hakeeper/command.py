@@ -1,8 +1,8 @@
 """The commands HAKeeper's state machine applies, and their bytes (hakeeper_format.py).
 
 Tick (the leader, 10 a second), RegisterStore (a process, when it starts), the five heartbeats,
-ScheduleCommandBatch (the leader's checkers, stamped with its Raft term) and InitialCluster
-(bootstrap, once).
+ScheduleCommandBatch (the leader's checkers, stamped with its Raft term), InitialCluster
+(bootstrap, once) and OperatorSchedule (schedule commands an operator or a test asks for).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from logtide.engine.hakeeper import hakeeper_format as F
 from logtide.engine.hakeeper.cluster_info import ClusterInfo
 from logtide.engine.hakeeper.heartbeat import HEARTBEAT_TAG, HEARTBEAT_TYPES, Heartbeat
-from logtide.engine.hakeeper.schedule_command import ScheduleCommand
+from logtide.engine.hakeeper.schedule_command import SELF_APPLIED, ScheduleCommand
 from logtide.engine.hakeeper.store_role import StoreRole
 from logtide.errors import MalformedCommandError, MalformedHeartbeatError
 
@@ -45,7 +45,15 @@ class ScheduleCommandBatch:
     commands: tuple[ScheduleCommand, ...] = ()
 
 
-Command = Tick | RegisterStore | InitialCluster | ScheduleCommandBatch | Heartbeat
+@dataclass(frozen=True)
+class OperatorSchedule:
+    """Schedule commands asked for from outside the checkers (an operator, a test): checked like a
+    batch's, queued for their targets and in flight for `timeout_ticks` from the tick they are applied."""
+    timeout_ticks: int
+    commands: tuple[ScheduleCommand, ...] = ()
+
+
+Command = Tick | RegisterStore | InitialCluster | ScheduleCommandBatch | OperatorSchedule | Heartbeat
 
 
 def encode_command(cmd: Command) -> bytes:
@@ -70,6 +78,13 @@ def encode_command(cmd: Command) -> bytes:
         tag = F.SCHEDULE_BATCH
         w.u64(cmd.term, "term")
         w.u64(cmd.seen_index, "seen_index")
+        w.count(len(cmd.commands), "commands")
+        for c in cmd.commands:
+            c.validate()
+            c.encode_to(w)
+    elif isinstance(cmd, OperatorSchedule):
+        tag = F.OPERATOR_SCHEDULE
+        w.u64(cmd.timeout_ticks, "timeout_ticks")
         w.count(len(cmd.commands), "commands")
         for c in cmd.commands:
             c.validate()
@@ -131,6 +146,14 @@ def decode_command(data: bytes) -> Command:
         term, seen = r.u64("term"), r.u64("seen_index")
         commands = tuple(ScheduleCommand.decode_from(r) for _ in range(r.count("commands")))
         cmd = ScheduleCommandBatch(term, seen, commands)
+    elif tag == F.OPERATOR_SCHEDULE:
+        timeout = r.u64("timeout_ticks")
+        cmd = OperatorSchedule(timeout, tuple(ScheduleCommand.decode_from(r) for _ in range(r.count("commands"))))
+        if timeout < 1:
+            raise MalformedCommandError("operator schedule: timeout_ticks must be >= 1")
+        own = [c.kind.name for c in cmd.commands if c.kind in SELF_APPLIED]
+        if own:
+            raise MalformedCommandError(f"operator schedule: {', '.join(own)} are HAKeeper's own, not an operator's")
     else:
         raise MalformedCommandError(f"unknown HAKeeper command tag {tag}")
     r.end()

@@ -1,5 +1,6 @@
 """HAKeeperService on one replica (hakeeper.proto): stores propose their registration, heartbeats
-and the initial cluster info; anyone reads the status.
+and the initial cluster info, an operator its schedule commands (OperatorSchedule); anyone reads
+the status.
 
 A follower refuses a proposal with HAKeeperNotLeader naming the leader's address (it does not
 forward: a heartbeat is small and the client follows the leader, so one hop is saved and no

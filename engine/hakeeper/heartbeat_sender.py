@@ -1,9 +1,10 @@
 """HeartbeatSender: a store's thread that registers with HAKeeper and heartbeats once a second.
 
 `report()` builds the store's heartbeat (its role's dataclass) from the live process; the reply's
-schedule commands go to `on_commands` (logged when none is given: executing them is the stores'
-part). A heartbeat refused with UnknownStoreError (HAKeeper dropped the store, or never had it)
-registers again. Every call has the client's deadline, so a lost HAKeeper delays the next beat
+schedule commands are handed to a CommandExecutor, which runs each through `run_command` on its
+own thread (logged when none is given), so a slow command never delays the next heartbeat. A
+heartbeat refused with UnknownStoreError (HAKeeper dropped the store, or never had it) registers
+again. Every call has the client's deadline, so a lost HAKeeper delays the next beat
 and never hangs the store; errors are counted and logged, never raised into the store.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from typing import Callable
 
 from logtide.engine.hakeeper.client import HAKeeperClient
+from logtide.engine.hakeeper.command_executor import CommandExecutor
 from logtide.engine.hakeeper.heartbeat import Heartbeat
 from logtide.engine.hakeeper.schedule_command import ScheduleCommand
 from logtide.engine.hakeeper.store_role import StoreRole
@@ -23,19 +25,19 @@ log = logging.getLogger("logtide.hakeeper")
 INTERVAL = 1.0   # the seed's heartbeat period
 
 
-def log_commands(store_id: str, commands: list[ScheduleCommand]) -> None:
-    for c in commands:
-        log.warning("store %s received schedule command %s", store_id, c)
+def log_command(store_id: str, c: ScheduleCommand) -> None:
+    log.warning("store %s received schedule command %s", store_id, c)
 
 
 class HeartbeatSender:
     def __init__(self, addresses: str, role: StoreRole, store_id: str, address: str,
-                 report: Callable[[], Heartbeat], *, on_commands: Callable[[list[ScheduleCommand]], None] | None = None,
+                 report: Callable[[], Heartbeat], *, run_command: Callable[[ScheduleCommand], None] | None = None,
                  interval: float = INTERVAL, timeout: float = 2.0) -> None:
+        """run_command(command) carries out one schedule command (on the executor's thread)."""
         self.client = HAKeeperClient(addresses, timeout=timeout, call_timeout=min(1.0, timeout))
         self.role, self.store_id, self.address = role, store_id, address
         self.report, self.interval = report, interval
-        self.on_commands = on_commands or (lambda cs: log_commands(store_id, cs))
+        self.executor = CommandExecutor(run_command or (lambda c: log_command(store_id, c)), store_id)
         self.registered = False
         self.sent = self.failed = 0
         self.received: list[ScheduleCommand] = []
@@ -49,6 +51,7 @@ class HeartbeatSender:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self.executor.stop()
         self.client.close()
 
     def beat(self) -> list[ScheduleCommand]:
@@ -70,7 +73,7 @@ class HeartbeatSender:
                 cmds = self.beat()
                 if cmds:
                     self.received.extend(cmds)
-                    self.on_commands(cmds)
+                    self.executor.submit(cmds)
             except LogtideError as exc:
                 self.failed += 1
                 if self.failed <= 3 or self.failed % 30 == 0:

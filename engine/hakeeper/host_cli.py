@@ -25,6 +25,8 @@ def add_host_arguments(s: argparse.ArgumentParser, *, prefix: str = "--hakeeper-
                    help="down timeouts per role: log, tn, cn, primary, ro, command (default: the seed's)")
     s.add_argument("--hakeeper-log-shards", type=int, default=1, help="log shards HAKeeper bootstraps")
     s.add_argument("--hakeeper-log-replicas", type=int, default=3, help="voters per log shard")
+    s.add_argument("--hakeeper-non-voting-replicas", type=int, default=0,
+                   help="non-voting replicas (learners that stay learners) per log shard")
     s.add_argument("--hakeeper-tn-shards", type=int, default=1, help="TN shards")
     s.add_argument("--hakeeper-no-bootstrap", action="store_true",
                    help="the leader does not propose the cluster info (someone else bootstraps HAKeeper)")
@@ -37,13 +39,15 @@ def add_sender_argument(s: argparse.ArgumentParser, *, store_id: bool = False) -
         s.add_argument("--hakeeper-store-id", default=None, help="this store's id at HAKeeper")
 
 
-def start_sender(args: argparse.Namespace, role, default_id: str, address: str, report):
-    """The heartbeat sender --hakeeper asks for (started), or None. `report(store_id)` builds a heartbeat."""
+def start_sender(args: argparse.Namespace, role, default_id: str, address: str, report, run_command=None):
+    """The heartbeat sender --hakeeper asks for (started), or None. `report(store_id)` builds a heartbeat;
+    `run_command(store_id)` gives what carries out a schedule command (None: commands are logged)."""
     if not getattr(args, "hakeeper", None):
         return None
     from logtide.engine.hakeeper.heartbeat_sender import HeartbeatSender
     sid = getattr(args, "hakeeper_store_id", None) or default_id
-    return HeartbeatSender(args.hakeeper, role, sid, address, lambda: report(sid)).start()
+    run = run_command(sid) if run_command is not None else None
+    return HeartbeatSender(args.hakeeper, role, sid, address, lambda: report(sid), run_command=run).start()
 
 
 _TIMEOUT_NAMES = {"log": "log_store_timeout", "tn": "tn_store_timeout", "cn": "cn_store_timeout",
@@ -73,7 +77,8 @@ def host_from_args(args: argparse.Namespace):
     if not args.hakeeper_peers or not args.hakeeper_dir:
         raise InvalidArgument("--hakeeper-id needs --hakeeper-peers and --hakeeper-dir")
     info = None if args.hakeeper_no_bootstrap else ClusterInfo(
-        log_shards=args.hakeeper_log_shards, log_replicas=args.hakeeper_log_replicas, tn_shards=args.hakeeper_tn_shards)
+        log_shards=args.hakeeper_log_shards, log_replicas=args.hakeeper_log_replicas,
+        non_voting_replicas=args.hakeeper_non_voting_replicas, tn_shards=args.hakeeper_tn_shards)
     return HAKeeperHost(args.hakeeper_dir, args.hakeeper_id, parse_peers(args.hakeeper_peers),
                         config=config_from_args(args), cluster_info=info, tick_interval=args.hakeeper_tick,
                         election_tick=args.hakeeper_election_tick, check_interval=args.hakeeper_check_interval)

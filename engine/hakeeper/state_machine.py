@@ -9,6 +9,7 @@ changes nothing but the applied index, the same on every replica. Results:
 - RegisterStore: the store's tick;
 - a heartbeat: the store's queued schedule commands (a tuple), which are deleted from the queue;
 - ScheduleCommandBatch: the number of commands taken, or -1 when the batch is stale and ignored;
+- OperatorSchedule: the number of commands taken (one already in flight is not taken again);
 - InitialCluster: True when it bootstrapped, False when the cluster was already bootstrapped.
 """
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any, BinaryIO
 
 from logtide.engine.hakeeper.cluster_info import BootstrapState
 from logtide.engine.hakeeper.command_progress import finished
-from logtide.engine.hakeeper.command import (Command, InitialCluster, RegisterStore, ScheduleCommandBatch, Tick,
-                                             decode_command)
+from logtide.engine.hakeeper.command import (Command, InitialCluster, OperatorSchedule, RegisterStore,
+                                             ScheduleCommandBatch, Tick, decode_command)
 from logtide.engine.hakeeper.hakeeper_state import HAKeeperState
 from logtide.engine.hakeeper.heartbeat import LogStoreHeartbeat, PrimaryHeartbeat
 from logtide.engine.hakeeper.log_shard_state import LogShardState
@@ -101,6 +102,8 @@ class HAKeeperStateMachine(StateMachine):
             return self._bootstrap(cmd)
         if isinstance(cmd, ScheduleCommandBatch):
             return self._take_batch(cmd)
+        if isinstance(cmd, OperatorSchedule):
+            return self._take_operator(cmd)
         return self._heartbeat(cmd)
 
     def _expire(self) -> None:
@@ -111,6 +114,11 @@ class HAKeeperStateMachine(StateMachine):
         if not gone:
             return
         dropped = {st.in_flight.pop(k) for k in gone}
+        for c in dropped:   # a non-voting replica that was never added is not one
+            shard = st.shards.get(c.shard_id)
+            if c.kind == CommandType.ADD_NON_VOTING_REPLICA and shard is not None \
+                    and c.replica_id not in shard.learners:
+                shard.non_voting.discard(c.replica_id)
         self._unqueue(dropped)
 
     def _unqueue(self, commands: set[ScheduleCommand]) -> None:
@@ -176,6 +184,9 @@ class HAKeeperStateMachine(StateMachine):
                 shard = st.shards.get(rep.shard_id)
                 if shard is not None:   # other shards (HAKeeper's own, shard 0) are not checked here
                     shard.update(rep)
+                    # ids the shard already uses (founders that bootstrapped on their own) are never handed out
+                    seen = [rep.replica_id, *(r for r, _s in rep.voters), *(r for r, _s in rep.learners)]
+                    st.next_replica_id = max(st.next_replica_id, max(seen) + 1)
             self._maybe_running()
         elif isinstance(hb, PrimaryHeartbeat):
             self._advance_truncation(hb.truncate_request)
@@ -191,8 +202,11 @@ class HAKeeperStateMachine(StateMachine):
         done = {k: c for k, c in st.in_flight.items() if finished(c, st)}
         if not done:
             return
-        for k in done:
+        for k, c in done.items():
             del st.in_flight[k]
+            shard = st.shards.get(c.shard_id)
+            if c.kind in (CommandType.REMOVE_REPLICA, CommandType.REMOVE_NON_VOTING_REPLICA) and shard is not None:
+                shard.non_voting.discard(c.replica_id)   # gone from the membership: ids are never reused
         self._unqueue(set(done.values()))
 
     def _advance_truncation(self, request: int) -> None:
@@ -211,29 +225,39 @@ class HAKeeperStateMachine(StateMachine):
         for c in b.commands:
             self._check(c)
         st.term, st.last_batch_index = b.term, st.index
-        taken = 0
-        for c in b.commands:
-            if c.replica_id:
-                st.next_replica_id = max(st.next_replica_id, c.replica_id + 1)
-            if c.kind in SELF_APPLIED:
-                if st.stores[c.target].tick == c.store_tick:   # no heartbeat since the check found it down
-                    del st.stores[c.target]
-                    st.queued.pop(c.target, None)
-                    taken += 1
-                continue
-            key = c.key()
-            if key in st.in_flight:
-                continue   # already on its way: never run twice
-            if c.kind == CommandType.START_REPLICA and c.members:
-                shard = st.shards[c.shard_id]
-                if not shard.voters and shard.epoch == 0:
-                    shard.voters = dict(c.members)
-            elif c.kind == CommandType.ADD_NON_VOTING_REPLICA:
-                st.shards[c.shard_id].non_voting.add(c.replica_id)
-            st.queued.setdefault(c.target, []).append(c)
-            st.in_flight[key] = c
-            taken += 1
-        return taken
+        return sum(self._take(c) for c in b.commands)
+
+    def _take_operator(self, o: OperatorSchedule) -> int:
+        st = self.state
+        for c in o.commands:
+            self._check(c)
+        stamped = [replace(c, expires_tick=st.tick + o.timeout_ticks, timeout_ticks=o.timeout_ticks)
+                   for c in o.commands]
+        return sum(self._take(c) for c in stamped)
+
+    def _take(self, c: ScheduleCommand) -> int:
+        """Queue one checked command for its target (or apply it, when HAKeeper's own); 1 when taken."""
+        st = self.state
+        if c.replica_id:
+            st.next_replica_id = max(st.next_replica_id, c.replica_id + 1)
+        if c.kind in SELF_APPLIED:
+            if st.stores[c.target].tick == c.store_tick:   # no heartbeat since the check found it down
+                del st.stores[c.target]
+                st.queued.pop(c.target, None)
+                return 1
+            return 0
+        key = c.key()
+        if key in st.in_flight:
+            return 0   # already on its way: never run twice
+        if c.kind == CommandType.START_REPLICA and c.members:
+            shard = st.shards[c.shard_id]
+            if not shard.voters and shard.epoch == 0:
+                shard.voters = dict(c.members)
+        elif c.kind == CommandType.ADD_NON_VOTING_REPLICA:
+            st.shards[c.shard_id].non_voting.add(c.replica_id)
+        st.queued.setdefault(c.target, []).append(c)
+        st.in_flight[key] = c
+        return 1
 
     def _check(self, c: ScheduleCommand) -> None:
         """Refuse (before anything changes) a command naming a store or replica the state lacks."""

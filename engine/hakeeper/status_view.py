@@ -11,7 +11,7 @@ from typing import Any
 
 from logtide.engine.hakeeper.config import HAKeeperConfig
 from logtide.engine.hakeeper.hakeeper_state import HAKeeperState
-from logtide.engine.hakeeper.heartbeat import RoHeartbeat
+from logtide.engine.hakeeper.heartbeat import LogStoreHeartbeat, RoHeartbeat
 from logtide.engine.hakeeper.schedule_command import ScheduleCommand
 from logtide.engine.hakeeper.store_role import ROLE_NAMES
 
@@ -30,9 +30,13 @@ def status_view(state: HAKeeperState, config: HAKeeperConfig) -> dict[str, Any]:
                        "down": config.expired(s.role, s.tick, state.tick)}
         if isinstance(s.report, RoHeartbeat):   # its hold on truncation
             stores[sid]["min_used_lsn"] = s.report.min_used_lsn
+        if isinstance(s.report, LogStoreHeartbeat):   # the replicas it runs, as its last heartbeat said
+            stores[sid]["replicas"] = [{"shard": r.shard_id, "replica": r.replica_id, "latest_lsn": r.latest_lsn}
+                                       for r in s.report.replicas]
     shards = {str(k): {"epoch": sh.epoch, "term": sh.term, "leader": sh.leader_id,
                        "voters": {str(r): st for r, st in sorted(sh.voters.items())},
-                       "learners": {str(r): st for r, st in sorted(sh.learners.items())}}
+                       "learners": {str(r): st for r, st in sorted(sh.learners.items())},
+                       "non_voting": sorted(sh.non_voting)}
               for k, sh in sorted(state.shards.items())}
     queued = [command_view(c) for _sid, cs in sorted(state.queued.items()) for c in cs]
     in_flight = [command_view(c) for _k, c in sorted(state.in_flight.items(), key=lambda kv: str(kv[0]))]

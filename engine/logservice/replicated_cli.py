@@ -53,22 +53,29 @@ def serve_raft(args: argparse.Namespace) -> int:
                                          segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
                                          compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)
     from logtide.engine.logservice.replica_slot import ReplicaSlot
-    svc = open_replica(args.dir, args.id, peers, listen, join=args.join)
-    slot = ReplicaSlot(svc, svc.address, args.dir, open_replica)   # HAKeeper may close it or open another
+    from logtide.engine.logservice.zombie_marker import killed
+    # a replica HAKeeper had killed as a zombie stays closed: the store starts as a spare
+    svc = None if killed(args.dir) else open_replica(args.dir, args.id, peers, listen, join=args.join)
+    # HAKeeper may close the replica or open another
+    slot = ReplicaSlot(svc, svc.address if svc else listen, args.dir, open_replica)
     from logtide.engine.hakeeper.host_cli import host_from_args
     try:
         hakeeper = host_from_args(args)   # None without --hakeeper-id: the store runs as before
     except BaseException:
-        svc.close()
+        slot.close()
         raise
     sender = None
     if args.hakeeper:
         from logtide.engine.logservice.store_heartbeats import start_store_sender
         sender = start_store_sender(args, slot)
     stop = stop_event()
-    grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
-    print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
-          flush=True)
+    if svc is None:
+        print(f"logservice: replica {args.id} in {args.dir} was killed as a zombie: not opened; a spare store on "
+              f"{listen}", flush=True)
+    else:
+        grpc = f", gRPC on {svc.grpc_address}" if svc.grpc_address else ""
+        print(f"logservice: replica {args.id} serving {svc.dir} on {svc.address} (raft, peers {args.peers}){grpc}",
+              flush=True)
     if hakeeper is not None:
         print(f"logservice: HAKeeper replica {hakeeper.id} on {hakeeper.address}", flush=True)
     try:

@@ -1,31 +1,35 @@
-"""ScheduleRunner: a log store carrying out the commands HAKeeper sends it.
+"""ScheduleRunner: a log store carrying out the commands HAKeeper sends it (one at a time, on the
+store's CommandExecutor thread, never on the heartbeat thread).
 
 `ADD_REPLICA` (learner: add `replica_id` as a Raft learner at the address its store registered
-with HAKeeper; not learner: promote it) and `REMOVE_REPLICA` go to the shard leader's store and
-run through this store's RaftNode (`change_membership`), one at a time, as HAKeeper issues them.
-A store that no longer leads refuses (NotLeader): HAKeeper sees the command unfinished and issues
-it again after its timeout, to the new leader.
+with HAKeeper; not learner: promote it), `REMOVE_REPLICA`, `ADD_NON_VOTING_REPLICA` (a Raft
+learner that HAKeeper never promotes) and `REMOVE_NON_VOTING_REPLICA` go to the shard leader's
+store and run through this store's RaftNode (`change_membership`, with a deadline). A store that
+no longer leads refuses (NotLeader): HAKeeper sees the command unfinished and issues it again
+after its timeout, to the new leader.
 
-`START_REPLICA` of a member this store does not run opens it as a joiner (`ReplicaSlot.start`,
-with the shard's members from HAKeeper as its peers); a `--join` spare already runs its replica.
-`KILL_ZOMBIE` closes the replica the membership no longer names (`ReplicaSlot.kill`).
+`START_REPLICA` (and its non-voting variant) of a member this store does not run opens it
+(`ReplicaSlot.start`: reopened from its directory when this store stopped it, else a joiner with
+the shard's members from HAKeeper as its peers); a `--join` spare already runs its replica.
+`STOP_REPLICA` (and its non-voting variant) closes the named member, which stays in the
+membership. `KILL_ZOMBIE` closes the replica the membership no longer names and marks its
+directory (`ReplicaSlot.kill`).
 
 `START_TN` sent to a log store names a TN store that died (`replica_store`): a store of a local
 cluster (`--cluster-dir`) starts that process again, with its recorded command line (same id,
 address and data directory), through `launch(store id)`; the TN recovers from its checkpoint and
-its log. Every other command is logged.
+its log. A command meant for another kind of store (`STOP_TN`) is logged.
 """
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable, Optional
 
-from logtide.engine.hakeeper.schedule_command import CommandType, ScheduleCommand
+from logtide.engine.hakeeper.schedule_command import MEMBERSHIP, CommandType, ScheduleCommand
 from logtide.engine.logservice.replica_slot import ReplicaSlot
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import RaftError
 from logtide.engine.raft.messages import ConfChange
-from logtide.errors import LogtideError
+from logtide.errors import UnknownReplicaError
 
 log = logging.getLogger("logtide.hakeeper")
 
@@ -46,16 +50,9 @@ class ScheduleRunner:
         self.members, self.launch, self.on_killed = members, launch, on_killed
         self.done: list[ScheduleCommand] = []
 
-    def __call__(self, commands: list[ScheduleCommand]) -> None:
-        for c in commands:
-            try:
-                self.run(c)
-            except (RaftError, LogtideError, OSError) as exc:
-                log.warning("store %s: schedule command %s failed: %s: %s", self.store_id, c, type(exc).__name__, exc)
-
     def run(self, c: ScheduleCommand) -> None:
         k = c.kind
-        if k in (C.ADD_REPLICA, C.REMOVE_REPLICA):
+        if k in MEMBERSHIP:
             self._change_membership(c)
         elif k in (C.START_REPLICA, C.START_NON_VOTING_REPLICA) and self.members is not None:
             if self.slot.replica_id == c.replica_id:
@@ -66,6 +63,10 @@ class ScheduleRunner:
             else:
                 log.warning("store %s: %s not run: it runs replica %d (a zombie is killed first)", self.store_id, c,
                             self.slot.replica_id)
+        elif k in (C.STOP_REPLICA, C.STOP_NON_VOTING_REPLICA):
+            if not self.slot.stop(c.replica_id):
+                raise UnknownReplicaError(f"{c}: this store does not run replica {c.replica_id}")
+            self._ran(c, f"replica {c.replica_id} stopped (still a member)")
         elif k == C.KILL_ZOMBIE:
             if self.slot.kill(c.replica_id):
                 self._ran(c, f"replica {c.replica_id} closed")
@@ -75,10 +76,10 @@ class ScheduleRunner:
             p, started = self.launch(c.replica_store)
             self._ran(c, f"{p.name} {'started' if started else 'was already running'} (pid {p.pid})")
         else:
-            log.warning("store %s received schedule command %s (not carried out in this version)", self.store_id, c)
+            log.warning("store %s received schedule command %s (not a log store's to run)", self.store_id, c)
 
     def _change_membership(self, c: ScheduleCommand) -> None:
-        if c.kind == C.ADD_REPLICA and c.learner:
+        if (c.kind == C.ADD_REPLICA and c.learner) or c.kind == C.ADD_NON_VOTING_REPLICA:
             cc = ConfChange(M.ADD_LEARNER, c.replica_id, self.store_address(c.replica_store).encode())
         elif c.kind == C.ADD_REPLICA:
             cc = ConfChange(M.ADD_VOTER, c.replica_id, b"")

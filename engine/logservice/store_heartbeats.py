@@ -43,5 +43,5 @@ def start_store_sender(args: argparse.Namespace, slot: ReplicaSlot) -> Heartbeat
     # a new learner's address is the one its store registered with HAKeeper
     runner = ScheduleRunner(slot, store_id, lambda sid: status()["stores"][sid]["address"], members=members,
                             launch=launch, on_killed=on_killed)
-    sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, slot.address, report, on_commands=runner)
+    sender = HeartbeatSender(args.hakeeper, StoreRole.LOG, store_id, slot.address, report, run_command=runner.run)
     return sender.start()

@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--cns", type=int, default=None, help="compute nodes following the TN (default 2)")
     u.add_argument("--ros", type=int, default=None, help="read-only nodes following the primary (default 2)")
     u.add_argument("--spare-stores", type=int, default=None, help="log stores kept spare (default 1)")
+    u.add_argument("--non-voting-replicas", type=int, default=None,
+                   help="non-voting replicas of the log shard HAKeeper keeps on spare stores (default 0)")
     u.add_argument("--tick", type=float, default=None, help="seconds per Raft tick of every group (default 0.05)")
     u.add_argument("--tn-load", type=int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
@@ -61,7 +63,8 @@ def _table(rows: list) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
     local_cluster.up(args.dir, log_replicas=args.log_replicas, meta_replicas=args.meta_replicas, cns=args.cns,
-                     ros=args.ros, spare_stores=args.spare_stores, tick=args.tick, tn_load=args.tn_load,
+                     ros=args.ros, spare_stores=args.spare_stores, non_voting_replicas=args.non_voting_replicas,
+                     tick=args.tick, tn_load=args.tn_load,
                      hakeeper_timeouts=args.hakeeper_timeouts, replica_timeout=args.replica_timeout,
                      logindex_segments=args.logindex_segments)
     st = local_cluster.status(args.dir, probe_live=False)

@@ -1,5 +1,6 @@
-"""`logtide hakeeper serve` (one HAKeeper replica on its own, as the log stores run it inside them)
-and `logtide hakeeper status ADDRS` (HAKeeper's state from its leader, as JSON)."""
+"""`logtide hakeeper serve` (one HAKeeper replica on its own, as the log stores run it inside them),
+`logtide hakeeper status ADDRS` (HAKeeper's state from its leader, as JSON) and `logtide hakeeper
+schedule ADDRS TYPE TARGET ...` (an operator's schedule command, queued for its store)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("addresses", metavar="H:P[,H:P...]", help="HAKeeper replica addresses")
     st.add_argument("--timeout", type=float, default=3.0)
     st.set_defaults(func=status)
+    sc = cmds.add_parser("schedule", help="queue one schedule command for a store (an operator's OperatorSchedule)")
+    sc.add_argument("addresses", metavar="H:P[,H:P...]", help="HAKeeper replica addresses")
+    sc.add_argument("type", help="the command type, e.g. STOP_REPLICA, STOP_TN, ADD_NON_VOTING_REPLICA")
+    sc.add_argument("target", help="the store that runs it (e.g. log-2, tn-1; the shard leader's store for "
+                                   "membership changes)")
+    sc.add_argument("--shard", type=int, default=1, help="log or TN shard id (default 1)")
+    sc.add_argument("--replica", type=int, default=0, help="replica id")
+    sc.add_argument("--replica-store", default="", help="the store the replica lives on (default: the target)")
+    sc.add_argument("--learner", action="store_true", help="ADD_REPLICA: add as a learner (else promote)")
+    sc.add_argument("--timeout-ticks", type=int, default=100, help="ticks it stays in flight (default 100)")
+    sc.add_argument("--timeout", type=float, default=3.0)
+    sc.set_defaults(func=schedule)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -51,4 +64,21 @@ def status(args: argparse.Namespace) -> int:
     except LogtideError as exc:
         print(f"logtide hakeeper status: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2
+    return 0
+
+
+def schedule(args: argparse.Namespace) -> int:
+    from logtide.engine.hakeeper.client import HAKeeperClient
+    from logtide.engine.hakeeper.schedule_command import CommandType, ScheduleCommand
+    from logtide.errors import InvalidArgument
+    try:
+        kind = CommandType[args.type.upper()]
+    except KeyError:
+        raise InvalidArgument(f"unknown schedule command type {args.type!r}; one of "
+                              f"{', '.join(t.name for t in CommandType)}") from None
+    cmd = ScheduleCommand(kind, args.target, args.shard, args.replica, args.replica_store or args.target,
+                          args.learner)
+    with HAKeeperClient(args.addresses, timeout=args.timeout) as c:
+        taken = c.schedule([cmd], args.timeout_ticks)   # typed refusals reach the CLI's one-line error
+    print(json.dumps({"command": str(cmd), "taken": taken}), flush=True)
     return 0

@@ -48,8 +48,10 @@ def run_tn(args: argparse.Namespace) -> int:
     from logtide.engine.hakeeper.host_cli import start_sender
     from logtide.engine.hakeeper.store_reports import tn_report
     from logtide.engine.hakeeper.store_role import StoreRole
-    sender = start_sender(args, StoreRole.TN, "tn-1", addr, lambda sid: tn_report(tn, sid))
-    stop = stop_event()
+    from logtide.engine.hakeeper.tn_commands import tn_command_runner
+    stop = stop_event()   # SIGTERM, SIGINT, or HAKeeper's STOP_TN
+    sender = start_sender(args, StoreRole.TN, "tn-1", addr, lambda sid: tn_report(tn, sid),
+                          run_command=lambda sid: tn_command_runner(sid, stop))
     rng = random.Random(1)
     st = tn.tables.get(args.table)
     commits, last_flush, last_ckp, last_report = 0, time.monotonic(), time.monotonic(), time.monotonic()

@@ -5,7 +5,8 @@ drawn from the seed: ticks, store registrations and heartbeats (log stores repor
 membership, term and leader move; TN, CN, primary and RO nodes), the bootstrap command proposed
 again and again (it must take once), malformed bytes and heartbeats from unknown stores (refused
 the same way everywhere), and schedule command batches that the proposing replica's checkers
-compute from its own state, stamped with its Raft term. The simulator's checker holds every
+compute from its own state, stamped with its Raft term, and an operator's schedule commands
+(some for replicas or stores that do not exist). The simulator's checker holds every
 replica to the same HAKeeper state at each applied index, through crashes, partitions, snapshots
 and membership changes.
 """
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 from logtide.engine.hakeeper.checkers import leader_batch
 from logtide.engine.hakeeper.cluster_info import ClusterInfo
-from logtide.engine.hakeeper.command import InitialCluster, RegisterStore, Tick, encode_command
+from logtide.engine.hakeeper.command import InitialCluster, OperatorSchedule, RegisterStore, Tick, encode_command
 from logtide.engine.hakeeper.config import HAKeeperConfig
 from logtide.engine.hakeeper.heartbeat import (CNHeartbeat, LogReplicaInfo, LogStoreHeartbeat, PrimaryHeartbeat,
                                                RoHeartbeat, TNHeartbeat)
+from logtide.engine.hakeeper.schedule_command import CommandType, ScheduleCommand
 from logtide.engine.hakeeper.sim.sim_state_machine import HAKeeperSimStateMachine
 from logtide.engine.hakeeper.store_role import StoreRole
 from logtide.engine.raft.sim.cluster import SimResult, Simulation
@@ -70,6 +72,8 @@ class HAKeeperSimulation(Simulation):
         if roll < 0.47:
             return rng.choice((b"", b"HK", b"HK\x01\x63", b"XX\x01\x01", b"HK\x01\x03\x00\x09log-", b"HK\x02\x01",
                                encode_command(CNHeartbeat("cn-unknown", 1))))
+        if roll < 0.50:
+            return self._operator_schedule()
         if roll < 0.65:
             batch = self._leader_batch()
             if batch is not None:
@@ -79,6 +83,17 @@ class HAKeeperSimulation(Simulation):
     def _initial_cluster(self) -> bytes:
         rng = self.rng
         return encode_command(InitialCluster(ClusterInfo(1, rng.choice((1, 3, 3)), rng.choice((0, 1)), 1)))
+
+    def _operator_schedule(self) -> bytes:
+        rng = self.rng
+        n = rng.randint(1, 4)
+        kind = rng.choice((CommandType.STOP_REPLICA, CommandType.STOP_NON_VOTING_REPLICA, CommandType.KILL_ZOMBIE,
+                           CommandType.STOP_TN))
+        if kind == CommandType.STOP_TN:
+            c = ScheduleCommand(kind, rng.choice(("tn-1", "tn-2", "tn-9")), 1, 1, "")
+        else:   # replica n on log-n (maybe running, maybe not), or one that never exists
+            c = ScheduleCommand(kind, f"log-{n}", 1, rng.choice((n, 99)), f"log-{n}")
+        return encode_command(OperatorSchedule(rng.randint(1, 10), (c,)))
 
     def _leader_batch(self) -> bytes | None:
         lead = self.leader()
