@@ -5,7 +5,8 @@ Every commit is durable in the log service before it is acknowledged; a TN reope
 and object store rebuilds its state from the newest checkpoint plus the log after it.
 
 Commits go through group commit (engine/group_commit). Under the commit lock a commit is checked for
-conflicts (commit_check.py), takes its commit ts, reserves its row ids and primary keys (so later
+conflicts (commit_check.py; a small one-table insert in C, _ext/small_insert.pyx, with the same
+outcome and log bytes), takes its commit ts, reserves its row ids and primary keys (so later
 commits check against it exactly as if it were already committed) and queues its log record. Once
 durable, records are published in ts order: in-memory rows, logtail table, `last_ts`. Queue order is
 ts order, so log order is ts order and the durable log is always a ts-prefix of what was reserved:
