@@ -55,13 +55,18 @@ class BatchLayout:
             self._meta[n] = m
         return m
 
+    def batch_metadata(self, n: int) -> bytes | None:
+        """The record batch message before its body, for n > 0 rows; None when only pyarrow can
+        write such a batch."""
+        if not self.direct or n > _MAX_CACHED_ROWS or n <= 0:
+            return None
+        return self._metadata(n)
+
     def ipc(self, arrays: list[np.ndarray], n: int) -> bytes | None:
         """The IPC stream of one batch of n rows, or None when only pyarrow can write it."""
-        if not self.direct or n > _MAX_CACHED_ROWS:
-            return None
         if n == 0:
-            return self.head + self.eos      # pyarrow writes no batch for an empty table
-        meta = self._metadata(n)
+            return self.head + self.eos if self.direct else None   # pyarrow writes no batch for an empty table
+        meta = self.batch_metadata(n)
         if meta is None:
             return None
         parts = [self.head, meta]

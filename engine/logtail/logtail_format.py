@@ -131,7 +131,8 @@ def batch_ipc(b) -> bytes:
 _NAMES: dict[str, str] = {}   # table name -> its JSON string
 
 
-def _json_name(name: str) -> str:
+def json_name(name: str) -> str:
+    """`name` as a JSON string (cached)."""
     j = _NAMES.get(name)
     if j is None:
         j = _JSON.encode(name)
@@ -147,7 +148,7 @@ def encode(rec: Record) -> bytes:
         info["batches"] = [{"table": tb, "kind": k, "size": len(b)} for (tb, k, _), b in zip(rec.batches, blobs)]
         js = _JSON.encode(info).encode()
     else:   # a commit: the same bytes as the encoder writes, without building the dicts
-        js = ('{"batches":[' + ",".join([f'{{"table":{_json_name(tb)},"kind":{_json_name(k)},"size":{len(b)}}}'
+        js = ('{"batches":[' + ",".join([f'{{"table":{json_name(tb)},"kind":{json_name(k)},"size":{len(b)}}}'
                                          for (tb, k, _), b in zip(rec.batches, blobs)]) + "]}").encode()
     return b"".join([HEADER.pack(MAGIC, rec.kind, rec.ts, len(js)), js, *blobs])
 

@@ -5,7 +5,8 @@ Every commit is durable in the log service before it is acknowledged; a TN reope
 and object store rebuilds its state from the newest checkpoint plus the log after it.
 
 Commits go through group commit (engine/group_commit). Under the commit lock a commit is checked for
-conflicts (commit_check.py), takes its commit ts, reserves its row ids and primary keys (so later
+conflicts (commit_check.py; a small one-table insert in C, _ext/small_insert.pyx, with the same
+outcome and log bytes), takes its commit ts, reserves its row ids and primary keys (so later
 commits check against it exactly as if it were already committed) and queues its log record. Once
 durable, records are published in ts order: in-memory rows, logtail table, `last_ts`. Queue order is
 ts order, so log order is ts order and the durable log is always a ts-prefix of what was reserved:
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from logtide._ext.small_insert import check_inserts, reserve_and_encode
 from logtide.engine.group_commit import open_committer
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
@@ -186,6 +188,10 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         self.last_ts = rec.ts
 
     def _commit(self, txn: Txn) -> int:
+        if self._pipelined and not txn.dels and len(txn.ins) == 1:
+            ts = self._commit_small_insert(txn)
+            if ts is not None:
+                return ts
         # what the transaction writes, per table: its own data, gathered before the commit lock
         work = []
         keys = 0
@@ -236,6 +242,38 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
                         st.pk_ts.insert_many(ins_pks, ins_ts)
             ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), None)   # published by _write_group
         self.committer.wait(ticket)   # durable (and published) before it is acknowledged
+        return ts
+
+    def _commit_small_insert(self, txn: Txn) -> int | None:
+        """The commit of rows of one table from one insert call, at most SMALL_TXN_KEYS of them and
+        fitting the current block: checked, reserved and encoded in two C calls (small_insert.pyx),
+        with the general path's outcome and log bytes. None when the transaction is not such a one
+        (nothing done: the general path commits it)."""
+        ((table, ins),) = txn.ins.items()
+        batches = txn.batches.get(table)
+        if batches is None or len(batches) != 1:
+            return None
+        st = self._table(table)
+        cols = batches[0]
+        pks = cols[st.tdef.pk]
+        n = len(pks)
+        if n != len(ins) or n > SMALL_TXN_KEYS:
+            return None
+        layout = st.insert_layout
+        meta = layout.batch_metadata(n)
+        if meta is None:
+            return None
+        user = [cols[c] for c in layout.names[3:]]
+        with self._lock:
+            if st.cur_off + n > BLOCK_ROWS:
+                return None
+            check_inserts(table, st.pk_ts, st.pk_index, pks, txn.start_ts)
+            ts = self.log.get_tso_timestamp(1)
+            payload, arrays = reserve_and_encode(st, layout, meta, st.json_name, pks, user, ts, BLOCK_ROWS,
+                                                 fmt.HEADER, fmt.MAGIC, fmt.COMMIT)
+            rec = Record(fmt.COMMIT, ts, {}, [(table, INSERT, ColumnBatch(layout, arrays))])
+            ticket = self.committer.enqueue(payload, _Queued(rec, None))
+        self.committer.wait(ticket)
         return ts
 
     def _publish_commit(self, ts: int, batches: list) -> None:

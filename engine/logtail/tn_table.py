@@ -8,7 +8,7 @@ from logtide import BTree
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import BatchLayout
 from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS
-from logtide.engine.logtail.logtail_format import BLOCK, OFFSET, PK, TS, Entry
+from logtide.engine.logtail.logtail_format import BLOCK, OFFSET, PK, TS, Entry, json_name
 from logtide.engine.objectstore import BLOCK_ROWS
 
 SYSTEM_COLUMNS = [(BLOCK, np.int64), (OFFSET, np.int32), (TS, np.int64)]
@@ -21,6 +21,7 @@ class TableState:
     def __init__(self, tdef: TableDef) -> None:
         self.tdef = tdef
         self.insert_layout = BatchLayout(SYSTEM_COLUMNS + list(tdef.dtypes().items()))
+        self.json_name = json_name(tdef.name).encode()   # as log records name it
         self.pk_index = BTree()      # pk -> rowid (block * BLOCK_ROWS + offset) of the live row
         self.pk_ts = BTree()         # pk -> ts of the last committed write to it (write-write conflicts)
         self.next_block = 1
