@@ -118,6 +118,15 @@ def test_replay_equals_single_process(spark, plain, work, plan, partitions, whic
         for tag, page in expected_pages(plain).items():
             assert read_page(out, tag) == page, tag
     assert not [p for p in os.listdir(work) if ".tmp-" in p]
+    assert sorted(os.listdir(out)) == sorted([MANIFEST, *m["relations"]])     # no exchange files left
+    if plan == "pages":
+        # the WAL meta was scanned once per job, not once per partition: the scan stage's rows are
+        # the log's block references up to the target, counted here from the segments themselves
+        from logtide.spark.log_segments import block_refs, list_log_segments, scan_segment
+        refs = sum(len(block_refs(scan_segment(s), target)["lsn"])
+                   for s in list_log_segments(os.path.join(plain.data_dir, "log")) if s.first_lsn <= target)
+        scan = [st for st in res.stages if st.name.startswith("scan")]
+        assert len(scan) == 1 and scan[0].records == refs
 
 
 @pytest.mark.parametrize("plan", ["shuffle", "pages"])
