@@ -27,7 +27,7 @@ import numpy as np
 
 from logtide.spark.errors import ReplayInputError
 from logtide.spark.page_output import abort, commit, temp_dir_for
-from logtide.spark.redo_task import PAGE_SCHEMA, ReplayContext
+from logtide.spark.redo_task import PAGE_SCHEMA, ReplayContext, joined_chunks
 from logtide.spark.ref_exchange import REFS_DIR
 from logtide.spark.replay_input import analyze
 
@@ -163,43 +163,35 @@ def _columns(b) -> dict:
 def _ref_scan_fn(segments, indexes: list[int], ranges, refs_dir: str, target_lsn: int, upto: int,
                  first_needed: int, partitions: int):
     """Scan task t reads the WAL meta of segments[indexes[k]] for k in ranges[t] and writes each
-    owner's rows to the refs directory; it emits (task, part, rows) per owner."""
-    def run(batches):
-        import pyarrow as pa
+    owner's rows to the refs directory; it returns (t, row count per owner)."""
+    def run(tasks):
         from logtide.spark.page_lsns import scan_rows
         from logtide.spark.ref_exchange import write_refs
-        for b in batches:
-            for task in b.column(0).to_numpy().tolist():
-                a, z = ranges[task]
-                rows = scan_rows(segments, indexes[a:z], target_lsn, upto, first_needed)
-                counts = write_refs(refs_dir, task, rows, partitions)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.full(partitions, task, np.int32)), pa.array(np.arange(partitions, dtype=np.int32)),
-                     pa.array(counts)], names=["task", "part", "rows"])
+        for task in tasks:
+            a, z = ranges[task]
+            rows = scan_rows(segments, indexes[a:z], target_lsn, upto, first_needed)
+            yield task, write_refs(refs_dir, task, rows, partitions)
     return run
 
 
 def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, upto: int, base_tags_fn,
               refs_dir: str | None, counts: dict):
     """Redo task p: its rows from the LogIndex, from the scan tasks' files and the stored pages it
-    owns, sorted by page then LSN, applied."""
-    def run(batches):
+    owns, sorted by page then LSN, applied and written; returns a PageChunk per chunk of pages."""
+    def run(parts):
         from logtide.spark.page_lsns import base_rows, index_rows, sorted_rows
         from logtide.spark.redo_task import PartitionReplayer
         from logtide.spark.ref_exchange import read_refs
         P = ctx.partitions
-        for b in batches:
-            for part in b.column(0).to_numpy().tolist():
-                parts = [index_rows(segments, index_dir, first_needed, upto, part, P),
-                         base_rows(base_tags_fn(), part, P)]
-                if refs_dir is not None:
-                    parts += read_refs(refs_dir, part, counts[part])
-                rows = sorted_rows(parts)
-                rp = PartitionReplayer(ctx)
-                try:
-                    yield from rp.apply(*rows)
-                finally:
-                    rp.close()
+        for part in parts:
+            found = [index_rows(segments, index_dir, first_needed, upto, part, P), base_rows(base_tags_fn(), part, P)]
+            if refs_dir is not None:
+                found += read_refs(refs_dir, part, counts[part])
+            rp = PartitionReplayer(ctx)
+            try:
+                yield from rp.chunks(*sorted_rows(found))
+            finally:
+                rp.close()
     return run
 
 
@@ -248,12 +240,40 @@ def choose_plan(partitions: int) -> str:
     return "pages" if partitions <= AUTO_PAGES_MAX_PARTITIONS else "shuffle"
 
 
+def _shuffle_plan(spark, ctx: ReplayContext, segs, base_tags) -> tuple:
+    """Run the shuffle plan; returns the written pages' (tags, page LSNs, CRC-32Cs, applied)."""
+    from logtide.spark.page_owner import spark_keys
+    P = ctx.partitions
+    keys = spark_keys(P)
+    # a few scan tasks per core, each over a range of segments: per-task overhead stays small
+    ranges = scan_ranges(len(segs), 2 * spark.sparkContext.defaultParallelism)
+    ids = spark.range(0, len(ranges), numPartitions=len(ranges))
+    scan = ids.mapInArrow(_scan_fn(ctx, segs, ranges, base_tags, keys), SCAN_SCHEMA)
+    shuffled = scan.repartition(P, "key").sortWithinPartitions("spc", "db", "rel", "fork", "block", "lsn")
+    out = shuffled.mapInArrow(_redo_fn(ctx, keys), PAGE_SCHEMA)
+    try:
+        table = out.toArrow()
+    except Exception as exc:
+        raise _typed(exc) from None
+    if not table.num_rows:
+        return np.empty((0, 5), np.uint32), np.empty(0, np.int64), np.empty(0, np.uint32), 0
+    tags = np.stack([table.column(c).to_numpy().astype(np.uint32) for c in ("spc", "db", "rel", "fork", "block")],
+                    axis=1)
+    return (tags, table.column("page_lsn").to_numpy(), table.column("crc").to_numpy().astype(np.uint32),
+            int(table.column("applied").to_numpy().sum()))
+
+
 def _pages_plan(spark, ctx: ReplayContext, inp, segs, tmp: str, base_tags):
-    """The pages plan's DataFrame of page rows (and the scan stage's stats, None when the LogIndex
-    covers every segment). The segments the LogIndex does not cover are
-    scanned first, once: a Spark job of scan tasks over contiguous ranges of them, of about equal
-    bytes, writes each owner's rows to files (ref_exchange.py); then redo task p reads its files."""
+    """Run the pages plan; returns its PageChunks and the scan stage's stats (None when the
+    LogIndex covers every segment).
+
+    The segments the LogIndex does not cover are scanned first, once: a Spark job of scan tasks
+    over contiguous ranges of them, of about equal bytes, writes each owner's rows to files
+    (ref_exchange.py); then redo task p reads its files. Both jobs are RDD jobs of a few Python
+    objects per task (task ids in, row counts and per-chunk numpy arrays out): no DataFrame plan
+    is compiled and no row passes through the JVM."""
     from logtide.spark.page_lsns import index_coverage, scanned_segments
+    sc = spark.sparkContext
     P, target = ctx.partitions, ctx.target_lsn
     first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
     upto = min(index_coverage(inp.index_dir, first_needed), target)
@@ -264,26 +284,26 @@ def _pages_plan(spark, ctx: ReplayContext, inp, segs, tmp: str, base_tags):
         refs_dir = os.path.join(tmp, REFS_DIR)
         os.mkdir(refs_dir)
         ranges = balanced_ranges([os.path.getsize(segs[k].path) for k in indexes], P)
-        ids = spark.range(0, len(ranges), numPartitions=len(ranges))
-        scan = ids.mapInArrow(_ref_scan_fn(segs, indexes, ranges, refs_dir, target, upto, first_needed, P),
-                              "task int, part int, rows long")
+        scan = sc.parallelize(range(len(ranges)), len(ranges))
         try:
-            listing = scan.toArrow()
+            listing = scan.mapPartitions(_ref_scan_fn(segs, indexes, ranges, refs_dir, target, upto, first_needed,
+                                                      P)).collect()
         except Exception as exc:
             raise _typed(exc) from None
-        counts = {p: {} for p in range(P)}
-        for t, p, n in zip(*(listing.column(c).to_pylist() for c in ("task", "part", "rows"))):
-            counts[p][t] = n
-        if any(len(c) != len(ranges) for c in counts.values()):
-            raise ReplayInputError(f"the scan stage reported {listing.num_rows} row counts, not one per "
-                                   f"scan task ({len(ranges)}) and partition ({P})")
-        rows = sum(n for c in counts.values() for n in c.values())
+        counts = {p: {task: int(c[p]) for task, c in listing} for p in range(P)}
+        if sorted(task for task, _ in listing) != list(range(len(ranges))):
+            raise ReplayInputError(f"the scan stage reported tasks {sorted(t for t, _ in listing)}, not one "
+                                   f"result from each of its {len(ranges)} tasks")
+        rows = sum(int(c.sum()) for _, c in listing)
         stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments)", rows, 0,
                            time.perf_counter() - t0)
-    ids = spark.range(0, P, numPartitions=P)
-    out = ids.mapInArrow(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags, refs_dir, counts),
-                         PAGE_SCHEMA)
-    return out, stage
+    redo = sc.parallelize(range(P), P)
+    try:
+        chunks = redo.mapPartitions(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags, refs_dir,
+                                              counts)).collect()
+    except Exception as exc:
+        raise _typed(exc) from None
+    return chunks, stage
 
 
 def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions: int | None = None,
@@ -310,28 +330,12 @@ def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions:
     stages = []
     try:
         if plan == "shuffle":
-            from logtide.spark.page_owner import spark_keys
-            keys = spark_keys(P)
-            # a few scan tasks per core, each over a range of segments: per-task overhead stays small
-            ranges = scan_ranges(len(segs), 2 * spark.sparkContext.defaultParallelism)
-            ids = spark.range(0, len(ranges), numPartitions=len(ranges))
-            scan = ids.mapInArrow(_scan_fn(ctx, segs, ranges, base_tags, keys), SCAN_SCHEMA)
-            shuffled = scan.repartition(P, "key").sortWithinPartitions("spc", "db", "rel", "fork", "block", "lsn")
-            out = shuffled.mapInArrow(_redo_fn(ctx, keys), PAGE_SCHEMA)
+            tags, lsns, crcs, applied = _shuffle_plan(spark, ctx, segs, base_tags)
         else:
-            out, scan_stage = _pages_plan(spark, ctx, inp, segs, tmp, base_tags)
+            chunks, scan_stage = _pages_plan(spark, ctx, inp, segs, tmp, base_tags)
             if scan_stage is not None:
                 stages.append(scan_stage)
-        try:
-            table = out.toArrow()
-        except Exception as exc:
-            raise _typed(exc) from None
-        tags = np.stack([table.column(c).to_numpy().astype(np.uint32)
-                         for c in ("spc", "db", "rel", "fork", "block")], axis=1) if table.num_rows else \
-            np.empty((0, 5), np.uint32)
-        lsns = table.column("page_lsn").to_numpy() if table.num_rows else np.empty(0, np.int64)
-        crcs = table.column("crc").to_numpy().astype(np.uint32) if table.num_rows else np.empty(0, np.uint32)
-        applied = int(table.column("applied").to_numpy().sum()) if table.num_rows else 0
+            tags, lsns, crcs, applied = joined_chunks(chunks)
         if len(np.unique(tags, axis=0)) != len(tags):
             raise ReplayInputError("a page was replayed by two partitions")
         shutil.rmtree(os.path.join(tmp, REFS_DIR), ignore_errors=True)     # the pages plan's exchange files
