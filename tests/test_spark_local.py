@@ -304,3 +304,10 @@ def test_cli_replay_prints_stage_summaries(spark, plain, work, capsys):
                str(work / "cli-bad")])
     text = capsys.readouterr().out
     assert rc == 2 and "ReplayInputError" in text and "beyond the end" in text and text.count("\n") == 1
+
+
+def test_start_python_workers_starts_one_per_core(spark):
+    """The benchmark's and the demo's warm-up: Python workers with logtide imported, one per core
+    of local[2], kept for the next jobs (spark.python.worker.reuse)."""
+    from logtide.spark.session import start_python_workers
+    assert start_python_workers(spark, 2) == 2
