@@ -295,8 +295,9 @@ def _pages_plan(spark, ctx: ReplayContext, inp, segs, tmp: str, base_tags):
             raise ReplayInputError(f"the scan stage reported tasks {sorted(t for t, _ in listing)}, not one "
                                    f"result from each of its {len(ranges)} tasks")
         rows = sum(int(c.sum()) for _, c in listing)
-        stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments)", rows, 0,
-                           time.perf_counter() - t0)
+        # its records are the block references found (a record touching two pages counts twice)
+        stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments, block references)",
+                           rows, 0, time.perf_counter() - t0)
     redo = sc.parallelize(range(P), P)
     try:
         chunks = redo.mapPartitions(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags, refs_dir,
