@@ -56,9 +56,11 @@ def work():
 @pytest.fixture(scope="module")
 def spark_session():
     from logtide.spark import get_session, register
+    from logtide.spark.session import start_python_workers
     t0 = time.perf_counter()
     s = get_session(f"local[{CORES}]", "logtide-bench", progress=False)
-    s.range(0, CORES, numPartitions=CORES).count()      # executors' Python workers up
+    # executors' Python workers up, logtide imported (a JVM-only job such as count() starts none)
+    start_python_workers(s, CORES)
     startup = time.perf_counter() - t0
     register(s)
     yield s, startup

@@ -12,11 +12,9 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
-
 from logtide.spark.page_lsns import owned_rows
 from logtide.spark.page_output import abort, commit, temp_dir_for
-from logtide.spark.redo_task import PartitionReplayer, ReplayContext
+from logtide.spark.redo_task import PartitionReplayer, ReplayContext, joined_chunks
 from logtide.spark.replay_input import analyze
 
 
@@ -33,17 +31,10 @@ def replay_local(data_dir, target_lsn: int, out_dir) -> dict:
     try:
         rows = owned_rows(ctx, segs, inp.index_dir, first_needed, inp.base_tags(), 0)
         rp = PartitionReplayer(ctx)
-        tags, lsns, crcs, applied = [], [], [], 0
-        for b in rp.apply(*rows):
-            tags.append(np.stack([b.column(c).to_numpy() for c in ("spc", "db", "rel", "fork", "block")], axis=1))
-            lsns.append(b.column("page_lsn").to_numpy())
-            crcs.append(b.column("crc").to_numpy())
-            applied += int(b.column("applied").to_numpy().sum())
+        chunks = list(rp.chunks(*rows))
         rp.close()
         rp = None
-        tags = np.concatenate(tags).astype(np.uint32) if tags else np.empty((0, 5), np.uint32)
-        lsns = np.concatenate(lsns) if lsns else np.empty(0, np.int64)
-        crcs = np.concatenate(crcs).astype(np.uint32) if crcs else np.empty(0, np.uint32)
+        tags, lsns, crcs, applied = joined_chunks(chunks)
         manifest = commit(tmp, os.fspath(out_dir), tags, lsns, crcs, target_lsn=target_lsn, plan="local",
                           partitions=1)
     except BaseException:

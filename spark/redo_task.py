@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +34,24 @@ class ReplayContext:
     target_lsn: int
     tmp_dir: str | None                # None: emit the pages as rows instead of writing them
     partitions: int
+
+
+class PageChunk(NamedTuple):
+    """The pages of one chunk a task wrote: their tags, page LSNs, CRC-32Cs and applied records."""
+    tags: np.ndarray          # (m, 5) uint32
+    page_lsns: np.ndarray     # uint64
+    crcs: np.ndarray          # uint32
+    applied: np.ndarray       # int64
+
+
+def joined_chunks(chunks) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(tags (n, 5) uint32, page LSNs int64, CRC-32Cs uint32, applied records) of all chunks."""
+    if not chunks:
+        return np.empty((0, 5), np.uint32), np.empty(0, np.int64), np.empty(0, np.uint32), 0
+    return (np.concatenate([c.tags for c in chunks]).astype(np.uint32),
+            np.concatenate([c.page_lsns for c in chunks]).astype(np.int64),
+            np.concatenate([c.crcs for c in chunks]).astype(np.uint32),
+            int(sum(int(c.applied.sum()) for c in chunks)))
 
 
 def _page_batch(tags, lsns, crcs, applied):
@@ -77,8 +96,28 @@ class PartitionReplayer:
             b = self._bufs[seg] = open_buffer(self.ctx.segment_paths[seg])
         return b
 
+    def chunks(self, tags: np.ndarray, lsn: np.ndarray, seg: np.ndarray, off: np.ndarray, ln: np.ndarray):
+        """Replay rows holding whole pages and write them (the context has a tmp_dir); yields one
+        PageChunk per chunk of pages."""
+        if self.writer is None:
+            raise ValueError("chunks() writes pages: the ReplayContext needs a tmp_dir")
+        for ptags, pages, applied in self._replayed(tags, lsn, seg, off, ln):
+            crcs = self.writer.write(ptags, pages)
+            yield PageChunk(ptags, pg.lsn_many(pages), crcs, applied)
+
     def apply(self, tags: np.ndarray, lsn: np.ndarray, seg: np.ndarray, off: np.ndarray, ln: np.ndarray):
-        """Replay rows holding whole pages; yields one Arrow batch of page rows per chunk."""
+        """Replay rows holding whole pages; yields one Arrow batch per chunk: PAGE_SCHEMA rows of
+        the written pages, or with no tmp_dir the pages themselves as PAGES_ROW_SCHEMA rows."""
+        if self.writer is not None:
+            for c in self.chunks(tags, lsn, seg, off, ln):
+                yield _page_batch(c.tags, c.page_lsns, c.crcs, c.applied)
+            return
+        for ptags, pages, _ in self._replayed(tags, lsn, seg, off, ln):
+            pg.set_checksum_many(pages, np.ascontiguousarray(ptags[:, 4]))
+            yield page_rows_batch(ptags, pg.lsn_many(pages), pages)
+
+    def _replayed(self, tags, lsn, seg, off, ln):
+        """(page tags, pages, applied counts) of each chunk of whole pages, replayed in place."""
         n = len(lsn)
         if not n:
             return
@@ -119,11 +158,7 @@ class PartitionReplayer:
             if bad >= 0:
                 self._fail(int(res[bad]), int(lsn[todo][bad]), int(segs[bad]), tuple(tags[todo][bad].tolist()))
             np.add.at(applied, rows[todo], (res == redo.APPLIED).astype(np.int64))
-        if self.writer is None:
-            pg.set_checksum_many(pages, np.ascontiguousarray(ptags[:, 4]))
-            return page_rows_batch(ptags, pg.lsn_many(pages), pages)
-        crcs = self.writer.write(ptags, pages)
-        return _page_batch(ptags, pg.lsn_many(pages), crcs, applied)
+        return ptags, pages, applied
 
     def _fail(self, code: int, lsn: int, seg: int, tag: tuple) -> None:
         name = os.path.basename(self.ctx.segment_paths[seg])

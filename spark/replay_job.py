@@ -7,8 +7,10 @@ by each page's owner to that page only. Two plans:
   (key, tag, lsn, segment, offset, length) rows as Arrow; `repartition(P, key)` +
   `sortWithinPartitions(tag, lsn)` bring each page's records together in LSN order, and
   `mapInArrow` applies them with the Cython redo.
-* pages: no shuffle. Task p finds its pages' LSNs in the LogIndex (its saved tables) and by
-  scanning the WAL meta of the segments the LogIndex does not cover, then applies them.
+* pages: no Spark shuffle. Task p finds its pages' LSNs in the LogIndex (its saved tables); the
+  WAL meta of the segments the LogIndex does not cover is scanned once, by a first job of scan
+  tasks over ranges of segments that write each owner's rows to files (ref_exchange.py), which
+  task p then reads, before it applies its pages' records.
 
 Output: a page store in out_dir, written to a temporary sibling and committed by rename with a
 manifest (page_output.py).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +27,8 @@ import numpy as np
 
 from logtide.spark.errors import ReplayInputError
 from logtide.spark.page_output import abort, commit, temp_dir_for
-from logtide.spark.redo_task import PAGE_SCHEMA, ReplayContext
+from logtide.spark.redo_task import PAGE_SCHEMA, ReplayContext, joined_chunks
+from logtide.spark.ref_exchange import REFS_DIR
 from logtide.spark.replay_input import analyze
 
 SCAN_SCHEMA = ("key int, spc int, db int, rel int, fork int, block int, lsn long, seg int, off long, "
@@ -154,21 +158,56 @@ def _columns(b) -> dict:
             "off": b.column("off").to_numpy(), "len": b.column("len").to_numpy()}
 
 
-# ------------------------------------------------------------------ pages plan: executor function
+# ------------------------------------------------------------------ pages plan: executor functions
 
-def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, base_tags_fn):
-    def run(batches):
-        from logtide.spark.page_lsns import owned_rows
-        from logtide.spark.redo_task import PartitionReplayer
-        for b in batches:
-            for part in b.column(0).to_numpy().tolist():
-                rows = owned_rows(ctx, segments, index_dir, first_needed, base_tags_fn(), part)
-                rp = PartitionReplayer(ctx)
-                try:
-                    yield from rp.apply(*rows)
-                finally:
-                    rp.close()
+def _ref_scan_fn(segments, indexes: list[int], ranges, refs_dir: str, target_lsn: int, upto: int,
+                 first_needed: int, partitions: int):
+    """Scan task t reads the WAL meta of segments[indexes[k]] for k in ranges[t] and writes each
+    owner's rows to the refs directory; it returns (t, row count per owner)."""
+    def run(tasks):
+        from logtide.spark.page_lsns import scan_rows
+        from logtide.spark.ref_exchange import write_refs
+        for task in tasks:
+            a, z = ranges[task]
+            rows = scan_rows(segments, indexes[a:z], target_lsn, upto, first_needed)
+            yield task, write_refs(refs_dir, task, rows, partitions)
     return run
+
+
+def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, upto: int, base_tags_fn,
+              refs_dir: str | None, counts: dict):
+    """Redo task p: its rows from the LogIndex, from the scan tasks' files and the stored pages it
+    owns, sorted by page then LSN, applied and written; returns a PageChunk per chunk of pages."""
+    def run(parts):
+        from logtide.spark.page_lsns import base_rows, index_rows, sorted_rows
+        from logtide.spark.redo_task import PartitionReplayer
+        from logtide.spark.ref_exchange import read_refs
+        P = ctx.partitions
+        for part in parts:
+            found = [index_rows(segments, index_dir, first_needed, upto, part, P), base_rows(base_tags_fn(), part, P)]
+            if refs_dir is not None:
+                found += read_refs(refs_dir, part, counts[part])
+            rp = PartitionReplayer(ctx)
+            try:
+                yield from rp.chunks(*sorted_rows(found))
+            finally:
+                rp.close()
+    return run
+
+
+def balanced_ranges(sizes, tasks: int) -> list[tuple[int, int]]:
+    """Split items 0..n-1 into min(tasks, n) contiguous, non-empty ranges of about equal total
+    size (a scan's cost follows the bytes it reads)."""
+    n = len(sizes)
+    tasks = max(1, min(tasks, n))
+    before = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.float64))])   # before[i] = sum(sizes[:i])
+    cuts = [0]
+    for k in range(1, tasks):
+        lo, hi = cuts[-1] + 1, n - (tasks - k)       # every range keeps at least one item
+        want = before[-1] * k / tasks
+        cuts.append(lo + int(np.argmin(np.abs(before[lo:hi + 1] - want))))
+    cuts.append(n)
+    return [(a, z) for a, z in zip(cuts[:-1], cuts[1:])]
 
 
 # ------------------------------------------------------------------ driver
@@ -194,11 +233,78 @@ AUTO_PAGES_MAX_PARTITIONS = 8
 
 
 def choose_plan(partitions: int) -> str:
-    """auto: the pages plan up to 8 partitions, the shuffle plan above. Each pages-plan task scans
-    the WAL meta (or reads the LogIndex) of the whole range, so its total scan work grows with P,
-    while the shuffle plan scans each segment once but pays the shuffle (docs/spark.md has the
+    """auto: the pages plan up to 8 partitions, the shuffle plan above. Each pages-plan redo task
+    reads the LogIndex's saved tables of the whole range and the files of every scan task, so its
+    fixed work grows with P, while the shuffle plan pays the shuffle (docs/spark.md has the
     measurements)."""
     return "pages" if partitions <= AUTO_PAGES_MAX_PARTITIONS else "shuffle"
+
+
+def _shuffle_plan(spark, ctx: ReplayContext, segs, base_tags) -> tuple:
+    """Run the shuffle plan; returns the written pages' (tags, page LSNs, CRC-32Cs, applied)."""
+    from logtide.spark.page_owner import spark_keys
+    P = ctx.partitions
+    keys = spark_keys(P)
+    # a few scan tasks per core, each over a range of segments: per-task overhead stays small
+    ranges = scan_ranges(len(segs), 2 * spark.sparkContext.defaultParallelism)
+    ids = spark.range(0, len(ranges), numPartitions=len(ranges))
+    scan = ids.mapInArrow(_scan_fn(ctx, segs, ranges, base_tags, keys), SCAN_SCHEMA)
+    shuffled = scan.repartition(P, "key").sortWithinPartitions("spc", "db", "rel", "fork", "block", "lsn")
+    out = shuffled.mapInArrow(_redo_fn(ctx, keys), PAGE_SCHEMA)
+    try:
+        table = out.toArrow()
+    except Exception as exc:
+        raise _typed(exc) from None
+    if not table.num_rows:
+        return np.empty((0, 5), np.uint32), np.empty(0, np.int64), np.empty(0, np.uint32), 0
+    tags = np.stack([table.column(c).to_numpy().astype(np.uint32) for c in ("spc", "db", "rel", "fork", "block")],
+                    axis=1)
+    return (tags, table.column("page_lsn").to_numpy(), table.column("crc").to_numpy().astype(np.uint32),
+            int(table.column("applied").to_numpy().sum()))
+
+
+def _pages_plan(spark, ctx: ReplayContext, inp, segs, tmp: str, base_tags):
+    """Run the pages plan; returns its PageChunks and the scan stage's stats (None when the
+    LogIndex covers every segment).
+
+    The segments the LogIndex does not cover are scanned first, once: a Spark job of scan tasks
+    over contiguous ranges of them, of about equal bytes, writes each owner's rows to files
+    (ref_exchange.py); then redo task p reads its files. Both jobs are RDD jobs of a few Python
+    objects per task (task ids in, row counts and per-chunk numpy arrays out): no DataFrame plan
+    is compiled and no row passes through the JVM."""
+    from logtide.spark.page_lsns import index_coverage, scanned_segments
+    sc = spark.sparkContext
+    P, target = ctx.partitions, ctx.target_lsn
+    first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
+    upto = min(index_coverage(inp.index_dir, first_needed), target)
+    indexes = scanned_segments(segs, upto)
+    refs_dir, counts, stage = None, {}, None
+    if indexes:
+        t0 = time.perf_counter()
+        refs_dir = os.path.join(tmp, REFS_DIR)
+        os.mkdir(refs_dir)
+        ranges = balanced_ranges([os.path.getsize(segs[k].path) for k in indexes], P)
+        scan = sc.parallelize(range(len(ranges)), len(ranges))
+        try:
+            listing = scan.mapPartitions(_ref_scan_fn(segs, indexes, ranges, refs_dir, target, upto, first_needed,
+                                                      P)).collect()
+        except Exception as exc:
+            raise _typed(exc) from None
+        counts = {p: {task: int(c[p]) for task, c in listing} for p in range(P)}
+        if sorted(task for task, _ in listing) != list(range(len(ranges))):
+            raise ReplayInputError(f"the scan stage reported tasks {sorted(t for t, _ in listing)}, not one "
+                                   f"result from each of its {len(ranges)} tasks")
+        rows = sum(int(c.sum()) for _, c in listing)
+        # its records are the block references found (a record touching two pages counts twice)
+        stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments, block references)",
+                           rows, 0, time.perf_counter() - t0)
+    redo = sc.parallelize(range(P), P)
+    try:
+        chunks = redo.mapPartitions(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags, refs_dir,
+                                              counts)).collect()
+    except Exception as exc:
+        raise _typed(exc) from None
+    return chunks, stage
 
 
 def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions: int | None = None,
@@ -225,30 +331,15 @@ def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions:
     stages = []
     try:
         if plan == "shuffle":
-            from logtide.spark.page_owner import spark_keys
-            keys = spark_keys(P)
-            # a few scan tasks per core, each over a range of segments: per-task overhead stays small
-            ranges = scan_ranges(len(segs), 2 * spark.sparkContext.defaultParallelism)
-            ids = spark.range(0, len(ranges), numPartitions=len(ranges))
-            scan = ids.mapInArrow(_scan_fn(ctx, segs, ranges, base_tags, keys), SCAN_SCHEMA)
-            shuffled = scan.repartition(P, "key").sortWithinPartitions("spc", "db", "rel", "fork", "block", "lsn")
-            out = shuffled.mapInArrow(_redo_fn(ctx, keys), PAGE_SCHEMA)
+            tags, lsns, crcs, applied = _shuffle_plan(spark, ctx, segs, base_tags)
         else:
-            first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
-            ids = spark.range(0, P, numPartitions=P)
-            out = ids.mapInArrow(_pages_fn(ctx, segs, inp.index_dir, first_needed, base_tags), PAGE_SCHEMA)
-        try:
-            table = out.toArrow()
-        except Exception as exc:
-            raise _typed(exc) from None
-        tags = np.stack([table.column(c).to_numpy().astype(np.uint32)
-                         for c in ("spc", "db", "rel", "fork", "block")], axis=1) if table.num_rows else \
-            np.empty((0, 5), np.uint32)
-        lsns = table.column("page_lsn").to_numpy() if table.num_rows else np.empty(0, np.int64)
-        crcs = table.column("crc").to_numpy().astype(np.uint32) if table.num_rows else np.empty(0, np.uint32)
-        applied = int(table.column("applied").to_numpy().sum()) if table.num_rows else 0
+            chunks, scan_stage = _pages_plan(spark, ctx, inp, segs, tmp, base_tags)
+            if scan_stage is not None:
+                stages.append(scan_stage)
+            tags, lsns, crcs, applied = joined_chunks(chunks)
         if len(np.unique(tags, axis=0)) != len(tags):
             raise ReplayInputError("a page was replayed by two partitions")
+        shutil.rmtree(os.path.join(tmp, REFS_DIR), ignore_errors=True)     # the pages plan's exchange files
         replay_s = time.perf_counter() - t0
         manifest = commit(tmp, os.fspath(out_dir), tags, lsns, crcs, target_lsn=target_lsn, plan=plan, partitions=P)
     except BaseException:

@@ -106,3 +106,24 @@ def get_session(master: str | None = None, app_name: str = "logtide", conf: dict
                 f"if grpc was imported before logtide, set GRPC_ENABLE_FORK_SUPPORT=0 before it is "
                 f"(gRPC's fork handlers can abort the gateway's launcher)") from None
         raise
+
+
+def _worker_ready(_):
+    """Import what the replay tasks import; report this Python worker's pid."""
+    import logtide.spark.page_lsns  # noqa: F401
+    import logtide.spark.redo_task  # noqa: F401
+    import logtide.spark.ref_exchange  # noqa: F401
+    yield os.getpid()
+
+
+def start_python_workers(spark, workers: int, tries: int = 5) -> int:
+    """Start `workers` executor Python workers (spark.python.worker.reuse keeps them) with logtide's
+    task modules imported, so that the first job's tasks do not pay the process start; returns how
+    many distinct workers answered in the last try. Session set-up, not part of any job."""
+    sc = spark.sparkContext
+    seen = 0
+    for _ in range(tries):
+        seen = len(set(sc.parallelize(range(workers), workers).mapPartitions(_worker_ready).collect()))
+        if seen >= workers:
+            break
+    return seen

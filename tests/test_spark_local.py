@@ -118,6 +118,15 @@ def test_replay_equals_single_process(spark, plain, work, plan, partitions, whic
         for tag, page in expected_pages(plain).items():
             assert read_page(out, tag) == page, tag
     assert not [p for p in os.listdir(work) if ".tmp-" in p]
+    assert sorted(os.listdir(out)) == sorted([MANIFEST, *m["relations"]])     # no exchange files left
+    if plan == "pages":
+        # the WAL meta was scanned once per job, not once per partition: the scan stage's rows are
+        # the log's block references up to the target, counted here from the segments themselves
+        from logtide.spark.log_segments import block_refs, list_log_segments, scan_segment
+        refs = sum(len(block_refs(scan_segment(s), target)["lsn"])
+                   for s in list_log_segments(os.path.join(plain.data_dir, "log")) if s.first_lsn <= target)
+        scan = [st for st in res.stages if st.name.startswith("scan")]
+        assert len(scan) == 1 and scan[0].records == refs
 
 
 @pytest.mark.parametrize("plan", ["shuffle", "pages"])
@@ -295,3 +304,10 @@ def test_cli_replay_prints_stage_summaries(spark, plain, work, capsys):
                str(work / "cli-bad")])
     text = capsys.readouterr().out
     assert rc == 2 and "ReplayInputError" in text and "beyond the end" in text and text.count("\n") == 1
+
+
+def test_start_python_workers_starts_one_per_core(spark):
+    """The benchmark's and the demo's warm-up: Python workers with logtide imported, one per core
+    of local[2], kept for the next jobs (spark.python.worker.reuse)."""
+    from logtide.spark.session import start_python_workers
+    assert start_python_workers(spark, 2) == 2

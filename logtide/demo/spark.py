@@ -53,8 +53,9 @@ def run(workdir: Path) -> bool:
     print(f"single-process replay (the pages plan in this process, no Spark): {ref['records']:,} records -> "
           f"{ref['pages']:,} pages in {ref['seconds']:.2f}s ({local_rate:,.0f} records/s)")
     t0 = time.perf_counter()
+    from logtide.spark.session import start_python_workers
     spark = get_session("local[2]", "logtide-demo", progress=False)
-    spark.range(0, 2, numPartitions=2).count()
+    start_python_workers(spark, 2)
     print(f"Spark start-up (local[2], executors' Python workers): {time.perf_counter() - t0:.1f}s")
     ok = True
     for plan in ("pages", "shuffle"):
