@@ -53,6 +53,7 @@ FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
 PRIMARY_LOCK = "primary.lock"
 RECOVERY_RUN_BYTES = 64 << 20   # WAL read and redone at a time at open
+SMALL_GROUP = 64   # up to this many block references a group is indexed row by row, not through arrays
 
 
 class TupleNotFoundError(LogtideError, KeyError):
@@ -240,7 +241,10 @@ class Primary:
             for (_, ts), lsn in zip(items, lsns):
                 tags.extend(ts)
                 lsn_of_tags.extend([lsn] * len(ts))
-        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsn_of_tags, dtype=np.uint64))
+        if len(tags) <= SMALL_GROUP:
+            self.index.add_rows(tags, lsn_of_tags)
+        else:
+            self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsn_of_tags, dtype=np.uint64))
         self.queue.push_many(lsns, [xw.wal_meta(rec) for rec, _ in items])
         self.write_lsn = lsns[-1]
 
