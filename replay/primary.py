@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from logtide._ext import page as pg
+from logtide._ext.heap_insert import apply_insert
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.group_commit import open_committer
@@ -320,14 +321,8 @@ class Primary:
                 with self.locks.page_lock(tag):
                     if f < 0:
                         f, _ = self.pool.pin(tag, self._load)
-                    page = self.pool.frames[f]
-                    off = 1 if init else pg.nslots(page) + 1
                     lsn = self._assigned_lsn + 1
-                    rec = xw.heap_insert(tag, off, data, self._next_xid(), lsn - 1, init)
-                    if init:
-                        pg.init(page)
-                    pg.add(page, off, data)
-                    pg.set_lsn(page, lsn)
+                    off, rec = apply_insert(self.pool.frames, f, tag, data, self._next_xid(), lsn, init)
                     self.pool.mark_dirty(f, lsn)
                     ticket = self._queue(lsn, rec, [tag])
             finally:
@@ -355,13 +350,8 @@ class Primary:
                 with self.locks.page(tag):
                     f, _ = self.pool.pin(tag, self._load)
                     try:
-                        page = self.pool.frames[f]
-                        off = 1 if init else pg.nslots(page) + 1
-                        recs.append(xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init))
-                        if init:
-                            pg.init(page)
-                        pg.add(page, off, data)
-                        pg.set_lsn(page, lsn)
+                        off, rec = apply_insert(self.pool.frames, f, tag, data, self._next_xid(), lsn, init)
+                        recs.append(rec)
                         self.pool.mark_dirty(f, lsn)
                     finally:
                         self.pool.unpin(f)
