@@ -50,8 +50,12 @@ class BufferPool:
         self.rec_lsn = np.zeros(capacity, dtype=np.uint64)  # LSN that first dirtied the frame (0 = clean)
         self.frame_tag: list[tuple | None] = [None] * capacity
         self.table: dict[tuple, int] = {}
+        # memoryviews of the same arrays: per-frame reads and writes as Python ints, without numpy scalars
+        self._pins, self._usage, self._state = memoryview(self.pins), memoryview(self.usage), memoryview(self.state)
+        self._version, self._rec_lsn = memoryview(self.version), memoryview(self.rec_lsn)
         self.lock = threading.RLock()
         self._unpinned = threading.Condition(self.lock)
+        self._waiting = 0   # pins waiting in _victim_wait: only they need an unpin's notify
         self.pin_wait_s = 10.0  # how long pin waits for a frame to be unpinned before giving up
         self._hand = 0
         self._evict_dirty = evict_dirty
@@ -71,6 +75,14 @@ class BufferPool:
         visible to other lookups, so no one sees a half-loaded page.
         """
         tag = tuple(tag)
+        with self.lock:
+            f = self.table.get(tag, -1)
+            if f >= 0:   # a hit: no deadline, no retry state
+                self._pins[f] += 1
+                if self._usage[f] < 3:
+                    self._usage[f] += 1
+                self.hits += 1
+                return f, True
         refused: set[int] = set()
         deadline = time.monotonic() + self.pin_wait_s   # one deadline for the whole pin, retries included
         while True:
@@ -138,10 +150,11 @@ class BufferPool:
 
     def unpin(self, frame: int) -> None:
         with self.lock:
-            if self.pins[frame] <= 0:
+            n = self._pins[frame]
+            if n <= 0:
                 raise LogtideError(f"frame {frame} is not pinned")
-            self.pins[frame] -= 1
-            if not self.pins[frame]:
+            self._pins[frame] = n - 1
+            if n == 1 and self._waiting:
                 self._unpinned.notify_all()
 
     def _victim_wait(self, refused: set[int], deadline: float) -> int:
@@ -153,7 +166,11 @@ class BufferPool:
                 now = time.monotonic()
                 if now >= deadline:
                     raise PinTimeoutError(f"{exc} (gave up after pin_wait_s={self.pin_wait_s:g} s)") from None
-                self._unpinned.wait(min(0.01, deadline - now) if refused else deadline - now)
+                self._waiting += 1
+                try:
+                    self._unpinned.wait(min(0.01, deadline - now) if refused else deadline - now)
+                finally:
+                    self._waiting -= 1
                 refused.clear()
 
     def _victim(self, refused: set[int] = frozenset()) -> int:
@@ -215,10 +232,11 @@ class BufferPool:
     def mark_dirty(self, frame: int, lsn: int = 0) -> None:
         """Mark the frame changed by the record at `lsn` (the first such LSN is its rec_lsn)."""
         with self.lock:
-            if not self.state[frame] & DIRTY:
-                self.rec_lsn[frame] = lsn
-            self.state[frame] |= DIRTY
-            self.version[frame] += 1
+            st = self._state[frame]
+            if not st & DIRTY:
+                self._rec_lsn[frame] = lsn
+                self._state[frame] = st | DIRTY
+            self._version[frame] += 1
 
     def min_rec_lsn(self) -> int:
         """The smallest rec_lsn of any dirty frame, or 0 when nothing is dirty."""

@@ -45,6 +45,14 @@ class PageIndex:
             with self._lock:
                 self.li.insert_many(tags, lsns)
 
+    def add_rows(self, tags: list[tuple], lsns: list[int]) -> None:
+        """add() for a small group given as lists (non-decreasing LSNs): one LogIndex.insert per row,
+        which costs less than building the arrays for a few rows."""
+        with self._lock:
+            insert = self.li.insert
+            for tag, lsn in zip(tags, lsns):
+                insert(tag, lsn)
+
     def lsns(self, tag, min_lsn: int, max_lsn: int) -> np.ndarray:
         """The page's LSNs in [min_lsn, max_lsn], ascending."""
         if max_lsn < min_lsn:

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from logtide._ext import page as pg
+from logtide._ext.heap_insert import apply_insert
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.group_commit import open_committer
@@ -53,6 +54,7 @@ FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
 PRIMARY_LOCK = "primary.lock"
 RECOVERY_RUN_BYTES = 64 << 20   # WAL read and redone at a time at open
+SMALL_GROUP = 64   # up to this many block references a group is indexed row by row, not through arrays
 
 
 class TupleNotFoundError(LogtideError, KeyError):
@@ -240,7 +242,10 @@ class Primary:
             for (_, ts), lsn in zip(items, lsns):
                 tags.extend(ts)
                 lsn_of_tags.extend([lsn] * len(ts))
-        self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsn_of_tags, dtype=np.uint64))
+        if len(tags) <= SMALL_GROUP:
+            self.index.add_rows(tags, lsn_of_tags)
+        else:
+            self.index.add(np.array(tags, dtype=np.uint32).reshape(-1, 5), np.array(lsn_of_tags, dtype=np.uint64))
         self.queue.push_many(lsns, [xw.wal_meta(rec) for rec, _ in items])
         self.write_lsn = lsns[-1]
 
@@ -316,14 +321,8 @@ class Primary:
                 with self.locks.page_lock(tag):
                     if f < 0:
                         f, _ = self.pool.pin(tag, self._load)
-                    page = self.pool.frames[f]
-                    off = 1 if init else pg.nslots(page) + 1
                     lsn = self._assigned_lsn + 1
-                    rec = xw.heap_insert(tag, off, data, self._next_xid(), lsn - 1, init)
-                    if init:
-                        pg.init(page)
-                    pg.add(page, off, data)
-                    pg.set_lsn(page, lsn)
+                    off, rec = apply_insert(self.pool.frames, f, tag, data, self._next_xid(), lsn, init)
                     self.pool.mark_dirty(f, lsn)
                     ticket = self._queue(lsn, rec, [tag])
             finally:
@@ -351,13 +350,8 @@ class Primary:
                 with self.locks.page(tag):
                     f, _ = self.pool.pin(tag, self._load)
                     try:
-                        page = self.pool.frames[f]
-                        off = 1 if init else pg.nslots(page) + 1
-                        recs.append(xw.heap_insert(tag, off, data, xid=self._next_xid(), prev=lsn - 1, init=init))
-                        if init:
-                            pg.init(page)
-                        pg.add(page, off, data)
-                        pg.set_lsn(page, lsn)
+                        off, rec = apply_insert(self.pool.frames, f, tag, data, self._next_xid(), lsn, init)
+                        recs.append(rec)
                         self.pool.mark_dirty(f, lsn)
                     finally:
                         self.pool.unpin(f)
