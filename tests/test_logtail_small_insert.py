@@ -140,16 +140,18 @@ def test_small_inserts_across_a_block_boundary_recover(tmp_path):
 
 
 def _cn_view(tn):
-    """What a CN sees and what the TN keeps: the pulled logtail, the in-memory rows, the published
-    (ts, lsn) pairs, last_ts and the key indexes; each ts as its rank among the records' (the push
-    thread's heartbeats take timestamps too, so the numbers themselves vary from run to run)."""
+    """What a CN sees and what the TN keeps: the pulled and pushed logtail, the in-memory rows, the published
+    (ts, lsn) pairs, whether last_ts covers them, and the key indexes; each ts as its rank among the
+    records' (the push thread's heartbeats take timestamps and move last_ts too, so the numbers
+    themselves vary from run to run)."""
     rank = {ts: i for i, (ts, _) in enumerate(sorted(tn._lsn_ts))}
 
     def rows(es):
         return [(e.kind, rank[e.ts], [{**r, "__ts": rank[r["__ts"]]} for r in e.batch.to_pylist()]) for e in es]
     st = tn.tables["t"]
-    return (rows(tn.pull("t", 0)["entries"]), rows(st.mem_inserts), rows(st.mem_deletes),
-            [(rank[ts], lsn) for ts, lsn in tn._lsn_ts], rank[tn.last_ts], list(st.pk_index.items()),
+    pushed = [(rank[ts], tb, rows(es)) for ts, tb, es in tn.logtail.visit(0, tn.last_ts)]   # what a push sends
+    return (rows(tn.pull("t", 0)["entries"]), pushed, rows(st.mem_inserts), rows(st.mem_deletes),
+            [(rank[ts], lsn) for ts, lsn in tn._lsn_ts], tn.last_ts >= max(rank), list(st.pk_index.items()),
             [(pk, rank[ts]) for pk, ts in st.pk_ts.items()])
 
 
@@ -185,7 +187,7 @@ def test_small_insert_publishes_what_the_python_path_publishes(txns):
             log = LogService.open(f"{path}/log", truncation_interval=0)
             tn = TransactionNode(log, ObjectStore(f"{path}/objects"))
             try:
-                views.append((view, _cn_view(tn)[0], _cn_view(tn)[5:]))
+                views.append((view, _cn_view(tn)[0], _cn_view(tn)[6:]))
             finally:
                 tn.close()
                 log.close()

@@ -28,7 +28,7 @@ from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import ColumnBatch
 from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS, check_many, check_small
 from logtide.engine.logtail.logtail_format import DELETE, INSERT, Entry, Record
-from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+from logtide.engine.logtail.logtail_table import Handle, LogtailTable, OneEntryHandle
 from logtide.engine.logtail.tn_flush import CHECKPOINT_PREFIX, READER_NAME, Checkpoint, TnFlush
 from logtide.engine.logtail.tn_pull import TnPull
 from logtide.engine.logtail.tn_push import TnPush, run_pusher
@@ -162,17 +162,16 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         with self._cv:
             self._publish_group(group, lsns)
 
-    def _publish_group(self, group: list[_Queued | Handle], lsns) -> None:
+    def _publish_group(self, group: list[_Queued | OneEntryHandle], lsns) -> None:
         """Under the commit lock: durable records become visible in ts order (in-memory rows,
-        logtail table, last_ts), one logtail call for a run of commits. A Handle in the group is a
-        small insert's commit (_commit_small_insert), its rows inserts only."""
+        logtail table, last_ts), one logtail call for a run of commits. A OneEntryHandle in the group
+        is a small insert's commit (_commit_small_insert), its one entry inserts."""
         lsn_ts = self._lsn_ts
         handles = []
         for q, lsn in zip(group, lsns):
-            if q.__class__ is Handle:   # a small insert's commit, its handle made when queued
+            if q.__class__ is OneEntryHandle:   # a small insert's commit, its handle made when queued
                 lsn_ts.append((q.ts, lsn))
-                for table, es in q.tables.items():
-                    self.tables[table].mem_inserts.extend(es)
+                self.tables[q.table].mem_inserts.append(q.entry)
                 handles.append(q)
                 continue
             rec = q.rec
@@ -279,7 +278,8 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
             payload, arrays = reserve_and_encode(st, layout, meta, st.json_name, pks, user, ts, BLOCK_ROWS,
                                                  fmt.HEADER, fmt.MAGIC, fmt.COMMIT)
             # queued as the handle it publishes: no record object, no handle built at publication
-            ticket = self.committer.enqueue(payload, Handle(ts, {table: [Entry(INSERT, ts, ColumnBatch(layout, arrays))]}))
+            entry = Entry(INSERT, ts, ColumnBatch(layout, arrays))
+            ticket = self.committer.enqueue(payload, OneEntryHandle(ts, table, entry))
         self.committer.wait(ticket)
         return ts
 

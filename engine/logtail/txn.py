@@ -19,6 +19,7 @@ NO_DELS: frozenset = frozenset()
 
 class Txn:
     """A transaction: begin() on the TN, then insert/delete/update, then commit()."""
+    __slots__ = ("tn", "start_ts", "ins", "batches", "dels", "done")   # one per commit: no __dict__ to make
 
     def __init__(self, tn: "TransactionNode", start_ts: int) -> None:
         self.tn = tn
