@@ -137,3 +137,60 @@ def test_small_inserts_across_a_block_boundary_recover(tmp_path):
     finally:
         tn.close()
         log.close()
+
+
+def _cn_view(tn):
+    """What a CN sees and what the TN keeps: the pulled and pushed logtail, the in-memory rows, the published
+    (ts, lsn) pairs, whether last_ts covers them, and the key indexes; each ts as its rank among the
+    records' (the push thread's heartbeats take timestamps and move last_ts too, so the numbers
+    themselves vary from run to run)."""
+    rank = {ts: i for i, (ts, _) in enumerate(sorted(tn._lsn_ts))}
+
+    def rows(es):
+        return [(e.kind, rank[e.ts], [{**r, "__ts": rank[r["__ts"]]} for r in e.batch.to_pylist()]) for e in es]
+    st = tn.tables["t"]
+    pushed = [(rank[ts], tb, rows(es)) for ts, tb, es in tn.logtail.visit(0, tn.last_ts)]   # what a push sends
+    return (rows(tn.pull("t", 0)["entries"]), pushed, rows(st.mem_inserts), rows(st.mem_deletes),
+            [(rank[ts], lsn) for ts, lsn in tn._lsn_ts], tn.last_ts >= max(rank), list(st.pk_index.items()),
+            [(pk, rank[ts]) for pk, ts in st.pk_ts.items()])
+
+
+@scaled(max_examples=25, deadline=None)
+@given(txns=st.lists(st.tuples(st.lists(st.integers(0, 12), min_size=1, max_size=3, unique=True),
+                               st.booleans()), min_size=1, max_size=12))
+def test_small_insert_publishes_what_the_python_path_publishes(txns):
+    """The same transactions on a TN whose small inserts take the C path and queue their logtail
+    handle, and on one whose commits all take the Python path: the same outcomes, the same logtail
+    and in-memory rows, the same published (ts, lsn) and the same state once reopened."""
+    import tempfile
+    views, outcomes = [], []
+    with tempfile.TemporaryDirectory() as d:
+        for fast in (True, False):
+            path = f"{d}/{fast}"
+            log = LogService.open(f"{path}/log", truncation_interval=0)
+            tn = TransactionNode(log, ObjectStore(f"{path}/objects"))
+            if not fast:
+                tn._commit_small_insert = lambda txn: None
+            got = []
+            try:
+                tn.create_table("t", {"id": "int64", "v": "<f4"}, "id")
+                early = tn.begin()
+                for keys, stale in txns:
+                    # a stale writer began before every commit so far: write conflicts show
+                    x = early if stale and not early.done else tn.begin()
+                    x.insert("t", {"id": keys, "v": np.array(keys, dtype="<f4") / 2})
+                    got.append(_outcome(x.commit))
+                view = _cn_view(tn)
+            finally:
+                tn.close()
+                log.close()
+            log = LogService.open(f"{path}/log", truncation_interval=0)
+            tn = TransactionNode(log, ObjectStore(f"{path}/objects"))
+            try:
+                views.append((view, _cn_view(tn)[0], _cn_view(tn)[6:]))
+            finally:
+                tn.close()
+                log.close()
+            outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+    assert views[0] == views[1]

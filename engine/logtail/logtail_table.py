@@ -19,10 +19,26 @@ class Handle:
     tables: dict = field(default_factory=dict)    # table -> [Entry]
 
 
+class OneEntryHandle:
+    """A committed transaction with one entry of one table (the commonest commit, a small insert):
+    what a Handle of {table: [entry]} holds, as one object instead of three for the cyclic GC to
+    walk while the commit stays in memory."""
+    __slots__ = ("ts", "table", "entry")
+
+    def __init__(self, ts: int, table: str, entry) -> None:
+        self.ts = ts
+        self.table = table
+        self.entry = entry
+
+    @property
+    def tables(self) -> dict:
+        return {self.table: [self.entry]}
+
+
 class Page:
     __slots__ = ("born_ts", "handles", "ts")
 
-    def __init__(self, first: Handle) -> None:
+    def __init__(self, first: Handle | OneEntryHandle) -> None:
         self.born_ts = first.ts
         self.handles = [first]
         self.ts = [first.ts]
@@ -35,7 +51,7 @@ class LogtailTable:
         self._born: list[int] = []
         self._lock = threading.Lock()
 
-    def append(self, h: Handle) -> None:
+    def append(self, h: Handle | OneEntryHandle) -> None:
         """Add a handle; ts must grow (the TN appends under its commit lock)."""
         with self._lock:
             if self._pages and self._pages[-1].ts[-1] >= h.ts:
@@ -48,7 +64,7 @@ class LogtailTable:
                 p.handles.append(h)
                 p.ts.append(h.ts)
 
-    def append_many(self, hs: list[Handle]) -> None:
+    def append_many(self, hs: list[Handle | OneEntryHandle]) -> None:
         """Add handles in ts order (a group of commits) under one lock; ts must grow."""
         with self._lock:
             last = self._pages[-1].ts[-1] if self._pages else None
@@ -89,7 +105,10 @@ class LogtailTable:
             lo = bisect.bisect_right(page.ts, from_ts, 0, n)     # second level: inside the page
             hi = bisect.bisect_right(page.ts, to_ts, lo, n)
             for h in page.handles[lo:hi]:
-                if table is None:
+                if h.__class__ is OneEntryHandle:
+                    if table is None or table == h.table:
+                        yield h.ts, h.table, [h.entry]
+                elif table is None:
                     for tb, es in h.tables.items():
                         yield h.ts, tb, es
                 elif table in h.tables:

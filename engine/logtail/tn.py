@@ -28,7 +28,7 @@ from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import ColumnBatch
 from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS, check_many, check_small
 from logtide.engine.logtail.logtail_format import DELETE, INSERT, Entry, Record
-from logtide.engine.logtail.logtail_table import Handle, LogtailTable
+from logtide.engine.logtail.logtail_table import Handle, LogtailTable, OneEntryHandle
 from logtide.engine.logtail.tn_flush import CHECKPOINT_PREFIX, READER_NAME, Checkpoint, TnFlush
 from logtide.engine.logtail.tn_pull import TnPull
 from logtide.engine.logtail.tn_push import TnPush, run_pusher
@@ -162,12 +162,18 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         with self._cv:
             self._publish_group(group, lsns)
 
-    def _publish_group(self, group: list[_Queued], lsns) -> None:
+    def _publish_group(self, group: list[_Queued | OneEntryHandle], lsns) -> None:
         """Under the commit lock: durable records become visible in ts order (in-memory rows,
-        logtail table, last_ts), one logtail call for a run of commits."""
+        logtail table, last_ts), one logtail call for a run of commits. A OneEntryHandle in the group
+        is a small insert's commit (_commit_small_insert), its one entry inserts."""
         lsn_ts = self._lsn_ts
         handles = []
         for q, lsn in zip(group, lsns):
+            if q.__class__ is OneEntryHandle:   # a small insert's commit, its handle made when queued
+                lsn_ts.append((q.ts, lsn))
+                self.tables[q.table].mem_inserts.append(q.entry)
+                handles.append(q)
+                continue
             rec = q.rec
             lsn_ts.append((rec.ts, lsn))
             if q.publish is None:       # a commit: its handle joins the group's (one logtail call)
@@ -180,7 +186,7 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         if handles:
             self.logtail.append_many(handles)
         self.last_lsn = lsns[-1]
-        self.last_ts = max(self.last_ts, group[-1].rec.ts)
+        self.last_ts = max(self.last_ts, lsn_ts[-1][0])
         if self._streams:       # the pusher: one wake-up (and one update message) per group
             self._cv.notify_all()   # (with no stream its heartbeat moves pushed_ts soon enough)
 
@@ -271,8 +277,9 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
             ts = self.log.get_tso_timestamp(1)
             payload, arrays = reserve_and_encode(st, layout, meta, st.json_name, pks, user, ts, BLOCK_ROWS,
                                                  fmt.HEADER, fmt.MAGIC, fmt.COMMIT)
-            rec = Record(fmt.COMMIT, ts, {}, [(table, INSERT, ColumnBatch(layout, arrays))])
-            ticket = self.committer.enqueue(payload, _Queued(rec, None))
+            # queued as the handle it publishes: no record object, no handle built at publication
+            entry = Entry(INSERT, ts, ColumnBatch(layout, arrays))
+            ticket = self.committer.enqueue(payload, OneEntryHandle(ts, table, entry))
         self.committer.wait(ticket)
         return ts
 

@@ -19,6 +19,7 @@ NO_DELS: frozenset = frozenset()
 
 class Txn:
     """A transaction: begin() on the TN, then insert/delete/update, then commit()."""
+    __slots__ = ("tn", "start_ts", "ins", "batches", "dels", "done")   # one per commit: no __dict__ to make
 
     def __init__(self, tn: "TransactionNode", start_ts: int) -> None:
         self.tn = tn
@@ -39,13 +40,16 @@ class Txn:
         st = self._table(table)
         cols = st.tdef.coerce(rows)
         pk_list = cols[st.tdef.pk].tolist()
-        if len(set(pk_list)) != len(pk_list):
+        if len(pk_list) > 1 and len(set(pk_list)) != len(pk_list):
             raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
-        ins = self.ins.get(table, NO_INS)
+        ins = self.ins.get(table)
+        if ins is None:     # the table's first insert in this transaction: no key of its own to meet
+            self.ins[table] = {pk: (0, i) for i, pk in enumerate(pk_list)}
+            self.batches[table] = [cols]
+            return
         for pk in pk_list:      # every check before the first change
             if pk in ins:
                 raise DuplicateKeyError(f"{table}: primary key {pk} inserted twice in this transaction")
-        ins = self.ins.setdefault(table, {})
         batches = self.batches.setdefault(table, [])
         b = len(batches)
         for i, pk in enumerate(pk_list):
