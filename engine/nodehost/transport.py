@@ -171,7 +171,7 @@ class _Feed:
         """Write `msgs` as the next batch from the caller's thread, if the request thread is idle
         and the stream takes it at once (so batches keep their order); False: queue them."""
         call = self.call
-        if call is None:
+        if call is None or not self.idle:    # a busy request thread: queue without sizing the batch
             return False
         q = self.peer.q
         size = sum(_size(m) for m in msgs)

@@ -19,13 +19,13 @@ from logtide.errors import DeadlineExceededError
 
 class DeferredBatch:
     """The groups of one frame's calls: (unit, call ids, results) as each group finishes."""
-    __slots__ = ("conn", "calls", "nbytes", "deadline", "timer", "parts", "_lock", "_left", "_sealed",
+    __slots__ = ("conn", "calls", "nbytes", "timeout", "timer", "parts", "_lock", "_left", "_sealed",
                  "_over", "_finished", "_started")
 
     def __init__(self, conn: Any, calls: int, nbytes: int, timeout: float,
                  finished: Callable[["DeferredBatch"], None]) -> None:
         self.conn, self.calls, self.nbytes = conn, calls, nbytes
-        self.deadline = timeout
+        self.timeout = timeout
         self.timer = None                   # the loop's deadline handle, cancelled once answered
         self.parts: list[tuple[Any, list[int], list]] = []
         self._lock = threading.Lock()
@@ -80,7 +80,7 @@ class DeferredBatch:
             if self._over:
                 return
             self._over = True
-            err = DeadlineExceededError(f"not answered within {self.deadline:g} s (whether the call took "
+            err = DeadlineExceededError(f"not answered within {self.timeout:g} s (whether the call took "
                                         f"effect is unknown: read it back before retrying)")
             for unit, ids in self._started.values():
                 self.parts.append((unit, ids, [err] * len(ids)))
