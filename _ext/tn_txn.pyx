@@ -33,12 +33,40 @@ from logtide.engine.logtail.logtail_format import COMMIT, HEADER, INSERT, MAGIC,
 from logtide.engine.logtail.logtail_table import OneEntryHandle
 from logtide.errors import LogtailError
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+
 cnp.import_array()
 
 # TableState.small_form codes: how a column's values may arrive in the small form
 DEF AS_INT64 = 1       # a list of Python ints, or an int64 array
 DEF AS_FLOAT64 = 2     # a list of Python floats, or a float64 array
 # anything else: an array of the column's dtype only
+
+
+cdef object published_handle(object ts, object table, object layout, list arrays):
+    """OneEntryHandle(ts, table, Entry(INSERT, ts, ColumnBatch(layout, arrays))), with no Python
+    frame: each made by its class's __new__ and its slots set as its __init__ sets them."""
+    batch = ColumnBatch.__new__(ColumnBatch)
+    batch.layout = layout
+    batch.arrays = tuple(arrays)
+    batch.num_rows = len(arrays[0])
+    batch._table = None
+    entry = Entry.__new__(Entry)
+    entry.kind = INSERT
+    entry.ts = ts
+    entry.data = batch
+    entry.meta = None
+    handle = OneEntryHandle.__new__(OneEntryHandle)
+    handle.ts = ts
+    handle.table = table
+    handle.entry = entry
+    # kept until the table's next flush, holding only numbers, strings, arrays and the layout (no
+    # cycle can run through them): untracked, the cyclic GC never walks them
+    PyObject_GC_UnTrack(<PyObject*>batch)
+    PyObject_GC_UnTrack(<PyObject*>entry)
+    PyObject_GC_UnTrack(<PyObject*>handle)
+    return handle
 
 
 cdef class CommitPath:
@@ -253,7 +281,7 @@ cdef class TxnCore:
             payload, arrays = reserve_encode(st, layout, meta, st.json_name, pks, keys, self.s_cols, ts,
                                              p.block_rows, HEADER, MAGIC, COMMIT)
             # queued as the handle it publishes: no record object, no handle built at publication
-            ticket = p.enqueue(payload, OneEntryHandle(ts, self.s_table, Entry(INSERT, ts, ColumnBatch(layout, arrays))))
+            ticket = p.enqueue(payload, published_handle(ts, self.s_table, layout, arrays))
         finally:
             p.release()
         p.wait(ticket)      # durable (and published) before it is acknowledged
