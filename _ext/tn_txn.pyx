@@ -2,16 +2,16 @@
 """TxnCore: a TN transaction's state, with its commonest form held and committed in C.
 
 The commonest TN transaction is one insert call of a few rows into one table. TxnCore keeps such a
-transaction as its table and its columns (numpy arrays in the table's column order, made in C from
-lists of Python ints or floats, or the caller's arrays when they already have the column's dtype),
-with no per-key dicts. Its commit, in C under the TN's commit lock: the conflict check, the commit
-ts, the key and row-id reservation and the log record (small_insert.pyx), then the logtail handle
-it will publish and the hand-off of both to the group committer (`enqueue(payload, handle)`); then
-it waits for the committer (the GIL released while the log syncs). The outcome, the log bytes and
-the published handle are those of the Python path (TransactionNode._commit) for the same
-transaction.
+transaction as its table and its columns (numpy arrays in the table's column order: made in C from
+lists of Python ints or floats, the caller's arrays when they already have the column's dtype, else
+TableDef.coerce's), with no per-key dicts. Its commit, in C under the TN's commit lock: the conflict
+check, the commit ts, the key and row-id reservation and the log record (small_insert.pyx), then the
+logtail handle it will publish and the hand-off of both to the group committer (`enqueue(payload,
+handle)`); then it waits for the committer (the GIL released while the log syncs). The outcome, the
+log bytes and the published handle are those of the Python path (TransactionNode._commit) for the
+same transaction.
 
-Anything else (a second insert, a delete or update, values that need converting, rows that do not
+Anything else (a second insert, a delete or update, more than SMALL_TXN_KEYS rows, rows that do not
 fit the table's current block, a TN whose committer is not pipelined or whose CommitPath is
 disabled) turns the transaction into its general form (the `ins`, `batches` and `dels` dicts) and
 takes the Python path, which has the same outcome.

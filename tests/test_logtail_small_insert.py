@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide import BTree
 from logtide._ext.small_insert import check_inserts, reserve_and_encode
 from logtide.engine.logservice import LogService
 from logtide.engine.logtail import TransactionNode

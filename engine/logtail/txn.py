@@ -11,7 +11,6 @@ from logtide.engine.logtail.catalog import TableDef
 from logtide.errors import DuplicateKeyError, LogtailError, SchemaError
 
 if TYPE_CHECKING:
-    from logtide.engine.logtail.tn import TransactionNode
     from logtide.engine.logtail.tn_table import TableState
 
 NO_INS: dict = {}            # read only: a table a transaction only deletes from
