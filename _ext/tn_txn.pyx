@@ -69,6 +69,34 @@ cdef object published_handle(object ts, object table, object layout, list arrays
     return handle
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef cnp.ndarray list_array(list v, int code):
+    """The list as an int64 (AS_INT64) or float64 (AS_FLOAT64) array, when every item is exactly a
+    Python int that fits int64, or a Python float; else None."""
+    cdef Py_ssize_t j, m = PyList_GET_SIZE(v)
+    cdef cnp.npy_intp dims[1]
+    cdef int overflow
+    cdef object x
+    dims[0] = m
+    cdef cnp.ndarray a = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64 if code == AS_INT64 else cnp.NPY_FLOAT64, 0)
+    cdef int64_t* ip = <int64_t*>cnp.PyArray_DATA(a)
+    cdef double* fp = <double*>cnp.PyArray_DATA(a)
+    for j in range(m):
+        x = <object>PyList_GET_ITEM(v, j)
+        if code == AS_INT64:
+            if not PyLong_CheckExact(x):
+                return None
+            ip[j] = PyLong_AsLongLongAndOverflow(x, &overflow)
+            if overflow:
+                return None
+        elif PyFloat_CheckExact(x):
+            fp[j] = PyFloat_AS_DOUBLE(x)
+        else:
+            return None
+    return a
+
+
 cdef class CommitPath:
     """What a small commit needs of its TN: its tables, commit lock, TSO and committer.
     `enabled` False (or a committer that is not pipelined) sends every commit down the Python path."""
@@ -172,13 +200,10 @@ cdef class TxnCore:
         cdef PyObject* found
         cdef tuple form, col
         cdef list cols = []
-        cdef object v, x
+        cdef object v
         cdef cnp.ndarray a
-        cdef cnp.npy_intp dims[1]
-        cdef Py_ssize_t i, j, m, n = -1, k
-        cdef int code, overflow
-        cdef int64_t* ip
-        cdef double* fp
+        cdef Py_ssize_t i, m, n = -1, k
+        cdef int code
         if type(rows) is not dict:
             return None
         form = st.small_form
@@ -193,28 +218,12 @@ cdef class TxnCore:
             v = <object>found
             code = col[2]
             if type(v) is list:
-                m = PyList_GET_SIZE(v)
-                dims[0] = m
-                if code == AS_INT64:
-                    a = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
-                    ip = <int64_t*>cnp.PyArray_DATA(a)
-                    for j in range(m):
-                        x = <object>PyList_GET_ITEM(v, j)
-                        if not PyLong_CheckExact(x):
-                            return None
-                        ip[j] = PyLong_AsLongLongAndOverflow(x, &overflow)
-                        if overflow:
-                            return None
-                elif code == AS_FLOAT64:
-                    a = cnp.PyArray_EMPTY(1, dims, cnp.NPY_FLOAT64, 0)
-                    fp = <double*>cnp.PyArray_DATA(a)
-                    for j in range(m):
-                        x = <object>PyList_GET_ITEM(v, j)
-                        if not PyFloat_CheckExact(x):
-                            return None
-                        fp[j] = PyFloat_AS_DOUBLE(x)
-                else:
+                if code != AS_INT64 and code != AS_FLOAT64:
                     return None
+                a = list_array(<list>v, code)
+                if a is None:
+                    return None
+                m = cnp.PyArray_DIM(a, 0)
             elif type(v) is cnp.ndarray:
                 a = <cnp.ndarray>v
                 if cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_EquivTypes(a.descr, <cnp.dtype>col[1]):
