@@ -28,7 +28,10 @@ DEF ALIGN = 8
 
 def check_inserts(str table, pk_ts, pk_index, cnp.ndarray pks, int64_t start_ts) -> None:
     """Raise WriteConflictError or DuplicateKeyError as check_small does for an insert-only commit."""
-    cdef list keys = pks.tolist()
+    check_insert_keys(table, pk_ts, pk_index, pks.tolist(), start_ts)
+
+
+cdef int check_insert_keys(str table, object pk_ts, object pk_index, list keys, int64_t start_ts) except -1:
     cdef object last
     for pk in keys:
         last = pk_ts.get(pk)
@@ -37,20 +40,28 @@ def check_inserts(str table, pk_ts, pk_index, cnp.ndarray pks, int64_t start_ts)
     for pk in keys:
         if pk_index.get(pk) is not None:
             raise DuplicateKeyError(f"{table}: primary key {pk} exists")
+    return 0
 
 
 cdef inline Py_ssize_t padded(Py_ssize_t n) noexcept nogil:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def reserve_and_encode(st, layout, bytes meta, bytes table_json, cnp.ndarray pks, list user, int64_t ts,
                        int64_t block_rows, header, bytes magic, int kind):
     """Reserve the rows' keys and row ids in `st` (a TableState whose current block has room for
     them) and return (payload, the insert batch's arrays in layout order). `user` holds the table's
     columns in layout order (pks among them); `meta` is layout's record batch metadata for
     len(pks) rows; `header` is logtail_format.HEADER, packed with (magic, kind, ts, JSON length)."""
+    return reserve_encode(st, layout, meta, table_json, pks, pks.tolist(), user, ts, block_rows, header, magic,
+                          kind)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef tuple reserve_encode(object st, object layout, bytes meta, bytes table_json, cnp.ndarray pks, list keys,
+                          list user, int64_t ts, int64_t block_rows, object header, bytes magic, int kind):
+    # keys: pks.tolist()
     cdef Py_ssize_t n = cnp.PyArray_DIM(pks, 0)
     cdef Py_ssize_t i, k, body = 0, pos, blob_size
     cdef int64_t block = st.cur_block
@@ -60,7 +71,7 @@ def reserve_and_encode(st, layout, bytes meta, bytes table_json, cnp.ndarray pks
     cdef int64_t* bp
     cdef int32_t* op
     cdef int64_t* tp
-    cdef list arrays, keys
+    cdef list arrays
     cdef bytes head = layout.head, eos = layout.eos, payload, js, hdr
     cdef char* out
     if off < 0 or off + n > block_rows:
@@ -86,7 +97,6 @@ def reserve_and_encode(st, layout, bytes meta, bytes table_json, cnp.ndarray pks
     blob_size = len(head) + len(meta) + body + len(eos)
     js = b'{"batches":[{"table":' + table_json + b',"kind":"insert","size":' + str(blob_size).encode() + b'}]}'
     hdr = header.pack(magic, kind, ts, len(js))
-    keys = pks.tolist()
     # the keys are reserved after everything that can fail: a refused call changes nothing
     pk_index, pk_ts = st.pk_index, st.pk_ts
     for i in range(n):

@@ -1,4 +1,4 @@
-"""The TN's small-insert commit in C (_ext/small_insert.pyx) against the Python commit path.
+"""The TN's small-insert commit in C (_ext/tn_txn.pyx, _ext/small_insert.pyx) against the Python commit path.
 
 check_inserts must raise what commit_check.check_small raises for the same keys and state, and
 change nothing; reserve_and_encode must reserve the row ids TableState.alloc_rowids gives, index
@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide import BTree
 from logtide._ext.small_insert import check_inserts, reserve_and_encode
 from logtide.engine.logservice import LogService
 from logtide.engine.logtail import TransactionNode
@@ -155,31 +154,47 @@ def _cn_view(tn):
             [(pk, rank[ts]) for pk, ts in st.pk_ts.items()])
 
 
+# how a transaction's "v" values arrive: an array of the column's dtype, a list the C form converts
+# itself, a list that needs coerce (held in the small form all the same)
+FORMS = {"f4 array": ("<f4", lambda keys: np.array(keys, dtype="<f4") / 2),
+         "f8 list": ("<f8", lambda keys: [k / 2 for k in keys]),
+         "i4 list": ("<i4", lambda keys: [k * 3 for k in keys])}
+
+
 @scaled(max_examples=25, deadline=None)
-@given(txns=st.lists(st.tuples(st.lists(st.integers(0, 12), min_size=1, max_size=3, unique=True),
-                               st.booleans()), min_size=1, max_size=12))
-def test_small_insert_publishes_what_the_python_path_publishes(txns):
-    """The same transactions on a TN whose small inserts take the C path and queue their logtail
-    handle, and on one whose commits all take the Python path: the same outcomes, the same logtail
-    and in-memory rows, the same published (ts, lsn) and the same state once reopened."""
+@given(form=st.sampled_from(sorted(FORMS)),
+       txns=st.lists(st.tuples(st.lists(st.integers(0, 12), min_size=1, max_size=3, unique=True),
+                               st.booleans(), st.sampled_from(["one insert", "two inserts", "rollback"])),
+                     min_size=1, max_size=12))
+def test_small_insert_publishes_what_the_python_path_publishes(form, txns):
+    """The same transactions on a TN whose small inserts take the C path (TxnCore) and queue their
+    logtail handle, and on one whose commits all take the Python path (c_commits=False): the same
+    outcomes, the same logtail and in-memory rows, the same published (ts, lsn) and the same state
+    once reopened. A second insert call turns a transaction into its general form."""
     import tempfile
+    dtype, values = FORMS[form]
     views, outcomes = [], []
     with tempfile.TemporaryDirectory() as d:
         for fast in (True, False):
             path = f"{d}/{fast}"
             log = LogService.open(f"{path}/log", truncation_interval=0)
-            tn = TransactionNode(log, ObjectStore(f"{path}/objects"))
-            if not fast:
-                tn._commit_small_insert = lambda txn: None
+            tn = TransactionNode(log, ObjectStore(f"{path}/objects"), c_commits=fast)
             got = []
             try:
-                tn.create_table("t", {"id": "int64", "v": "<f4"}, "id")
+                tn.create_table("t", {"id": "int64", "v": dtype}, "id")
                 early = tn.begin()
-                for keys, stale in txns:
+                for keys, stale, shape in txns:
                     # a stale writer began before every commit so far: write conflicts show
                     x = early if stale and not early.done else tn.begin()
-                    x.insert("t", {"id": keys, "v": np.array(keys, dtype="<f4") / 2})
-                    got.append(_outcome(x.commit))
+                    x.insert("t", {"id": keys, "v": values(keys)})
+                    if shape == "two inserts":
+                        more = [k + 100 for k in keys]
+                        x.insert("t", {"id": more, "v": values(more)})
+                    if shape == "rollback":
+                        x.rollback()
+                        got.append("rolled back")
+                    else:
+                        got.append(_outcome(x.commit))
                 view = _cn_view(tn)
             finally:
                 tn.close()

@@ -5,8 +5,8 @@ Every commit is durable in the log service before it is acknowledged; a TN reope
 and object store rebuilds its state from the newest checkpoint plus the log after it.
 
 Commits go through group commit (engine/group_commit). Under the commit lock a commit is checked for
-conflicts (commit_check.py; a small one-table insert in C, _ext/small_insert.pyx, with the same
-outcome and log bytes), takes its commit ts, reserves its row ids and primary keys (so later
+conflicts (commit_check.py; a small one-table insert in C, _ext/tn_txn.pyx and _ext/small_insert.pyx,
+with the same outcome and log bytes), takes its commit ts, reserves its row ids and primary keys (so later
 commits check against it exactly as if it were already committed) and queues its log record. Once
 durable, records are published in ts order: in-memory rows, logtail table, `last_ts`. Queue order is
 ts order, so log order is ts order and the durable log is always a ts-prefix of what was reserved:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from logtide._ext.small_insert import check_inserts, reserve_and_encode
+from logtide._ext.tn_txn import CommitPath
 from logtide.engine.group_commit import open_committer
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
@@ -55,7 +55,9 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
     """The TN. Open with TransactionNode.open(dir) or TransactionNode(log_service, object_store)."""
 
     def __init__(self, log, store: ObjectStore, *, heartbeat_ms: float = 2.0, page_size: int = 256,
-                 max_pull_rows: int = 1 << 20) -> None:
+                 max_pull_rows: int = 1 << 20, c_commits: bool = True) -> None:
+        """`c_commits` False: every commit takes the Python path (the reference the C paths are
+        tested against)."""
         self.log = log
         # a log whose LSNs have gaps (the replicated one) names each record's LSN; else they are dense
         self._append_each = getattr(log, "append_each", None)
@@ -78,6 +80,8 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         self.committer = open_committer(log, publish=self._publish_group, write_group=self._write_group,
                                         lock=self._lock)
         self._pipelined = self.committer.pipelined
+        self._commits = CommitPath(self.tables, self._lock, self.log.get_tso_timestamp, self.committer, BLOCK_ROWS,
+                                   SMALL_TXN_KEYS, c_commits)
         self._recover()
         self.log.register_reader(READER_NAME, self.checkpoint.lsn if self.checkpoint else 0)
         self.pushed_ts = max(self.last_ts, self.log.get_tso_timestamp(1))
@@ -140,7 +144,7 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
     # ------------------------------------------------------------------ transactions
 
     def begin(self) -> Txn:
-        return Txn(self, self.log.get_tso_timestamp(1))
+        return Txn(self, self._commits, self.log.get_tso_timestamp(1))
 
     def _queue(self, rec: Record, publish) -> int:
         """Under the commit lock: queue a record (its ts the newest so far); the ticket to wait on."""
@@ -165,7 +169,7 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
     def _publish_group(self, group: list[_Queued | OneEntryHandle], lsns) -> None:
         """Under the commit lock: durable records become visible in ts order (in-memory rows,
         logtail table, last_ts), one logtail call for a run of commits. A OneEntryHandle in the group
-        is a small insert's commit (_commit_small_insert), its one entry inserts."""
+        is a small insert's commit (TxnCore, _ext/tn_txn.pyx), its one entry inserts."""
         lsn_ts = self._lsn_ts
         handles = []
         for q, lsn in zip(group, lsns):
@@ -194,10 +198,6 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         self.last_ts = rec.ts
 
     def _commit(self, txn: Txn) -> int:
-        if self._pipelined and not txn.dels and len(txn.ins) == 1:
-            ts = self._commit_small_insert(txn)
-            if ts is not None:
-                return ts
         # what the transaction writes, per table: its own data, gathered before the commit lock
         work = []
         keys = 0
@@ -248,39 +248,6 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
                         st.pk_ts.insert_many(ins_pks, ins_ts)
             ticket = self._queue(Record(fmt.COMMIT, ts, {}, batches), None)   # published by _write_group
         self.committer.wait(ticket)   # durable (and published) before it is acknowledged
-        return ts
-
-    def _commit_small_insert(self, txn: Txn) -> int | None:
-        """The commit of rows of one table from one insert call, at most SMALL_TXN_KEYS of them and
-        fitting the current block: checked, reserved and encoded in two C calls (small_insert.pyx),
-        with the general path's outcome and log bytes. None when the transaction is not such a one
-        (nothing done: the general path commits it)."""
-        ((table, ins),) = txn.ins.items()
-        batches = txn.batches.get(table)
-        if batches is None or len(batches) != 1:
-            return None
-        st = self._table(table)
-        cols = batches[0]
-        pks = cols[st.tdef.pk]
-        n = len(pks)
-        if n != len(ins) or n > SMALL_TXN_KEYS:
-            return None
-        layout = st.insert_layout
-        meta = layout.batch_metadata(n)
-        if meta is None:
-            return None
-        user = [cols[c] for c in layout.names[3:]]
-        with self._lock:
-            if st.cur_off + n > BLOCK_ROWS:
-                return None
-            check_inserts(table, st.pk_ts, st.pk_index, pks, txn.start_ts)
-            ts = self.log.get_tso_timestamp(1)
-            payload, arrays = reserve_and_encode(st, layout, meta, st.json_name, pks, user, ts, BLOCK_ROWS,
-                                                 fmt.HEADER, fmt.MAGIC, fmt.COMMIT)
-            # queued as the handle it publishes: no record object, no handle built at publication
-            entry = Entry(INSERT, ts, ColumnBatch(layout, arrays))
-            ticket = self.committer.enqueue(payload, OneEntryHandle(ts, table, entry))
-        self.committer.wait(ticket)
         return ts
 
     def _publish_commit(self, ts: int, batches: list) -> None:

@@ -13,6 +13,9 @@ from logtide.engine.objectstore import BLOCK_ROWS
 
 SYSTEM_COLUMNS = [(BLOCK, np.int64), (OFFSET, np.int32), (TS, np.int64)]
 DELETE_LAYOUT = BatchLayout(SYSTEM_COLUMNS + [(PK, np.int64)])
+# how a column's values may arrive for a transaction's small form in C (_ext/tn_txn.pyx): as a list
+# of Python ints (int64), of Python floats (float64), else only as an array of the column's dtype
+_LIST_OF = {np.dtype(np.int64): 1, np.dtype(np.float64): 2}
 
 
 class TableState:
@@ -30,6 +33,11 @@ class TableState:
         self.mem_inserts: list[Entry] = []
         self.mem_deletes: list[Entry] = []
         self.objects: list[dict] = []
+        # for the small commit in C (_ext/tn_txn.pyx): each column as (name, dtype, how its values
+        # may arrive), the key's position, and the insert batch's IPC metadata per row count
+        self.small_form = tuple((c, d, _LIST_OF.get(d, 0)) for c, d in tdef.dtypes().items())
+        self.pk_at = [c for c, _, _ in self.small_form].index(tdef.pk)
+        self.small_meta = (None,) + tuple(self.insert_layout.batch_metadata(n) for n in range(1, SMALL_TXN_KEYS + 1))
 
     def alloc_rowids(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         off = self.cur_off

@@ -6,39 +6,34 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from logtide._ext.tn_txn import TxnCore
 from logtide.engine.logtail.catalog import TableDef
 from logtide.errors import DuplicateKeyError, LogtailError, SchemaError
 
 if TYPE_CHECKING:
-    from logtide.engine.logtail.tn import TransactionNode
     from logtide.engine.logtail.tn_table import TableState
 
 NO_INS: dict = {}            # read only: a table a transaction only deletes from
 NO_DELS: frozenset = frozenset()
 
 
-class Txn:
-    """A transaction: begin() on the TN, then insert/delete/update, then commit()."""
-    __slots__ = ("tn", "start_ts", "ins", "batches", "dels", "done")   # one per commit: no __dict__ to make
+class Txn(TxnCore):
+    """A transaction: begin() on the TN, then insert/delete/update, then commit() or rollback().
 
-    def __init__(self, tn: "TransactionNode", start_ts: int) -> None:
-        self.tn = tn
-        self.start_ts = start_ts
-        self.ins: dict[str, dict[int, tuple]] = {}     # table -> pk -> (batch number, row index)
-        self.batches: dict[str, list] = {}             # table -> [columns dict]
-        self.dels: dict[str, set] = {}
-        self.done = False
+    `insert` and `commit` are TxnCore's (_ext/tn_txn.pyx): one insert call of a few rows into one
+    table is held and committed in C; this shell adds the general form (`ins`, `batches`, `dels`)."""
+    __slots__ = ()
 
     def _table(self, table: str) -> TableState:
         if self.done:
             raise LogtailError("this transaction is finished")
         return self.tn._table(table)
 
-    def insert(self, table: str, rows: dict) -> None:
-        """Insert rows given as {column: values}; every column of the table is required.
-        A refused insert (an error raised) leaves the transaction as it was."""
+    def _insert_general(self, table: str, rows: dict, cols: dict | None) -> None:
+        """insert() of the general form (TxnCore's insert calls it); `cols`: the rows coerced already."""
         st = self._table(table)
-        cols = st.tdef.coerce(rows)
+        if cols is None:
+            cols = st.tdef.coerce(rows)
         pk_list = cols[st.tdef.pk].tolist()
         if len(pk_list) > 1 and len(set(pk_list)) != len(pk_list):
             raise DuplicateKeyError(f"{table}: the same primary key twice in one insert")
@@ -87,15 +82,6 @@ class Txn:
                 dels.add(pk)
             ins[pk] = (b, i)
         self.batches[table].append(cols)
-
-    def commit(self) -> int:
-        """Make the changes durable and visible; returns the commit ts. A commit refused by its
-        checks (WriteConflictError, KeyNotFoundError, DuplicateKeyError) changes nothing in the TN
-        and ends the transaction (rolled back)."""
-        if self.done:
-            raise LogtailError("this transaction is finished")
-        self.done = True
-        return self.tn._commit(self)
 
     def rollback(self) -> None:
         self.done = True
