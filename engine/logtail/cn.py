@@ -18,14 +18,14 @@ from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import LogtailError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
+from logtide.errors import LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
 
 
 class ComputeNode:
     """A CN. connect() returns a new stream to the TN (TransactionNode.connect, or a remote one)."""
 
     def __init__(self, connect: Callable, store: ObjectStore, name: str = "cn",
-                 reconnect_delay: float = 0.01) -> None:
+                 reconnect_delay: float = 0.01, connect_timeout: float = 30.0) -> None:
         self.name = name
         self._connect = connect
         self.reconnect_delay = reconnect_delay
@@ -43,10 +43,23 @@ class ComputeNode:
         self._gen = 0                 # stream generation: subscribe waits for a response on the current one
         self._fresh: set[str] = set()  # tables subscribed on the current stream
         self._backoff = 0.0
-        self.stream = connect()
+        self.stream = self._first_stream(connect_timeout)
         self._connected_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"cn-{name}", daemon=True)
         self._thread.start()
+
+    def _first_stream(self, timeout: float):
+        # a CN started beside its TN (cluster up, a TN restart) may come up first: retry until the deadline
+        deadline = time.monotonic() + timeout
+        delay = self.reconnect_delay
+        while True:
+            try:
+                return self._connect()
+            except (OSError, RpcError, StreamClosedError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise StreamClosedError(f"{self.name}: no stream to the TN in {timeout:g} s: {exc}") from exc
+                time.sleep(delay)
+                delay = min(0.5, delay * 2)
 
     def close(self) -> None:
         with self._cv:
