@@ -48,7 +48,7 @@ COMMIT_LINGER = 0.003
 MAX_INFLIGHT = 2
 
 
-_WAKE = ("wake",)
+_WAKE = ("wake",)   # an inbox item that only wakes the driver (proposals wait in RaftNode._props)
 
 
 class Future:
