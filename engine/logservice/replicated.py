@@ -163,21 +163,13 @@ class ReplicatedLogService:
         if not cmds:
             done(out)
             return
-        left = [len(cmds)]
-        lock = threading.Lock()
 
-        def settled(_f) -> None:
-            with lock:
-                left[0] -= 1
-                if left[0]:
-                    return
-            for i, f in zip(where, fs):
-                err = f.error
-                out[i] = f.value if err is None else self._leader_error(err) if isinstance(err, NotLeader) else err
+        def settled(results: list) -> None:
+            for i, r in zip(where, results):
+                out[i] = self._leader_error(r) if isinstance(r, NotLeader) else r
             done(out)
 
-        with lock:    # a future set before submit_many returns waits here for `fs`
-            fs = self.node.submit_many(cmds, on_done=settled)
+        self.node.submit_group(cmds, settled)
 
     def append_many(self, client: int, first_seq: int, rtype: int, datas: list[bytes]) -> list[int]:
         """Several records of one client, proposed together (consecutive Raft indexes, one fsync);

@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any, Callable
 
 from logtide.engine.raft import messages as M
@@ -24,6 +25,7 @@ from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
+from logtide.engine.nodehost.proposal_group import ProposalGroup
 from logtide.engine.nodehost.transport import RaftTransport
 from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
@@ -44,6 +46,9 @@ COMMIT_LINGER = 0.003
 # in the next APP, so a busy leader sends fewer, fuller messages (with 32 clients: ~5 -> 7-11
 # entries per follower Ready, follower CPU per append ~195 -> ~100-150 us); a lone client never fills it
 MAX_INFLIGHT = 2
+
+
+_WAKE = ("wake",)   # an inbox item that only wakes the driver (proposals wait in RaftNode._props)
 
 
 class Future:
@@ -114,6 +119,10 @@ class RaftNode:
                 self.transport.set_peer(pid, target)
         self._pending: dict[int, Future] = {}         # index -> proposal waiting to be applied
         self._held: list[tuple[bytes, Future]] = []   # proposals held while no follower can take an APP
+        # proposals handed over by other threads: a deque the driver drains each turn, so a submitter
+        # wakes the driver only when it is not holding proposals anyway (see _hold)
+        self._props: deque[list[tuple[bytes, Any]]] = deque()
+        self._holding = False
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
@@ -143,7 +152,7 @@ class RaftNode:
 
     def _waiters(self) -> list[Future]:
         return list(self._pending.values()) + list(self._reads.values()) + [f for _i, f in self._read_wait] \
-            + [f for _c, f in self._held]
+            + [f for _c, f in self._held] + [f for pairs in list(self._props) for _c, f in pairs]
 
     def _check(self) -> None:
         if self._failed is not None:
@@ -162,7 +171,7 @@ class RaftNode:
         """propose, also naming the term of the committed entry (the leadership that appended it)."""
         self._check()
         f = Future()
-        self._inbox.put(("prop", bytes(cmd), f))
+        self._submit([(bytes(cmd), f)])
         value = f.wait(timeout, f"proposal to raft node {self.id}")
         return f.index, f.term, value
 
@@ -173,8 +182,24 @@ class RaftNode:
         result, its index the entry's."""
         self._check()
         fs = [Future(on_done) for _ in cmds]
-        self._inbox.put(("props", [(bytes(c), f) for c, f in zip(cmds, fs)]))
+        self._submit([(bytes(c), f) for c, f in zip(cmds, fs)])
         return fs
+
+    def submit_group(self, cmds: list[bytes], done: Callable[[list], None]) -> None:
+        """Queue several commands for replication (one hand-off to the driver, in order after
+        earlier submissions); `done(results)` is called once, when every one is applied or failed,
+        with each command's state machine result or its exception. Nothing per command waits."""
+        self._check()
+        group = ProposalGroup(len(cmds), done)
+        if not cmds:
+            done(group.results)
+            return
+        self._submit(list(zip(cmds, group.members())))
+
+    def _submit(self, pairs: list) -> None:
+        self._props.append(pairs)
+        if not self._holding:   # a holding driver takes them when an acknowledgement wakes it
+            self._inbox.put(_WAKE)
 
     def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
         """Replicate several commands at once (one hand-off to the driver, one Ready, one fsync);
@@ -266,6 +291,8 @@ class RaftNode:
         commit_due = None  # when a commit no APP carried yet goes out alone (COMMIT_LINGER)
         while not self._stop.is_set():
             wait = (next_tick if commit_due is None else min(next_tick, commit_due)) - time.monotonic()
+            if (self._props or self._held) and not self._holding:  # nothing may wake us for these
+                wait = 0.0
             items = []
             try:
                 items.append(self._inbox.get(timeout=max(0.0, wait)) if wait > 0 else self._inbox.get_nowait())
@@ -278,6 +305,9 @@ class RaftNode:
                     break
             for item in items:
                 self._handle(item)
+            props = self._props
+            while props:
+                self._held.extend(props.popleft())
             if self._held and not self._hold():
                 self._propose_held()
             now = time.monotonic()
@@ -297,6 +327,7 @@ class RaftNode:
             if self._status_dirty or now - self._status_at >= STATUS_INTERVAL:
                 self._publish_status()
                 self._status_dirty, self._status_at = False, now
+            self._holding = self._hold()
 
     def _handle(self, item) -> None:
         kind = item[0]
@@ -308,10 +339,6 @@ class RaftNode:
                         raw.step(m)
                     except RaftError as exc:
                         log.warning("raft node %d: refused %r: %s", self.id, m, exc)
-            elif kind == "prop":
-                self._held.append((item[1], item[2]))  # proposed after this turn's messages (_hold)
-            elif kind == "props":
-                self._held.extend(item[1])
             elif kind == "read":
                 if len(item) > 2 and raw.raft.state != M.LEADER:  # leader_read_index: no forwarding
                     item[1].set(error=NotLeader(f"raft node {self.id} is not the leader", raw.raft.lead))
@@ -357,6 +384,17 @@ class RaftNode:
     def _propose_held(self) -> None:
         held, self._held = self._held, []
         raw = self.raw
+        pending = self._pending
+        if len(held) > 1:
+            try:   # one append for the lot; refused as a whole, each is tried alone below
+                first, term = raw.propose_many([cmd for cmd, _f in held])
+            except ProposalDropped:
+                pass
+            else:
+                for k, (_cmd, f) in enumerate(held):
+                    f.index, f.term = first + k, term
+                    pending[first + k] = f
+                return
         for cmd, f in held:
             try:
                 f.index, f.term = raw.propose(cmd)
@@ -383,8 +421,8 @@ class RaftNode:
         self.first_index = raw.raft.log.first_index()
         if out.messages:
             self._send(out.messages)
-        for e in out.committed_entries:
-            self._apply(e)
+        if out.committed_entries:
+            self._apply_all(out.committed_entries)
         for rs in out.read_states:
             f = self._reads.pop(rs.context, None)
             if f is not None:
@@ -409,24 +447,27 @@ class RaftNode:
         # reports it lost (see "unreachable"), so the leader retries
         self.transport.send(msgs)
 
-    def _apply(self, e) -> None:
-        result: Any = None
-        error: BaseException | None = None
-        if e.type == M.ENTRY_CONF:
-            self._apply_conf(e)
-            self._publish_status()   # before the change's ack: a status read after it shows the membership
-        elif e.data:
-            try:
-                result = self.sm.update(SMEntry(e.index, e.data))
-            except Exception as exc:  # a refused command (e.g. a bad truncate): the same on every replica
-                error = exc
-        self.applied = e.index
-        f = self._pending.pop(e.index, None)
-        if f is not None:
-            if f.term != e.term:
-                f.set(error=ProposalDropped(f"entry {e.index} was replaced by a new leader's entry; retry"))
-            else:
-                f.set(result, error)
+    def _apply_all(self, ents) -> None:
+        update = self.sm.update
+        pop = self._pending.pop
+        for e in ents:
+            result: Any = None
+            error: BaseException | None = None
+            if e.type == M.ENTRY_CONF:
+                self._apply_conf(e)
+                self._publish_status()   # before the change's ack: a status read after it shows the membership
+            elif e.data:
+                try:
+                    result = update(SMEntry(e.index, e.data))
+                except Exception as exc:  # a refused command (e.g. a bad truncate): the same on every replica
+                    error = exc
+            self.applied = e.index
+            f = pop(e.index, None)
+            if f is not None:
+                if f.term != e.term:
+                    f.set(error=ProposalDropped(f"entry {e.index} was replaced by a new leader's entry; retry"))
+                else:
+                    f.set(result, error)
 
     def _apply_conf(self, e) -> None:
         try:

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.nodehost.channel import connect_replica
+from logtide.engine.nodehost.entry_encodings import EntryEncodings
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage, RaftError, UnknownPeer
 from logtide.engine.raft.messages import Message
 from logtide.engine.raft.wire import decode_message, encode_message
@@ -154,7 +155,8 @@ class _Feed:
         p = self.peer
         batch = pb.RaftBatch(cluster=p.t.cluster_id, frm=p.t.node_id)
         if msgs:
-            batch.messages.extend([encode_message(m) for m in msgs])
+            entry_pb = p.t.encodings.get
+            batch.messages.extend([encode_message(m, entry_pb) for m in msgs])
         return batch
 
     def _numbered(self, batch: pb.RaftBatch, size: int, n: int) -> None:
@@ -430,6 +432,7 @@ class RaftTransport:
         self._on_unreachable = on_unreachable
         self._on_gone = on_gone
         self.servicer = _Servicer(self)
+        self.encodings = EntryEncodings()   # each entry encoded once for all followers
         self._peers: dict[int, _Peer] = {}
         self._lock = threading.Lock()
         self.sent = self.dropped = self.received = self.rejected = self.stalls = 0

@@ -6,27 +6,29 @@ reaches the core.
 """
 from __future__ import annotations
 
-import struct
+from typing import Callable
 
 from logtide._ext.crc32c import crc32c
+from logtide._ext.raft_entry_crc import entry_crc
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage
 from logtide.engine.raft.messages import ConfState, Entry, Message, Snapshot, SnapshotMeta
 
-_ENTRY_KEY = struct.Struct(">QQB")
+__all__ = ["decode_message", "encode_entry", "encode_message", "entry_crc"]
 
 
-def entry_crc(term: int, index: int, etype: int, data: bytes) -> int:
-    return crc32c(data, crc32c(_ENTRY_KEY.pack(term, index, etype)))
+def encode_entry(e: Entry) -> pb.RaftEntry:
+    return pb.RaftEntry(term=e.term, index=e.index, type=e.type, data=e.data,
+                        crc=entry_crc(e.term, e.index, e.type, e.data))
 
 
-def encode_message(m: Message) -> pb.RaftMessage:
+def encode_message(m: Message, entry_pb: Callable[[Entry], pb.RaftEntry] = encode_entry) -> pb.RaftMessage:
+    """`entry_pb` gives each entry's wire form (a cache may hand out one it made before)."""
     out = pb.RaftMessage(type=m.type, to=m.to, frm=m.frm, term=m.term, log_term=m.log_term, index=m.index,
                          commit=m.commit, reject=m.reject, reject_hint=m.reject_hint, context=m.context)
     if m.entries:
-        out.entries.extend(pb.RaftEntry(term=e.term, index=e.index, type=e.type, data=e.data,
-                                        crc=entry_crc(e.term, e.index, e.type, e.data)) for e in m.entries)
+        out.entries.extend([entry_pb(e) for e in m.entries])
     if m.snapshot is not None:
         s = m.snapshot
         out.snapshot.CopyFrom(pb.RaftSnapshot(index=s.meta.index, term=s.meta.term,
