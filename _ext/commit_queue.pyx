@@ -133,11 +133,6 @@ cdef class CommitQueue:
         return self.zero.generation
 
     @property
-    def published_lsn(self) -> int:
-        """The highest LSN published (written, and synced with fsync="always")."""
-        return self.published
-
-    @property
     def next(self) -> int:
         """The LSN the next append gets."""
         return self.next_lsn
@@ -169,10 +164,10 @@ cdef class CommitQueue:
 
     cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0:
         with nogil:
-            if wake:
-                lt_futex_wake(&self.fl_word, 1)
             # this thread is giving up the GIL: the next durable appender can take it uncontended
             lt_py_leave()
+            if wake:
+                lt_futex_wake(&self.fl_word, 1)
             wl_sleep(w)
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
@@ -184,31 +179,49 @@ cdef class CommitQueue:
 
     cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                           size_t dlen) except? 0:
-        """Frame one record (data = pre + src), queue it and return its LSN once it is published."""
+        """Frame one record (data = pre + src), queue it and return its LSN once it is published.
+        Framing and queueing run without the GIL (in the one release the wait needs anyway): the
+        next woken appender runs its Python meanwhile."""
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
         cdef lt_waiter w
         cdef bint wake
-        lt_lock(&self.mu)
-        if self.state != Q_OPEN:
+        cdef int err = 0
+        if self.direct:
+            lt_lock(&self.mu)
+            if (self.state == Q_OPEN and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
+                    and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
+                    and self.wend + size < self.roll_at and self.wend + size < self.mark_at
+                    # a sync requested or due: the flusher needs the log, so queue
+                    and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
+                return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
             lt_unlock(&self.mu)
+        with nogil:
+            lt_py_leave()
+            lt_lock(&self.mu)
+            if self.state != Q_OPEN:
+                err = 1
+            elif fb_reserve(&self.fill, size, 1) < 0:
+                err = 2
+            else:
+                w.lsn = self.next_lsn
+                self.next_lsn += 1
+                fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
+                wake = self._enqueue_locked(&w)
+            lt_unlock(&self.mu)
+            if err == 0:
+                if wake:
+                    lt_futex_wake(&self.fl_word, 1)
+                wl_sleep(&w)
+                lt_py_enter(PY_SPIN)
+        if err == 1:
             self._refuse()
-        if (self.direct and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
-                and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
-                and self.wend + size < self.roll_at and self.wend + size < self.mark_at
-                # a sync requested or due: the flusher needs the log, so queue
-                and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
-            return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
-        if fb_reserve(&self.fill, size, 1) < 0:
-            lt_unlock(&self.mu)
+        if err == 2:
             raise MemoryError()
-        w.lsn = self.next_lsn
-        self.next_lsn += 1
-        fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
-        wake = self._enqueue_locked(&w)
-        lt_unlock(&self.mu)
-        return self._wait(&w, wake)
+        if w.word == W_FAILED:
+            self._refuse()
+        return w.lsn
 
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                                size_t dlen, size_t size) except? 0:
@@ -389,7 +402,7 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double now, wait_until, delay, deadline = -1.0
+        cdef double now, wait_until, sleep_until, delay, deadline = -1.0
         cdef int seen
         cdef int outcome = 0
         cdef bint napped = False, timed
@@ -400,6 +413,7 @@ cdef class CommitQueue:
         wait_until = lt_now() + timeout
         while True:
             now = lt_now()
+            sleep_until = wait_until  # (a nap or the commit delay sleeps less, without ending the wait)
             if self.solo:  # a lone appender is writing its record itself: after it
                 pass
             elif self._sync_due(now):
@@ -412,7 +426,7 @@ cdef class CommitQueue:
                     deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
                 if now >= deadline:
                     break
-                wait_until = deadline
+                sleep_until = deadline
             elif self.kicked:
                 self.kicked = False
                 outcome = 1
@@ -426,21 +440,21 @@ cdef class CommitQueue:
             if self.batch_interval > 0 and self.unsynced_since > 0 and not self.solo:
                 # (a lone appender's write ends with a wake when anything waits for it; a due sync
                 # sends the next appender to the queue, which wakes this thread too)
-                wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
+                sleep_until = min(sleep_until, self.unsynced_since + self.batch_interval)
             timed = False
             if self.appends == 0 and not self.solo and self.want > 1:
                 delay = min(self.max_commit_delay, 0.5 * self.fsync_avg)
                 if napped or delay <= 0:
                     self.want = 0  # a commit delay passed with nothing queued: the burst is over
                 else:  # expecting a group: look again within the delay rather than be woken by its first append
-                    wait_until = min(wait_until, now + delay)
+                    sleep_until = min(sleep_until, now + delay)
                     timed = napped = True
                     self.naps += 1
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
             lt_unlock(&self.mu)
-            lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
+            lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, sleep_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
             self.fl_sleeping = self.fl_timed = False
         if outcome == 0:
