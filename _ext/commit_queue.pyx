@@ -179,49 +179,31 @@ cdef class CommitQueue:
 
     cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                           size_t dlen) except? 0:
-        """Frame one record (data = pre + src), queue it and return its LSN once it is published.
-        Framing and queueing run without the GIL (in the one release the wait needs anyway): the
-        next woken appender runs its Python meanwhile."""
+        """Frame one record (data = pre + src), queue it and return its LSN once it is published."""
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
         cdef lt_waiter w
         cdef bint wake
-        cdef int err = 0
-        if self.direct:
-            lt_lock(&self.mu)
-            if (self.state == Q_OPEN and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
-                    and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
-                    and self.wend + size < self.roll_at and self.wend + size < self.mark_at
-                    # a sync requested or due: the flusher needs the log, so queue
-                    and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
-                return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
+        lt_lock(&self.mu)
+        if self.state != Q_OPEN:
             lt_unlock(&self.mu)
-        with nogil:
-            lt_py_leave()
-            lt_lock(&self.mu)
-            if self.state != Q_OPEN:
-                err = 1
-            elif fb_reserve(&self.fill, size, 1) < 0:
-                err = 2
-            else:
-                w.lsn = self.next_lsn
-                self.next_lsn += 1
-                fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
-                wake = self._enqueue_locked(&w)
-            lt_unlock(&self.mu)
-            if err == 0:
-                if wake:
-                    lt_futex_wake(&self.fl_word, 1)
-                wl_sleep(&w)
-                lt_py_enter(PY_SPIN)
-        if err == 1:
             self._refuse()
-        if err == 2:
+        if (self.direct and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
+                and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
+                and self.wend + size < self.roll_at and self.wend + size < self.mark_at
+                # a sync requested or due: the flusher needs the log, so queue
+                and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
+            return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
+        if fb_reserve(&self.fill, size, 1) < 0:
+            lt_unlock(&self.mu)
             raise MemoryError()
-        if w.word == W_FAILED:
-            self._refuse()
-        return w.lsn
+        w.lsn = self.next_lsn
+        self.next_lsn += 1
+        fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
+        wake = self._enqueue_locked(&w)
+        lt_unlock(&self.mu)
+        return self._wait(&w, wake)
 
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                                size_t dlen, size_t size) except? 0:
