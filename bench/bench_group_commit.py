@@ -3,7 +3,7 @@
 Appenders wait for durability in Cython (engine/logservice/log_writer.py, _ext/commit_queue.pyx).
 Each benchmark reports, over all its rounds, the appends per fdatasync and the process CPU time per
 append (time.process_time: every thread of the process, the flusher and the kernel's fsync work
-included). The issue's goal: 32 appenders >= 10x one appender, at <= 8 us CPU per append.
+included). The issue's goal: 32 appenders >= 10x one appender, at <= 6 us CPU per append.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ RATIOS = [
 
 CLIENTS = (1, 4, 16, 32)
 PAYLOAD = b"\xa5" * 256
+GOAL_CPU_US = 6.0     # the issue's bound on process CPU per append, 32 appenders
 
 
 @pytest.mark.benchmark(group="logservice-group-commit")
@@ -54,7 +55,7 @@ def test_group_commit_appenders(benchmark, items, tmp_path, clients):
             benchmark.extra_info["figures"] = {
                 "appends_per_fsync": totals["appends"] / max(1, st["groups"] - g0),
                 "cpu_us_per_append": 1e6 * totals["cpu"] / max(1, totals["appends"]),
-                "goal_cpu_us_per_append": 8.0,
+                "goal_cpu_us_per_append": GOAL_CPU_US,
                 "load_avg_1m": os.getloadavg()[0],
             }
     finally:
@@ -84,7 +85,7 @@ def plot(benchmarks: dict, outdir) -> list:
     ax1.set_title("Log service group commit (in-process, 256 B)")
     ax1.legend()
     ax2.plot(xs, [f.get("cpu_us_per_append", 0) for f in figs], "o-", color="tab:red", label="CPU us per append")
-    ax2.axhline(8.0, ls="--", color="tab:red", lw=0.8, label="goal: 8 us")
+    ax2.axhline(GOAL_CPU_US, ls="--", color="tab:red", lw=0.8, label=f"goal: {GOAL_CPU_US:g} us")
     ax2.plot(xs, [f.get("appends_per_fsync", 0) for f in figs], "s-", color="tab:green", label="appends per fsync")
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
