@@ -5,6 +5,7 @@ that does not parse gets InvalidRequest and disturbs nobody."""
 from __future__ import annotations
 
 import tempfile
+import threading
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -45,12 +46,33 @@ def _expected(req: pb.AppendRequest) -> list[tuple[int, bytes]]:
     return [(req.type, LogRecord.user(p, req.replica_id).data) for p in req.payloads]
 
 
+def _frames_answer(svc: LogService, ids: list, datas: list, deferred: bool):
+    """(reply frames, failed) of a batch, from frames_Append or from defer_frames_Append's `done`."""
+    servicer = LogServiceServicer(svc, 1 << 20)
+    if not deferred:
+        return servicer.frames_Append(ids, datas, None)
+    got, answered = [], threading.Event()
+
+    def done(frames, failed):
+        got.append((frames, failed))
+        answered.set()
+    try:
+        servicer.defer_frames_Append(ids, datas, None, done)
+        assert answered.wait(30), "defer_frames_Append never answered"
+    finally:
+        servicer.close()
+    assert len(got) == 1
+    return got[0]
+
+
 @scaled(max_examples=60, deadline=None)
-@given(st.lists(request, min_size=1, max_size=12))
-def test_batched_append_matches_appending_one_by_one(reqs):
+@given(st.lists(request, min_size=1, max_size=12), st.booleans())
+def test_batched_append_matches_appending_one_by_one(reqs, deferred):
+    """frames_Append (a worker waits for the group) and defer_frames_Append (queued on the committer,
+    answered by the durability watcher) alike."""
     with tempfile.TemporaryDirectory() as d:
         model = LogService.open(f"{d}/model", fsync="never", max_record_size=MAX_RECORD)
-        fast = LogService.open(f"{d}/fast", fsync="never", max_record_size=MAX_RECORD)
+        fast = LogService.open(f"{d}/fast", fsync="always" if deferred else "never", max_record_size=MAX_RECORD)
         try:
             model_servicer = LogServiceServicer(model, 1 << 20)
             want = []
@@ -63,8 +85,8 @@ def test_batched_append_matches_appending_one_by_one(reqs):
                 except LogtideError as exc:
                     want.append(exc)
             ids = [1000 + 7 * k for k in range(len(reqs))]
-            frames, failed = LogServiceServicer(fast, 1 << 20).frames_Append(
-                ids, [r if isinstance(r, bytes) else r.SerializeToString() for r in reqs], None)
+            frames, failed = _frames_answer(fast, ids, [r if isinstance(r, bytes) else r.SerializeToString()
+                                                        for r in reqs], deferred)
             by_id = {i: pb.AppendResponse.FromString(d) for i, d in unpack_replies(frames)}
             by_id.update(failed)
             assert sorted(by_id) == ids and len(by_id) == len(reqs) == len(unpack_replies(frames)) + len(failed)
