@@ -242,10 +242,14 @@ class _ServerConn(asyncio.Protocol):
         except WireProtocolError as exc:
             self.goaway(exc)
             return
-        if self.out:            # the replies of every frame of this read, in one write
-            out, self.out = self.out, []
+        out = self.out
+        if out:                 # the replies of every frame of this read, in one write
+            self.out = []
             if not self.closed:
-                self.tr.writelines(out)
+                if len(out) == 1:
+                    self.tr.write(out[0])
+                else:
+                    self.tr.writelines(out)
         self.partial_since = time.monotonic() if reader.pending else 0.0
 
     def _to_grpc(self, first: bytes) -> None:
@@ -267,8 +271,12 @@ class _ServerConn(asyncio.Protocol):
                                     f"{len(modes)})")
             n += len(ids)
             mode = modes[m] if mode == -1 or mode == modes[m] else _ON_WORKER
-        if mode == _ON_LOOP:
-            self._run_here(groups)
+        if mode == _ON_LOOP:          # nonblocking calls: answered with this read's replies
+            try:
+                self.out += self.server.run_calls(self, groups)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
+                log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
+                self.goaway(exc)
         elif mode == _DEFERRED:
             self._defer(groups, n, nbytes)
         else:
@@ -344,14 +352,6 @@ class _ServerConn(asyncio.Protocol):
         s = self.streams[sid] = _ServerStream(self, sid, found[0], found[1])
         self.server.running_streams.add(s)
         threading.Thread(target=s.run, name="rpc-wire-stream", daemon=True).start()
-
-    def _run_here(self, groups: list) -> None:
-        """Answer a frame of nonblocking calls on the loop (the replies go out with this read's)."""
-        try:
-            self.out += self.server.run_calls(self, groups)
-        except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
-            log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
-            self.goaway(exc)
 
     def _defer(self, groups: list, calls: int, nbytes: int) -> None:
         """Start a frame of deferred calls; WireServer.answer_deferred writes their replies."""
@@ -580,6 +580,8 @@ class WireServer:
 
     @staticmethod
     def _reply_frames(r: Replies, room: int) -> list[bytes]:
+        if r.size <= room and not r.errors:
+            return [wc.encode_replies(r.frames, [])]
         statuses = [(e.id, e.code, e.error_type, e.details) for e in r.errors]
         if r.size <= room:
             return [wc.encode_replies(r.frames, statuses)]
