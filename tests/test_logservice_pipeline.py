@@ -107,3 +107,36 @@ def test_batched_append_matches_appending_one_by_one(reqs, deferred):
         finally:
             model.close()
             fast.close()
+
+
+def test_queued_groups_are_answered_once_durable_and_at_close(tmp_path):
+    """LogService.queue_group + when_durable: each callback comes once its records are durable
+    (readable), in registration order; one registered just before close() is answered by the
+    close's drain, and its records survive a reopen."""
+    svc = LogService.open(tmp_path / "log", fsync="always")
+    got: list = []
+    answered = threading.Event()
+    first = svc.queue_group([b"a", b"b"], [0, 3])
+    second = svc.queue_group([b"c"], [7])
+
+    def seen(tag):
+        def callback(err):
+            got.append((tag, err, svc.get_latest_lsn()))
+            if tag == "second":
+                answered.set()
+        return callback
+    svc.when_durable(first[-1], seen("first"))
+    svc.when_durable(second[-1], seen("second"))
+    assert answered.wait(30)
+    assert [(t, e) for t, e, _ in got] == [("first", None), ("second", None)]
+    assert got[0][2] >= first[-1] and got[1][2] >= second[-1]
+    assert first == [1, 2] and second == [3]
+    last = svc.queue_group([b"d"], [0])
+    at_close: list = []
+    svc.when_durable(last[-1], at_close.append)
+    svc.close()
+    assert at_close == [None]
+    with LogService.open(tmp_path / "log", fsync="always") as again:
+        recs = again.read(1, 1 << 20)[0]
+        assert [r.data for r in recs] == [LogRecord.user(p, rid).data
+                                          for p, rid in [(b"a", 0), (b"b", 3), (b"c", 7), (b"d", 0)]]
