@@ -436,6 +436,7 @@ class WireTransport(Transport):
         self._lock = threading.Lock()
         self._conn: _Conn | None = None
         self._pid = os.getpid()
+        self._forks = WireLoop.forks          # a change means a forked child (see _connection)
         self._closed = False
         if connect_timeout:
             self._connection(time.monotonic() + connect_timeout)
@@ -454,6 +455,7 @@ class WireTransport(Transport):
                 raise RpcError(f"the client of {self.address} is closed")
             if self._pid != os.getpid():      # a forked child: the parent's connection is not ours
                 self._pid, self._conn = os.getpid(), None
+            self._forks = WireLoop.forks
             c = self._conn
             if c is None or c.broken is not None:
                 wait = self.connect_timeout
@@ -464,10 +466,6 @@ class WireTransport(Transport):
                          timeout=wait + 5.0)
                 self._conn = c
         return c
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        t = deadlines.call_timeout(timeout, self.timeout)
-        return None if t is None else time.monotonic() + t
 
     def unary(self, method: MethodDef, request: Any, timeout: float | None = None) -> Any:
         if not isinstance(request, method.request_type):
@@ -482,12 +480,17 @@ class WireTransport(Transport):
     def call_bytes(self, path: str, data: bytes, timeout: float | None = None) -> bytes:
         """One unary call of `path` with serialized request `data`: the serialized reply, or the
         call's typed error."""
-        deadline = self._deadline(timeout)
+        t = deadlines.call_timeout(timeout, self.timeout)
+        start = time.monotonic()
         while True:
-            c = self._connection(deadline)
-            c.check_size(path, len(data) + 15)
-            wait = _FOREVER_S if deadline is None else deadline - time.monotonic()
-            r = c.slots.call(c.method_index(path), data, wait)
+            c = self._conn
+            if c is None or c.broken is not None or self._forks != WireLoop.forks:
+                c = self._connection(None if t is None else start + t)
+            if len(data) + 15 > c.peer_limit:
+                c.check_size(path, len(data) + 15)
+            m = c.index.get(path)
+            r = c.slots.call(c.method_index(path) if m is None else m, data,
+                             _FOREVER_S if t is None else start + t - time.monotonic())
             if r.__class__ is bytes:
                 return r
             if r is not False:

@@ -29,6 +29,7 @@ class WireLoop:
 
     _lock = threading.Lock()
     _current: "WireLoop | None" = None
+    forks = 0       # bumped in a forked child: a per-call check cheaper than os.getpid(), a syscall
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -75,6 +76,7 @@ def _forget_after_fork() -> None:
     # the parent's loop thread does not exist in the child, and a parent thread may have held the lock
     WireLoop._lock = threading.Lock()
     WireLoop._current = None
+    WireLoop.forks += 1
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
