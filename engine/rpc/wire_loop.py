@@ -3,8 +3,9 @@ I/O, client and server alike (engine/rpc/wire_client.py, wire_server.py).
 
 Callers never run on it: a unary call is packed into its connection's CallSlots and waited for
 there in C (_ext/call_slots.pyx); the slots write an eventfd that the loop watches when a batch may
-go. Servicers never run on it either: the server hands each batch to a worker. The loop only moves
-bytes, in C (_ext/wire_codec.pyx), and Python runs on it once per frame batch.
+go. A servicer runs on it only where it never waits (nonblocking methods, the start of deferred
+calls, loop streams); a batch of blocking calls goes to a worker. Frames are split, checked and
+encoded in C (_ext/wire_codec.pyx), and Python runs on it once per frame batch.
 
 A forked child gets a loop of its own at its first use (threads do not survive fork), and its
 inherited clients open new connections there.
