@@ -73,6 +73,10 @@ class LogServiceServicer:
         self._max_payload = svc.config().max_record_size - _PREFIX_SIZE
         self._pool: ThreadPoolExecutor | None = None     # the unusual deferred appends (made when needed)
         self._pool_lock = threading.Lock()
+        if not callable(getattr(svc, "queue_group", None)):
+            # a log that cannot queue appends without waiting (a client of another log service):
+            # its batches take the workers' path (frames_Append)
+            self.defer_frames_Append = None
 
     def Append(self, req: pb.AppendRequest, ctx) -> pb.AppendResponse:
         if req.raw:
