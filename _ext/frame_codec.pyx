@@ -93,13 +93,15 @@ cdef inline Py_ssize_t _get_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t 
     return -1
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def split_calls(bytes blob):
     """[(method, ids, requests)] of every call frame in `blob`, grouped by method in order of first
     appearance (within a group in blob order). MalformedFrames when the blob does not split."""
-    cdef const uint8_t* b = <const uint8_t*>PyBytes_AS_STRING(blob)
-    cdef Py_ssize_t end = PyBytes_GET_SIZE(blob)
+    return split_call_frames(<const uint8_t*>PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob))
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef list split_call_frames(const uint8_t* b, Py_ssize_t end):
     cdef Py_ssize_t pos = 0
     cdef uint64_t cid
     cdef uint32_t n

@@ -5,7 +5,8 @@ encoders of every frame kind. The format is _ext/wire_format.pxd (and docs/rpc.m
     r = FrameReader(max_frame, preface=True) # preface: the peer's magic and limit come first
     r.peer_limit                             # the limit the peer's preface announced (0 before it)
     r.feed(data) -> [frame, ...]             # each whole frame received so far, decoded:
-        (K_METHODS, first, [path, ...])      (K_CALLS, call frames)     (K_REPLIES, reply frames, [status])
+        (K_METHODS, first, [path, ...])      (K_REPLIES, reply frames, [status])
+        (K_CALLS, [(method, [ids], [requests]), ...] per method as frame_codec.split_calls, body bytes)
         (K_OPEN, stream, method)             (K_MSG, stream, message)   (K_END, stream, code, type, details)
         (K_CANCEL, stream)                   (K_CREDIT, stream, n)      (K_PING | K_PONG, token)
         (K_GOAWAY, code, type, details)      status = (id, code, type, details)
@@ -23,6 +24,7 @@ from libc.string cimport memcpy, memmove
 cimport cython
 
 from logtide._ext.crc32c cimport crc32c_update
+from logtide._ext.frame_codec cimport split_call_frames
 from logtide._ext.wire_format cimport *
 
 from logtide.errors import BadWireMagic, FrameChecksumError, FrameTooLarge, MalformedFrame
@@ -119,7 +121,7 @@ cdef tuple _decode(const uint8_t* body, Py_ssize_t length):
     if kind == K_CALLS:
         if _check_calls(b, 0, end) == 0:
             raise MalformedFrame("CALLS: no call in the frame")
-        return (K_CALLS, PyBytes_FromStringAndSize(<const char*>b, end))
+        return (K_CALLS, split_call_frames(b, end), end)
     if kind == K_MSG:
         sid = _stream_of(b, end, 0, "MSG")
         return (K_MSG, sid, PyBytes_FromStringAndSize(<const char*>b + STREAM_HEADER, end - STREAM_HEADER))

@@ -5,6 +5,7 @@ that does not parse gets InvalidRequest and disturbs nobody."""
 from __future__ import annotations
 
 import tempfile
+import threading
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -45,12 +46,33 @@ def _expected(req: pb.AppendRequest) -> list[tuple[int, bytes]]:
     return [(req.type, LogRecord.user(p, req.replica_id).data) for p in req.payloads]
 
 
+def _frames_answer(svc: LogService, ids: list, datas: list, deferred: bool):
+    """(reply frames, failed) of a batch, from frames_Append or from defer_frames_Append's `done`."""
+    servicer = LogServiceServicer(svc, 1 << 20)
+    if not deferred:
+        return servicer.frames_Append(ids, datas, None)
+    got, answered = [], threading.Event()
+
+    def done(frames, failed):
+        got.append((frames, failed))
+        answered.set()
+    try:
+        servicer.defer_frames_Append(ids, datas, None, done)
+        assert answered.wait(30), "defer_frames_Append never answered"
+    finally:
+        servicer.close()
+    assert len(got) == 1
+    return got[0]
+
+
 @scaled(max_examples=60, deadline=None)
-@given(st.lists(request, min_size=1, max_size=12))
-def test_batched_append_matches_appending_one_by_one(reqs):
+@given(st.lists(request, min_size=1, max_size=12), st.booleans())
+def test_batched_append_matches_appending_one_by_one(reqs, deferred):
+    """frames_Append (a worker waits for the group) and defer_frames_Append (queued on the committer,
+    answered by the durability watcher) alike."""
     with tempfile.TemporaryDirectory() as d:
         model = LogService.open(f"{d}/model", fsync="never", max_record_size=MAX_RECORD)
-        fast = LogService.open(f"{d}/fast", fsync="never", max_record_size=MAX_RECORD)
+        fast = LogService.open(f"{d}/fast", fsync="always" if deferred else "never", max_record_size=MAX_RECORD)
         try:
             model_servicer = LogServiceServicer(model, 1 << 20)
             want = []
@@ -63,8 +85,8 @@ def test_batched_append_matches_appending_one_by_one(reqs):
                 except LogtideError as exc:
                     want.append(exc)
             ids = [1000 + 7 * k for k in range(len(reqs))]
-            frames, failed = LogServiceServicer(fast, 1 << 20).frames_Append(
-                ids, [r if isinstance(r, bytes) else r.SerializeToString() for r in reqs], None)
+            frames, failed = _frames_answer(fast, ids, [r if isinstance(r, bytes) else r.SerializeToString()
+                                                        for r in reqs], deferred)
             by_id = {i: pb.AppendResponse.FromString(d) for i, d in unpack_replies(frames)}
             by_id.update(failed)
             assert sorted(by_id) == ids and len(by_id) == len(reqs) == len(unpack_replies(frames)) + len(failed)
@@ -85,3 +107,36 @@ def test_batched_append_matches_appending_one_by_one(reqs):
         finally:
             model.close()
             fast.close()
+
+
+def test_queued_groups_are_answered_once_durable_and_at_close(tmp_path):
+    """LogService.queue_group + when_durable: each callback comes once its records are durable
+    (readable), in registration order; one registered just before close() is answered by the
+    close's drain, and its records survive a reopen."""
+    svc = LogService.open(tmp_path / "log", fsync="always")
+    got: list = []
+    answered = threading.Event()
+    first = svc.queue_group([b"a", b"b"], [0, 3])
+    second = svc.queue_group([b"c"], [7])
+
+    def seen(tag):
+        def callback(err):
+            got.append((tag, err, svc.get_latest_lsn()))
+            if tag == "second":
+                answered.set()
+        return callback
+    svc.when_durable(first[-1], seen("first"))
+    svc.when_durable(second[-1], seen("second"))
+    assert answered.wait(30)
+    assert [(t, e) for t, e, _ in got] == [("first", None), ("second", None)]
+    assert got[0][2] >= first[-1] and got[1][2] >= second[-1]
+    assert first == [1, 2] and second == [3]
+    last = svc.queue_group([b"d"], [0])
+    at_close: list = []
+    svc.when_durable(last[-1], at_close.append)
+    svc.close()
+    assert at_close == [None]
+    with LogService.open(tmp_path / "log", fsync="always") as again:
+        recs = again.read(1, 1 << 20)[0]
+        assert [r.data for r in recs] == [LogRecord.user(p, rid).data
+                                          for p, rid in [(b"a", 0), (b"b", 3), (b"c", 7), (b"d", 0)]]

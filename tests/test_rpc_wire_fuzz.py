@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from logtide._ext import wire_codec as wc
+from logtide._ext.frame_codec import split_calls
 from logtide.errors import BadWireMagic, FrameTooLarge, LogtideError, MalformedFrame, WireProtocolError
 
 from hypothesis_profiles import scaled
@@ -31,7 +32,7 @@ def _frame():
     """(encoded frame, what the reader decodes it to)."""
     def calls_frame(cs):
         b = b"".join(struct.pack("<QHI", i, m, len(r)) + r for i, m, r in cs)
-        return wc.encode_calls(b), (K["CALLS"], b)
+        return wc.encode_calls(b), (K["CALLS"], split_calls(b), len(b))
 
     def replies_frame(rs, ss):
         b = b"".join(struct.pack("<QI", i, len(r)) + r for i, r in rs)

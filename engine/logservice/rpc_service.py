@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -27,6 +29,40 @@ _PREFIX_SIZE = len(data_prefix(0))
 _EMPTY = pb.Empty()
 
 
+def _lsn_replies(ids: list, lsns: list) -> bytes:
+    """The AppendResponse reply frames of call ids[k] appended at lsns[k]: one C call per run of
+    consecutive LSNs (all of them, unless another appender's records came in between)."""
+    n = len(ids)
+    if lsns[-1] - lsns[0] == n - 1:
+        return pack_counter_replies(ids, lsns[0])
+    parts, start = [], 0
+    for k in range(1, n + 1):
+        if k == n or lsns[k] != lsns[k - 1] + 1:
+            parts.append(pack_counter_replies(ids[start:k], lsns[start]))
+            start = k
+    return b"".join(parts)
+
+
+class _Parts:
+    """Joins the `done(frames, failed)` answers of `n` parts of one group into one call of `done`."""
+
+    def __init__(self, n: int, done) -> None:
+        self._left, self._done = n, done
+        self._frames: list = []
+        self._failed: list = []
+        self._lock = threading.Lock()
+
+    def add(self, frames: bytes, failed: list) -> None:
+        with self._lock:
+            if frames:
+                self._frames.append(frames)
+            self._failed += failed
+            self._left -= 1
+            if self._left:
+                return
+        self._done(b"".join(self._frames), self._failed)
+
+
 class LogServiceServicer:
     """Serves one LogService; every method maps 1:1 onto the client API."""
 
@@ -35,6 +71,12 @@ class LogServiceServicer:
         self.max_message_size = max_message_size
         # payloads up to this size never fail a group append for their size
         self._max_payload = svc.config().max_record_size - _PREFIX_SIZE
+        self._pool: ThreadPoolExecutor | None = None     # the unusual deferred appends (made when needed)
+        self._pool_lock = threading.Lock()
+        if not callable(getattr(svc, "queue_group", None)):
+            # a log that cannot queue appends without waiting (a client of another log service):
+            # its batches take the workers' path (frames_Append)
+            self.defer_frames_Append = None
 
     def Append(self, req: pb.AppendRequest, ctx) -> pb.AppendResponse:
         if req.raw:
@@ -80,6 +122,68 @@ class LogServiceServicer:
                     s_res.append(res.SerializeToString())
             parts.append(pack_replies(s_ids, s_res))
         return (parts[0] if len(parts) == 1 else b"".join(parts)), failed
+
+    def defer_frames_Append(self, ids: list, requests: list, ctx, done) -> None:
+        """The framed server's batch of Append calls, answered without a thread waiting for them:
+        the one-payload appends (decoded in C) are queued on the log's group committer now and
+        answered by `done(reply frames, [(id, error)])` from the service's durability watcher once
+        they are durable. The others (raw, multi-payload, oversize, unusual) run through frames_Append
+        on a helper thread, since they wait for their own append."""
+        f_ids, payloads, rids, types, slow = decode_appends(ids, requests, self._max_payload)
+        if slow:
+            if not f_ids:
+                self._slow_pool().submit(self._answer_frames, ids, requests, done)
+                return
+            part = _Parts(2, done)
+            self._slow_pool().submit(self._answer_frames, [ids[k] for k in slow], [requests[k] for k in slow],
+                                     part.add)
+            done = part.add
+        failed: list = []
+        queued_ids: list = []
+        lsns: list = []
+        if types.count(types[0]) == len(types):
+            groups = [(types[0], f_ids, payloads, rids)]
+        else:
+            by_type: dict[int, list[int]] = {}
+            for k, t in enumerate(types):
+                by_type.setdefault(t, []).append(k)
+            groups = [(t, [f_ids[k] for k in ks], [payloads[k] for k in ks], [rids[k] for k in ks])
+                      for t, ks in by_type.items()]
+        for rtype, g_ids, g_payloads, g_rids in groups:
+            try:
+                lsns += self.svc.queue_group(g_payloads, g_rids, rtype)
+            except Exception as exc:  # noqa: BLE001 - nothing of the group was queued
+                failed.extend((i, exc) for i in g_ids)
+                continue
+            queued_ids += g_ids
+        if not lsns:
+            done(b"", failed)
+            return
+
+        def durable(err: BaseException | None) -> None:
+            if err is not None:
+                done(b"", failed + [(i, err) for i in queued_ids])
+            else:
+                done(_lsn_replies(queued_ids, lsns), failed)
+        self.svc.when_durable(max(lsns), durable)
+
+    def _answer_frames(self, ids: list, requests: list, done) -> None:
+        try:
+            frames, failed = self.frames_Append(ids, requests, None)
+        except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+            frames, failed = b"", [(i, exc) for i in ids]
+        done(frames, failed)
+
+    def _slow_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="logservice-slow-append")
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the helper thread of the unusual deferred appends (once the server stopped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def _group(self, ids: list, payloads: list, rids: list, rtype: int, parts: list, failed: list) -> None:
         try:
@@ -161,7 +265,7 @@ class LogServiceServer:
         self.max_message_size = max_message_size or max(4 << 20, cfg.max_record_size + (1 << 20))
         self.svc = svc
         self._own = own_service
-        servicer = LogServiceServicer(svc, self.max_message_size)
+        servicer = self.servicer = LogServiceServicer(svc, self.max_message_size)
         self.wire = WireServer(listen, max_message_size=self.max_message_size)
         self.wire.add_service(LOGSERVICE, servicer)
         self.wire.add_service(DIAGNOSTICS, DiagnosticsServicer("logservice"))
@@ -196,6 +300,7 @@ class LogServiceServer:
             if self.rpc is not None:
                 self.rpc.stop(grace)
             self.wire.stop(grace)
+            self.servicer.close()
         finally:
             if self._own:
                 self.svc.close()

@@ -17,6 +17,7 @@ from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig,
 from logtide.engine.logservice.log_format import (
     DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, STATE_FILE, USER_RECORD)
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
+from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
 from logtide.fsync_dir import fsync_dir
 from logtide.engine.logservice.record import LogRecord, data_prefix
@@ -88,6 +89,7 @@ class LogService(LogServiceClient):
                 raise CorruptLogError(f"log {self._dir}: ends at LSN {self._writer.durable_lsn} below the truncated "
                                       f"LSN {truncated}", segment=os.path.basename(self._segments[-1].path),
                                       offset=self._segments[-1].size)
+            self._watcher = DurabilityWatcher(self._writer.queue.wait_durable)
             self._tso = TSO(self._sm.tso_limit, lambda limit: self._propose(command("reserve_tso", limit=limit)))
             self._closed = False
             self._worker = (TruncationWorker(weakref.WeakMethod(self.run_truncation), truncation_interval)
@@ -207,6 +209,35 @@ class LogService(LogServiceClient):
                                      f"{limit} (with the 12-byte header)")
             datas.append(prefix + bytes(p))
         return self._writer.append(rtype, b"", datas)
+
+    def queue_group(self, payloads: list, replica_ids: list, type: int = USER_RECORD) -> list[int]:
+        """append_group without waiting: each payload is queued as a record of its replica id, in
+        order, and its LSN returned; `when_durable(lsns[-1], ...)` says when they are durable. What
+        a server does so that no thread waits per call. A payload it refuses (size, replica id)
+        raises before anything is queued."""
+        self._check_open()
+        if len(payloads) != len(replica_ids) or not payloads:
+            raise InvalidArgument("queue_group needs as many replica ids as payloads, and at least one")
+        rtype = self._type_arg(type)
+        prefixes = []
+        for i, (p, rid) in enumerate(zip(payloads, replica_ids)):
+            if p.__class__ is not bytes:
+                raise InvalidArgument(f"payload {i} must be bytes, not {p.__class__.__name__}")
+            prefix = _PREFIXES.get(rid) if rid.__class__ is int else None
+            if prefix is None:
+                prefix = data_prefix(rid)  # validates
+            if len(p) > self._max_payload:
+                raise RecordTooLarge(f"payload {i} of {len(p)} bytes exceeds max_record_size "
+                                     f"{self._config.max_record_size} (with the 12-byte header)")
+            prefixes.append(prefix)
+        enqueue = self._writer.queue.enqueue_one
+        return [enqueue(rtype, prefix, p) for prefix, p in zip(prefixes, payloads)]
+
+    def when_durable(self, lsn: int, callback) -> None:
+        """callback(None) from the service's durability watcher once every record up to `lsn` (one
+        that queue_group handed out) is durable, as durable as an append's return makes it;
+        callback(exc) when the log fails first."""
+        self._watcher.watch(lsn, callback)
 
     def _append_rows(self, rows: np.ndarray, replica_id: int, type: int) -> int:
         """append_many of a 2-D uint8 array: one record per row, framed without a Python object per row."""
@@ -382,6 +413,7 @@ class LogService(LogServiceClient):
             self._worker.stop()
         try:
             self._writer.close()
+            self._watcher.close()       # the writer drained its queue: every watch is answered
             with self._meta_lock:
                 if self._reports_dirty:
                     self._save_state_locked()

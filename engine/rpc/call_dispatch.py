@@ -6,7 +6,9 @@ hooks: `frames_<Method>(ids, requests, context)` gets the raw request bytes and 
 reply frames and the failures; `batch_<Method>(requests, context)` gets parsed requests and returns
 a response or an exception per request. Otherwise each call runs the servicer's method. A third,
 `defer_<Method>(requests, context, done)`, starts the calls and answers later from any thread
-(engine/rpc/deferred_calls.py); the framed server runs such batches without a worker thread.
+(engine/rpc/deferred_calls.py), and `defer_frames_<Method>(ids, requests, context, done)` does the
+same with raw bytes in and packed reply frames out; the framed server runs such batches without a
+worker thread.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc.call_frames import REPLY_HEADER
-from logtide.engine.rpc.deferred_calls import DeferredBatch
+from logtide.engine.rpc.deferred_calls import DeferredBatch, Packed
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.service import CallContext, MethodDef
 from logtide.errors import InvalidRequest
@@ -30,11 +32,17 @@ _pack_reply = REPLY_HEADER.pack
 
 
 class _Unary:
-    __slots__ = ("method", "fn", "batch", "frames", "defer")
+    __slots__ = ("method", "fn", "batch", "frames", "defer", "defer_frames")
 
     def __init__(self, method: MethodDef, fn: Callable, batch: Callable | None, frames: Callable | None,
-                 defer: Callable | None) -> None:
-        self.method, self.fn, self.batch, self.frames, self.defer = method, fn, batch, frames, defer
+                 defer: Callable | None, defer_frames: Callable | None) -> None:
+        self.method, self.fn, self.batch, self.frames = method, fn, batch, frames
+        self.defer, self.defer_frames = defer, defer_frames
+
+    @property
+    def deferred(self) -> bool:
+        """Its calls are started and answered later (a defer hook), with no thread waiting."""
+        return self.defer is not None or self.defer_frames is not None
 
 
 class CallError(NamedTuple):
@@ -76,7 +84,8 @@ class CallDispatcher:
         if method.shape == "unary":
             self._methods[method.path] = _Unary(method, fn, getattr(servicer, "batch_" + method.name, None),
                                                 getattr(servicer, "frames_" + method.name, None),
-                                                getattr(servicer, "defer_" + method.name, None))
+                                                getattr(servicer, "defer_" + method.name, None),
+                                                getattr(servicer, "defer_frames_" + method.name, None))
 
     def unit(self, path: str) -> _Unary | None:
         """What runs unary method `path` (None: not served here)."""
@@ -133,10 +142,17 @@ class CallDispatcher:
         return out
 
     def start_deferred(self, groups: list, units: list, ctx: CallContext, batch: DeferredBatch) -> None:
-        """Start the calls `groups` (as run_groups takes them; every unit has a defer hook) and seal
+        """Start the calls `groups` (as run_groups takes them; every unit is `deferred`) and seal
         `batch`: each group's results reach it through its `done`, malformed calls at once."""
         for m, ids, datas in groups:
             u = units[m]
+            if u.defer_frames is not None:
+                done_frames = batch.expect_frames(u, ids)
+                try:
+                    u.defer_frames(ids, datas, ctx, done_frames)
+                except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+                    done_frames(b"", [(call_id, exc) for call_id in ids])
+                continue
             now = Replies()
             b_ids, reqs = [], []
             for call_id, req in self._parsed(u, ids, datas, now):
@@ -159,6 +175,13 @@ class CallDispatcher:
             if u is None:                  # calls refused before they started (their CallErrors)
                 for e in results:
                     out.error(e)
+                continue
+            if results.__class__ is Packed:
+                if results.frames:
+                    out.frames.append(results.frames)
+                    out.size += len(results.frames)
+                for call_id, exc in results.failed:
+                    out.error(error_reply(call_id, exc, u.method.path))
                 continue
             for call_id, res in zip(ids, results):
                 self._reply(out, u, call_id, res, limit)

@@ -3,8 +3,8 @@
 One TCP connection per transport, on the process's WireLoop (engine/rpc/wire_loop.py). A unary
 call is packed into the connection's CallSlots (_ext/call_slots.pyx) and its caller sleeps there
 in C with the GIL released; the loop sends every queued call as one CALLS frame when the batch rule
-lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake the
-callers one after another. Streams are OPEN/MSG/END frames on a stream id, with per-stream credit
+lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake all
+its callers at once. Streams are OPEN/MSG/END frames on a stream id, with per-stream credit
 in both directions. Every call has a deadline (DeadlineExceededError); a connection that breaks
 (reset, bad frame, GOAWAY, no answer to a keepalive ping) fails every call and stream on it with
 RpcStreamBroken, and the next call opens a new connection.
@@ -41,6 +41,10 @@ K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
 HANDOFF_STALL_S = 0.0002
+# a REPLIES frame wakes all its callers at once from the loop (CallSlots handoff=False), as the log's
+# flusher wakes a durable group's appenders: a chain of callers each waking the next costs every
+# caller one more scheduler wake-up latency behind the one before it
+HANDOFF = False
 MAX_BATCH_BYTES = 256 << 10
 # messages a stream's receiver takes before the sender waits for credit (both directions)
 STREAM_WINDOW = 32
@@ -220,7 +224,7 @@ class _Conn(asyncio.Protocol):
         except OSError as exc:
             raise RpcError(f"could not connect to {self.address}: {exc}") from None
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
-        self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch, HANDOFF_STALL_S)
+        self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch, HANDOFF_STALL_S, HANDOFF)
         loop.add_reader(self.slots.open_notify(), self._on_notify)
         self.timer = loop.call_later(self.keepalive, self._tick)
         self._pump()    # from now on a call that the batch rule lets go writes the eventfd
@@ -432,6 +436,7 @@ class WireTransport(Transport):
         self._lock = threading.Lock()
         self._conn: _Conn | None = None
         self._pid = os.getpid()
+        self._forks = WireLoop.forks          # a change means a forked child (see _connection)
         self._closed = False
         if connect_timeout:
             self._connection(time.monotonic() + connect_timeout)
@@ -450,6 +455,7 @@ class WireTransport(Transport):
                 raise RpcError(f"the client of {self.address} is closed")
             if self._pid != os.getpid():      # a forked child: the parent's connection is not ours
                 self._pid, self._conn = os.getpid(), None
+            self._forks = WireLoop.forks
             c = self._conn
             if c is None or c.broken is not None:
                 wait = self.connect_timeout
@@ -460,10 +466,6 @@ class WireTransport(Transport):
                          timeout=wait + 5.0)
                 self._conn = c
         return c
-
-    def _deadline(self, timeout: float | None) -> float | None:
-        t = deadlines.call_timeout(timeout, self.timeout)
-        return None if t is None else time.monotonic() + t
 
     def unary(self, method: MethodDef, request: Any, timeout: float | None = None) -> Any:
         if not isinstance(request, method.request_type):
@@ -478,12 +480,17 @@ class WireTransport(Transport):
     def call_bytes(self, path: str, data: bytes, timeout: float | None = None) -> bytes:
         """One unary call of `path` with serialized request `data`: the serialized reply, or the
         call's typed error."""
-        deadline = self._deadline(timeout)
+        t = deadlines.call_timeout(timeout, self.timeout)
+        start = time.monotonic()
         while True:
-            c = self._connection(deadline)
-            c.check_size(path, len(data) + 15)
-            wait = _FOREVER_S if deadline is None else deadline - time.monotonic()
-            r = c.slots.call(c.method_index(path), data, wait)
+            c = self._conn
+            if c is None or c.broken is not None or self._forks != WireLoop.forks:
+                c = self._connection(None if t is None else start + t)
+            if len(data) + 15 > c.peer_limit:
+                c.check_size(path, len(data) + 15)
+            m = c.index.get(path)
+            r = c.slots.call(c.method_index(path) if m is None else m, data,
+                             _FOREVER_S if t is None else start + t - time.monotonic())
             if r.__class__ is bytes:
                 return r
             if r is not False:

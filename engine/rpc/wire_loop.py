@@ -3,8 +3,9 @@ I/O, client and server alike (engine/rpc/wire_client.py, wire_server.py).
 
 Callers never run on it: a unary call is packed into its connection's CallSlots and waited for
 there in C (_ext/call_slots.pyx); the slots write an eventfd that the loop watches when a batch may
-go. Servicers never run on it either: the server hands each batch to a worker. The loop only moves
-bytes, in C (_ext/wire_codec.pyx), and Python runs on it once per frame batch.
+go. A servicer runs on it only where it never waits (nonblocking methods, the start of deferred
+calls, loop streams); a batch of blocking calls goes to a worker. Frames are split, checked and
+encoded in C (_ext/wire_codec.pyx), and Python runs on it once per frame batch.
 
 A forked child gets a loop of its own at its first use (threads do not survive fork), and its
 inherited clients open new connections there.
@@ -29,6 +30,7 @@ class WireLoop:
 
     _lock = threading.Lock()
     _current: "WireLoop | None" = None
+    forks = 0       # bumped in a forked child: a per-call check cheaper than os.getpid(), a syscall
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -75,6 +77,7 @@ def _forget_after_fork() -> None:
     # the parent's loop thread does not exist in the child, and a parent thread may have held the lock
     WireLoop._lock = threading.Lock()
     WireLoop._current = None
+    WireLoop.forks += 1
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

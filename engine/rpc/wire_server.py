@@ -7,7 +7,7 @@ C and handed, as one job, to a small worker pool, which runs them like the call 
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
 REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
 runs on the loop itself, without the two thread hand-offs; one whose calls all have `defer_<Method>`
-hooks is started on the loop and answered when the servicer's `done` comes, from any thread
+(or `defer_frames_<Method>`) hooks is started on the loop and answered when the servicer's `done` comes, from any thread
 (engine/rpc/deferred_calls.py), so no thread waits for it. A streaming call runs its servicer in a
 thread of its own, as gRPC's server does.
 
@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 from logtide._ext import wire_codec as wc
-from logtide._ext.frame_codec import split_calls
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
 from logtide.engine.rpc.deferred_calls import DeferredBatch
@@ -64,6 +63,7 @@ MAX_STREAMS = 256
 # a deferred call not answered within this gets DeadlineExceededError (its servicer is stuck)
 DEFERRED_TIMEOUT_S = 30.0
 _REPLY_ROOM = 64          # REPLIES frame and reply headers beside a reply's bytes
+_ON_WORKER, _ON_LOOP, _DEFERRED = 0, 1, 2     # how a method's calls run (_ServerConn.modes)
 _END = object()
 
 
@@ -169,9 +169,9 @@ class _ServerConn(asyncio.Protocol):
         self.peer_limit = 0
         self.paths: list[str] = []
         self.units: list = []
-        self.on_loop: list[bool] = []          # per method index: runs on the loop (nonblocking_methods)
-        self.deferred: list[bool] = []         # per method index: started on the loop, answered later
+        self.modes: list[int] = []             # per method index: _ON_LOOP, _DEFERRED or _ON_WORKER
         self.streams: dict[int, _ServerStream] = {}
+        self.out: list[bytes] = []             # replies made while a read is handled, written after it
         self.last_sid = 0
         self.inflight_calls = 0
         self.inflight_bytes = 0
@@ -181,7 +181,8 @@ class _ServerConn(asyncio.Protocol):
         self.closed = False
         self.partial_since = 0.0               # when the reader last held part of a frame (0: none)
         self.sniffing = False
-        self.heard = time.monotonic()          # when the client last sent bytes
+        self.heard = time.monotonic()          # when the sweeper last saw bytes come in
+        self.heard_bytes = 0                   # the reader's byte count then
         self.ping_at = 0.0                     # when an unanswered keepalive ping went out (0: none)
 
     def connection_made(self, transport) -> None:
@@ -222,24 +223,34 @@ class _ServerConn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.heard = time.monotonic()
-        self.ping_at = 0.0
         if self.sniffing:
             self.sniffing = False
             if data[:1] == HTTP2_FIRST_BYTE:
                 self._to_grpc(data)
                 return
             self.tr.write(wc.preface(self.server.max_frame))
+        reader = self.reader
         try:
-            frames = self.reader.feed(data)
-            if not self.peer_limit and self.reader.peer_limit:
-                self.peer_limit = self.reader.peer_limit
+            frames = reader.feed(data)
+            if not self.peer_limit:
+                self.peer_limit = reader.peer_limit
             for f in frames:
-                self._frame(f)
+                if f[0] == K_CALLS:
+                    self._calls(f[1], f[2])
+                else:
+                    self._frame(f)
         except WireProtocolError as exc:
             self.goaway(exc)
             return
-        self.partial_since = time.monotonic() if self.reader.pending else 0.0
+        out = self.out
+        if out:                 # the replies of every frame of this read, in one write
+            self.out = []
+            if not self.closed:
+                if len(out) == 1:
+                    self.tr.write(out[0])
+                else:
+                    self.tr.writelines(out)
+        self.partial_since = time.monotonic() if reader.pending else 0.0
 
     def _to_grpc(self, first: bytes) -> None:
         """A gRPC client: from now on its bytes go to the process's gRPC server and back."""
@@ -248,36 +259,46 @@ class _ServerConn(asyncio.Protocol):
         self.server.conns.discard(self)
         self.tr.set_protocol(GrpcPassthrough(self.tr, first, self.server.grpc_backend, self.peer))
 
-    def _frame(self, f: tuple) -> None:
-        k = f[0]
-        if k == K_CALLS:
-            groups = split_calls(f[1])
-            n = 0
-            for m, ids, _ in groups:
-                if m >= len(self.units):
-                    raise UnknownWireId(f"CALLS: method index {m} was never bound (the connection bound "
-                                        f"{len(self.units)})")
-                n += len(ids)
-            if all(self.on_loop[g[0]] for g in groups):
-                self._run_here(groups)
-                return
-            if all(self.deferred[g[0]] for g in groups):
-                self._defer(groups, n, len(f[1]))
-                return
+    def _calls(self, groups: list, nbytes: int) -> None:
+        """A CALLS frame's calls, split per method: run here, deferred, or on a worker (see the
+        module doc); a frame of calls of different kinds goes to a worker."""
+        modes = self.modes
+        mode = -1
+        n = 0
+        for m, ids, _ in groups:
+            if m >= len(modes):
+                raise UnknownWireId(f"CALLS: method index {m} was never bound (the connection bound "
+                                    f"{len(modes)})")
+            n += len(ids)
+            mode = modes[m] if mode == -1 or mode == modes[m] else _ON_WORKER
+        if mode == _ON_LOOP:          # nonblocking calls: answered with this read's replies
+            try:
+                self.out += self.server.run_calls(self, groups)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
+                log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
+                self.goaway(exc)
+        elif mode == _DEFERRED:
+            self._defer(groups, n, nbytes)
+        else:
             self.inflight_calls += n
-            self.inflight_bytes += len(f[1])
-            self.server.submit(self, groups, n, len(f[1]))
+            self.inflight_bytes += nbytes
+            self.server.submit(self, groups, n, nbytes)
             if self.inflight_calls > self.server.max_inflight_calls or \
                     self.inflight_bytes > self.server.max_inflight_bytes:
                 self._pause()
-        elif k == K_METHODS:
+
+    def _frame(self, f: tuple) -> None:
+        """A frame other than CALLS."""
+        k = f[0]
+        if k == K_METHODS:
             if f[1] != len(self.paths):
                 raise UnknownWireId(f"METHODS: binds from index {f[1]}, the next free one is {len(self.paths)}")
             for path in f[2]:
+                u = self.server.dispatcher.unit(path)
                 self.paths.append(path)
-                self.units.append(self.server.dispatcher.unit(path))
-                self.on_loop.append(path in self.server.on_loop)
-                self.deferred.append(self.units[-1] is not None and self.units[-1].defer is not None)
+                self.units.append(u)
+                self.modes.append(_ON_LOOP if path in self.server.on_loop else
+                                  _DEFERRED if u is not None and u.deferred else _ON_WORKER)
         elif k == K_MSG or k == K_END or k == K_CANCEL or k == K_CREDIT:
             sid = f[1]
             s = self.streams.get(sid)
@@ -331,16 +352,6 @@ class _ServerConn(asyncio.Protocol):
         s = self.streams[sid] = _ServerStream(self, sid, found[0], found[1])
         self.server.running_streams.add(s)
         threading.Thread(target=s.run, name="rpc-wire-stream", daemon=True).start()
-
-    def _run_here(self, groups: list) -> None:
-        """Answer a frame of nonblocking calls on the loop (the replies go before the next frame is read)."""
-        try:
-            frames = self.server.run_calls(self, groups)
-        except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
-            log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
-            self.goaway(exc)
-            return
-        self.tr.writelines(frames)
 
     def _defer(self, groups: list, calls: int, nbytes: int) -> None:
         """Start a frame of deferred calls; WireServer.answer_deferred writes their replies."""
@@ -411,6 +422,9 @@ class _ServerConn(asyncio.Protocol):
         """Tell the client why, close the connection and log it (on the loop)."""
         log.warning("wire: closing the connection from %s: %s: %s", self.peer, type(exc).__name__, exc)
         if not self.closed:
+            if self.out:        # replies to the frames read before the bad one go first
+                self.tr.writelines(self.out)
+                self.out = []
             code, t, d = failure_status(exc, "wire")
             self.tr.write(wc.encode_goaway(code, t, d))
             self.tr.close()
@@ -506,6 +520,10 @@ class WireServer:
         for c in list(self.conns):
             if c.closed:
                 continue
+            if c.reader.bytes_in != c.heard_bytes:   # the client sent something since the last sweep
+                c.heard_bytes = c.reader.bytes_in
+                c.heard = now
+                c.ping_at = 0.0
             if c.partial_since and now - c.partial_since > self.frame_timeout:
                 c.goaway(FrameTimeout(f"a frame begun {now - c.partial_since:.1f} s ago is not finished "
                                       f"(frame timeout {self.frame_timeout:g} s)"))
@@ -562,6 +580,8 @@ class WireServer:
 
     @staticmethod
     def _reply_frames(r: Replies, room: int) -> list[bytes]:
+        if r.size <= room and not r.errors:
+            return [wc.encode_replies(r.frames, [])]
         statuses = [(e.id, e.code, e.error_type, e.details) for e in r.errors]
         if r.size <= room:
             return [wc.encode_replies(r.frames, statuses)]
