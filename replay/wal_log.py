@@ -77,15 +77,22 @@ class WalLog:
         buf, offs, lens = b.buf, b.offsets.tolist(), b.lengths.tolist()
         return [(first_lsn + k, buf[o + DATA_PREFIX:o + n]) for k, (o, n) in enumerate(zip(offs, lens))]
 
+    @property
+    def reads_in_place(self) -> bool:
+        """True when read_refs maps the log's frames rather than copying them (the embedded log service)."""
+        return hasattr(self.service, "read_batch_mapped")
+
     def read_refs(self, first_lsn: int, max_bytes: int) -> WalRefs | None:
         """The block references of the WAL from first_lsn, about max_bytes of it (None: nothing
         there), decoded by the Cython segment reader straight from the log's frames."""
         if self._frames is not None:
             return self._refs_of_records(first_lsn, max_bytes)
+        # the embedded log service's frames are read in place (mapped), not copied
+        read = self.service.read_batch_mapped if self.reads_in_place else self.service.read_batch
         parts, size, lsn = [], 0, first_lsn
         while size < max_bytes:
             try:
-                b = self.service.read_batch(lsn, max_bytes - size)
+                b = read(lsn, max_bytes - size)
             except InvalidRange as exc:
                 if parts:
                     break       # what was read stands; the next call reports the gap
