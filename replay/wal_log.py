@@ -32,8 +32,8 @@ def _batch_refs(b) -> dict:
     from logtide._ext import wal
     from logtide._ext.segment_refs import segment_refs
     starts = np.ascontiguousarray(b.offsets - np.uint64(wal.HEADER_SIZE), np.uint64)
-    # the log checked each frame's CRC-32C, which covers the whole record, as it read the batch:
-    # the record's own CRC would be a second pass over the same bytes
+    # the log checked each frame's CRC-32C, which covers the whole record, as it read the batch (or,
+    # for a mapped batch, as it opened the segment): the record's own CRC would be another pass
     cols, bad, code = segment_refs(b.buf, starts, np.ascontiguousarray(b.types, np.uint32),
                                    np.ascontiguousarray(b.lengths, np.uint32), b.first_lsn, 2**64 - 1, False, True)
     if bad >= 0:
