@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from hypothesis_profiles import scaled
 
 from logtide import InvalidRange, InvalidTruncateLsn, LogRecord, LogService
