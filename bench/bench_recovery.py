@@ -15,6 +15,7 @@ of the log's frames).
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -96,6 +97,7 @@ def test_recovery_primary(benchmark, items, crashed, work):
         d = work / f"primary-{next(_seq)}"
         shutil.copytree(crashed.data_dir, d)       # each round recovers the same crashed directory
         dirs.append(d)
+        os.sync()   # the copy's writeback is set-up: a crashed primary's log is on disk already
         return (d,), {}
 
     def recover(d):

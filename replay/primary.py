@@ -54,6 +54,7 @@ FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
 PRIMARY_LOCK = "primary.lock"
 RECOVERY_RUN_BYTES = 64 << 20   # WAL read and redone at a time at open
+RECOVERY_RUN_MAPPED = 1 << 30   # the same when the log is read in place: no copy held, fewer pins per page
 SMALL_GROUP = 64   # up to this many block references a group is indexed row by row, not through arrays
 
 
@@ -166,9 +167,10 @@ class Primary:
         redo_from = max(ctl.consistent_lsn + 1, first)
         n = 0
         lsn = min(index_from, redo_from)
+        run = RECOVERY_RUN_MAPPED if self.wal.reads_in_place else RECOVERY_RUN_BYTES
         while lsn <= latest:
             # big runs: each page is pinned once per run (page_redo.py), so fewer runs, fewer pins
-            refs = self.wal.read_refs(lsn, RECOVERY_RUN_BYTES)
+            refs = self.wal.read_refs(lsn, run)
             if refs is None:
                 break
             tags, rl = refs.tags, refs.lsn

@@ -32,8 +32,8 @@ def _batch_refs(b) -> dict:
     from logtide._ext import wal
     from logtide._ext.segment_refs import segment_refs
     starts = np.ascontiguousarray(b.offsets - np.uint64(wal.HEADER_SIZE), np.uint64)
-    # the log checked each frame's CRC-32C, which covers the whole record, as it read the batch:
-    # the record's own CRC would be a second pass over the same bytes
+    # the log checked each frame's CRC-32C, which covers the whole record, as it read the batch (or,
+    # for a mapped batch, as it opened the segment): the record's own CRC would be another pass
     cols, bad, code = segment_refs(b.buf, starts, np.ascontiguousarray(b.types, np.uint32),
                                    np.ascontiguousarray(b.lengths, np.uint32), b.first_lsn, 2**64 - 1, False, True)
     if bad >= 0:
@@ -77,15 +77,22 @@ class WalLog:
         buf, offs, lens = b.buf, b.offsets.tolist(), b.lengths.tolist()
         return [(first_lsn + k, buf[o + DATA_PREFIX:o + n]) for k, (o, n) in enumerate(zip(offs, lens))]
 
+    @property
+    def reads_in_place(self) -> bool:
+        """True when read_refs maps the log's frames rather than copying them (the embedded log service)."""
+        return hasattr(self.service, "read_batch_mapped")
+
     def read_refs(self, first_lsn: int, max_bytes: int) -> WalRefs | None:
         """The block references of the WAL from first_lsn, about max_bytes of it (None: nothing
         there), decoded by the Cython segment reader straight from the log's frames."""
         if self._frames is not None:
             return self._refs_of_records(first_lsn, max_bytes)
+        # the embedded log service's frames are read in place (mapped), not copied
+        read = self.service.read_batch_mapped if self.reads_in_place else self.service.read_batch
         parts, size, lsn = [], 0, first_lsn
         while size < max_bytes:
             try:
-                b = self.service.read_batch(lsn, max_bytes - size)
+                b = read(lsn, max_bytes - size)
             except InvalidRange as exc:
                 if parts:
                     break       # what was read stands; the next call reports the gap

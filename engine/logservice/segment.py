@@ -7,6 +7,7 @@ in a one-element array so that the log writer's Cython queue can index frames wi
 """
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -84,6 +85,12 @@ class Segment:
                 break
             out += more
         return out
+
+    def map(self, offset: int, end: int) -> memoryview:
+        """Bytes [offset, end) of the file as a read-only view of a mapping (unmapped once no view
+        of it is left)."""
+        self.open_reader()
+        return memoryview(mmap.mmap(self._rfd, end, access=mmap.ACCESS_READ))[offset:end]
 
     def close(self) -> None:
         for name in ("_rfd", "wfd"):
