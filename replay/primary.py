@@ -24,6 +24,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext.heap_insert import apply_insert
+from logtide._ext.primary_insert import SingleInsert
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.group_commit import open_committer
@@ -109,6 +110,8 @@ class Primary:
         self.committer = open_committer(log, publish=self._publish_group, write_group=self._write_group,
                                         on_fail=self._stop_writes)
         self._pipelined = self.committer.pipelined
+        # the whole single-tuple insert in one C call (a pipelined committer queues without waiting)
+        self._single = SingleInsert(self) if self._pipelined else None
         self.replica_set.adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
@@ -174,15 +177,19 @@ class Primary:
         if self._pipelined:
             ticket = self.committer.enqueue(rec, (rec, tags))
             if ticket != lsn:
-                # the page carries an LSN its record did not get
-                exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
-                                   f"{lsn}); stopping")
-                self.committer.fail(exc)
-                raise exc
+                self._log_mismatch(ticket, lsn)
         else:
             ticket = self.committer.enqueue((lsn, [rec], [tags]))
         self._assigned_lsn = lsn
         return ticket
+
+    def _log_mismatch(self, ticket: int, lsn: int) -> None:
+        """The record queued for LSN `lsn` got `ticket`: the page carries an LSN its record did not
+        get; fail the committer and raise."""
+        exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
+                           f"{lsn}); stopping")
+        self.committer.fail(exc)
+        raise exc
 
     def _stop_writes(self, exc: BaseException) -> None:
         """The pipelined committer failed: pages may hold changes the log does not; stop (a restart
@@ -272,6 +279,10 @@ class Primary:
     def insert(self, rel: int, data: bytes) -> tuple[int, int]:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
         data = self._check(rel, data)
+        if self._single is not None:
+            ticket, block, off = self._single.insert(rel, data)
+            self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
+            return block, off
         with self._wal_lock:
             block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)
             tag = (SPC, DB, rel, 0, block)
