@@ -42,14 +42,17 @@ cdef class SingleInsert:
     cdef dict table, rel_blocks
     cdef list page_locks
     cdef Py_ssize_t stripes
-    cdef object primary, pool, pool_lock, wal_lock, locks, load, enqueue
+    cdef object primary, pool, locks, load, enqueue, check
+    # bound methods of the locks: one C call each, no attribute lookup
+    cdef object pool_acquire, pool_release, wal_acquire, wal_release
 
     def __cinit__(self, primary):
         pool = primary.pool
-        self.primary, self.pool, self.pool_lock = primary, pool, pool.lock
+        self.primary, self.pool, self.pool_acquire, self.pool_release = primary, pool, pool.lock.acquire, pool.lock.release
         self.frames, self.pins, self.usage, self.state = pool.frames, pool.pins, pool.usage, pool.state
         self.version, self.rec_lsn, self.table = pool.version, pool.rec_lsn, pool.table
-        self.rel_blocks, self.wal_lock, self.load = primary._rel_blocks, primary._wal_lock, primary._load
+        self.rel_blocks, self.load, self.check = primary._rel_blocks, primary._load, primary._check
+        self.wal_acquire, self.wal_release = primary._wal_lock.acquire, primary._wal_lock.release
         self.locks = primary.locks
         self.page_locks, self.stripes = self.locks.page_locks, self.locks.stripes
         self.enqueue = primary.committer.enqueue
@@ -59,7 +62,7 @@ cdef class SingleInsert:
     cdef Py_ssize_t pin(self, tuple tag) except -1:
         cdef object hit
         cdef Py_ssize_t f
-        self.pool_lock.acquire()
+        self.pool_acquire()
         try:
             hit = self.table.get(tag)
             if hit is not None:
@@ -70,14 +73,14 @@ cdef class SingleInsert:
                 self.pool.hits += 1
                 return f
         finally:
-            self.pool_lock.release()
+            self.pool_release()
         return self.pool.pin(tag, self.load)[0]   # a miss: the pool loads (or evicts) in Python
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
     cdef int unpin(self, Py_ssize_t f) except -1:
         cdef int32_t n
-        self.pool_lock.acquire()
+        self.pool_acquire()
         try:
             n = self.pins[f]
             if n <= 0 or self.pool.waiters:
@@ -85,14 +88,14 @@ cdef class SingleInsert:
             else:
                 self.pins[f] = n - 1
         finally:
-            self.pool_lock.release()
+            self.pool_release()
         return 0
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
     cdef int mark_dirty(self, Py_ssize_t f, uint64_t lsn) except -1:
         cdef uint8_t st
-        self.pool_lock.acquire()
+        self.pool_acquire()
         try:
             st = self.state[f]
             if not st & DIRTY:
@@ -100,7 +103,7 @@ cdef class SingleInsert:
                 self.state[f] = st | DIRTY
             self.version[f] += 1
         finally:
-            self.pool_lock.release()
+            self.pool_release()
         return 0
 
     cdef object stripe_lock(self, uint32_t rel, uint32_t block):
@@ -108,16 +111,26 @@ cdef class SingleInsert:
         cdef uint64_t h = <uint64_t>SPC * 1 + <uint64_t>DB * 17 + <uint64_t>rel * 7919 + <uint64_t>block * 104729
         return self.page_locks[<Py_ssize_t>(h % <uint64_t>self.stripes)]
 
-    def insert(self, uint32_t rel, bytes tup) -> tuple:
-        """Apply and queue one insert of `tup` (checked by the caller) into `rel`: (ticket, block, offnum)."""
-        cdef Py_ssize_t f = -1, size = len(tup)
+    def insert(self, relobj, tupobj) -> tuple:
+        """Apply and queue one insert of tuple `tupobj` into relation `relobj`: (ticket, block, offnum).
+        Input that is not a u32 int and a bytes tuple of 1..MAX_TUPLE_SIZE bytes, or a closed
+        primary, goes through the primary's own checks (which raise its typed errors)."""
+        cdef Py_ssize_t f = -1, size
+        cdef uint32_t rel
+        cdef bytes tup
         cdef object nobj, lk, xid, rec, ticket
         cdef Py_ssize_t n, block
         cdef bint init = False
         cdef uint64_t lsn
         cdef tuple tag, res
         p = self.primary
-        self.wal_lock.acquire()
+        if (type(relobj) is int and 0 <= relobj <= 0xFFFFFFFF and type(tupobj) is bytes
+                and 1 <= len(<bytes>tupobj) <= MAX_TUPLE_SIZE and p._closed is False):
+            tup = <bytes>tupobj
+        else:
+            tup = self.check(relobj, tupobj)
+        rel, size = relobj, len(tup)
+        self.wal_acquire()
         try:
             nobj = self.rel_blocks.get(rel)
             n = 0 if nobj is None else nobj
@@ -156,5 +169,5 @@ cdef class SingleInsert:
                 if f >= 0:
                     self.unpin(f)
             finally:
-                self.wal_lock.release()
+                self.wal_release()
         return ticket, block, res[0]

@@ -278,11 +278,11 @@ class Primary:
 
     def insert(self, rel: int, data: bytes) -> tuple[int, int]:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
-        data = self._check(rel, data)
         if self._single is not None:
-            ticket, block, off = self._single.insert(rel, data)
+            ticket, block, off = self._single.insert(rel, data)   # checks as _check does
             self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
             return block, off
+        data = self._check(rel, data)
         with self._wal_lock:
             block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)
             tag = (SPC, DB, rel, 0, block)
