@@ -21,17 +21,19 @@ _raise_for = _page.raise_for
 def apply_insert(uint8_t[:, ::1] frames, Py_ssize_t f, tag, const uint8_t[::1] tup, uint32_t xid,
                  uint64_t lsn, bint init) -> tuple:
     """Insert `tup` into frame `f` of `frames` (a new page when `init`); its (offnum, WAL record)."""
-    cdef uint8_t* page
-    cdef int offnum, code
     if frames.shape[1] != PAGE_SIZE:
         raise ValueError(f"a frame is {PAGE_SIZE} bytes, got {frames.shape[1]}")
     if not 0 <= f < frames.shape[0]:
         raise IndexError(f"frame {f} is not one of {frames.shape[0]}")
     if lsn == 0:
         raise ValueError("a record's LSN is at least 1")
+    return insert_into(&frames[f, 0], tag, tup, xid, lsn, init)
+
+
+cdef tuple insert_into(uint8_t* page, tag, const uint8_t[::1] tup, uint32_t xid, uint64_t lsn, bint init):
+    cdef int offnum, code
     if tup.shape[0] > MAX_TUPLE_SIZE:   # before init: a refused tuple leaves even a new page alone
         _raise_for(PAGE_BAD_LENGTH, f"{tup.shape[0]} bytes")
-    page = &frames[f, 0]
     offnum = 1 if init else page_nslots(page) + 1
     record = _encode(tag, offnum, tup, xid, lsn - 1, init)   # raises before the page changes
     if init:

@@ -54,8 +54,8 @@ class BufferPool:
         self._pins, self._usage, self._state = memoryview(self.pins), memoryview(self.usage), memoryview(self.state)
         self._version, self._rec_lsn = memoryview(self.version), memoryview(self.rec_lsn)
         self.lock = threading.RLock()
-        self._unpinned = threading.Condition(self.lock)
-        self._waiting = 0   # pins waiting in _victim_wait: only they need an unpin's notify
+        self.unpinned = threading.Condition(self.lock)
+        self.waiters = 0   # pins waiting in _victim_wait (under lock): only they need an unpin's notify
         self.pin_wait_s = 10.0  # how long pin waits for a frame to be unpinned before giving up
         self._hand = 0
         self._evict_dirty = evict_dirty
@@ -116,7 +116,7 @@ class BufferPool:
                     if written and self.version[f] == version:
                         self.state[f] &= ~np.uint8(DIRTY)
                         self.rec_lsn[f] = 0
-                    self._unpinned.notify_all()
+                    self.unpinned.notify_all()
             if not written:
                 refused.add(f)  # not writable yet (WAL or RO nodes behind it): try another frame
         try:
@@ -124,14 +124,14 @@ class BufferPool:
         except BaseException:
             with self.lock:
                 self.pins[f] = 0
-                self._unpinned.notify_all()
+                self.unpinned.notify_all()
             raise
         with self.lock:
             other = self.table.get(tag, -1)
             if other >= 0:  # another thread loaded it meanwhile: use theirs
                 self.pins[f] = 0
                 self.pins[other] += 1
-                self._unpinned.notify_all()
+                self.unpinned.notify_all()
                 return other, True
             self.table[tag] = f
             self.frame_tag[f] = tag
@@ -154,8 +154,8 @@ class BufferPool:
             if n <= 0:
                 raise LogtideError(f"frame {frame} is not pinned")
             self._pins[frame] = n - 1
-            if n == 1 and self._waiting:
-                self._unpinned.notify_all()
+            if n == 1 and self.waiters:
+                self.unpinned.notify_all()
 
     def _victim_wait(self, refused: set[int], deadline: float) -> int:
         # under self.lock: wait until `deadline` while every frame is pinned or refused its write-out
@@ -166,11 +166,11 @@ class BufferPool:
                 now = time.monotonic()
                 if now >= deadline:
                     raise PinTimeoutError(f"{exc} (gave up after pin_wait_s={self.pin_wait_s:g} s)") from None
-                self._waiting += 1
+                self.waiters += 1
                 try:
-                    self._unpinned.wait(min(0.01, deadline - now) if refused else deadline - now)
+                    self.unpinned.wait(min(0.01, deadline - now) if refused else deadline - now)
                 finally:
-                    self._waiting -= 1
+                    self.waiters -= 1
                 refused.clear()
 
     def _victim(self, refused: set[int] = frozenset()) -> int:

@@ -25,7 +25,7 @@ _WA = np.array(_W, dtype=np.int64)
 class MiniTransLocks:
     def __init__(self, stripes: int = STRIPES):
         self.stripes = stripes
-        self._locks = [threading.Lock() for _ in range(stripes)]
+        self.page_locks = [threading.Lock() for _ in range(stripes)]   # one per stripe (the C insert path takes them too)
         self.waits = 0  # times a page lock was found held (a reader met a mini-transaction)
 
     def _stripe(self, tag) -> int:
@@ -42,14 +42,14 @@ class MiniTransLocks:
         """Lock every page of a record, in stripe order; returns the token for release_many."""
         held = self.stripes_of(tags)
         for s in held:
-            if not self._locks[s].acquire(blocking=False):
+            if not self.page_locks[s].acquire(blocking=False):
                 self.waits += 1
-                self._locks[s].acquire()
+                self.page_locks[s].acquire()
         return held
 
     def release_many(self, held: list[int]) -> None:
         for s in reversed(held):
-            self._locks[s].release()
+            self.page_locks[s].release()
 
     @contextmanager
     def record(self, tags: Iterable) -> Iterator[None]:
@@ -62,12 +62,12 @@ class MiniTransLocks:
 
     def page_lock(self, tag) -> "_PageLock":
         """page(tag) without a generator frame: a context manager over the page's stripe lock."""
-        return _PageLock(self, self._locks[self._stripe(tag)])
+        return _PageLock(self, self.page_locks[self._stripe(tag)])
 
     @contextmanager
     def page(self, tag) -> Iterator[None]:
         """A reader's lock on one page while it replays it."""
-        lock = self._locks[self._stripe(tag)]
+        lock = self.page_locks[self._stripe(tag)]
         if not lock.acquire(blocking=False):
             self.waits += 1
             lock.acquire()

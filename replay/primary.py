@@ -16,9 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -26,31 +24,25 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext.heap_insert import apply_insert
+from logtide._ext.primary_insert import SingleInsert
 from logtide._ext import xlogwriter as xw
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.group_commit import open_committer
-from logtide.errors import (InvalidArgument, LogtideError, ReplicaDroppedError, ReplicaError,
-                            TruncatedSubscribeError)
+from logtide.errors import InvalidArgument, LogtideError
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, read_control, write_control
 from logtide.replay.meta_queue import MetaQueue
-from logtide.replay.meta_stream import decode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
 from logtide.replay.page_index import PageIndex
 from logtide.replay.page_redo import redo_pages
 from logtide.replay.page_store import PageStore
+from logtide.replay.replica_set import FRESH, REPLICA_TIMEOUT_S, ReplicaSet
 from logtide.replay.row_address import DB, SPC, check_page_tag, check_rel, check_tid, rel_tag
 from logtide.replay.wal_frames import FramedWal, needs_frames
 from logtide.replay.wal_log import WalLog
 
 log = logging.getLogger("logtide.replay.primary")
 
-# an RO node silent for this long is dropped (PostgreSQL's wal_sender_timeout is 60 s; RO nodes
-# report every second, so ten missed reports is a dead or stopped node, not a slow one)
-REPLICA_TIMEOUT_S = 10.0
-# how an RO node subscribes: a fresh node; a running node re-attaching (keeps its cache); a node
-# re-syncing from storage after it was dropped (dropped its cache)
-FRESH, RESUME, RESYNC = 0, 1, 2
 PAGES_DIR, LOG_DIR, INDEX_DIR = "pages", "log", "logindex"
 PRIMARY_LOCK = "primary.lock"
 RECOVERY_RUN_BYTES = 64 << 20   # WAL read and redone at a time at open
@@ -60,21 +52,6 @@ SMALL_GROUP = 64   # up to this many block references a group is indexed row by 
 
 class TupleNotFoundError(LogtideError, KeyError):
     """No live tuple at that (block, slot)."""
-
-
-@dataclass
-class ReplicaState:
-    apply_lsn: int
-    min_used_lsn: int
-    seen: float           # monotonic time of its subscribe or last report (liveness)
-    held: bool = False    # adopted at open from the log's registered readers; not heard from yet
-
-
-def _ro_reader(name: str) -> int | None:
-    """The node id of a log-service reader named "ro-<id>", else None."""
-    if name.startswith("ro-") and name[3:].isdigit():
-        return int(name[3:])
-    return None
 
 
 class Primary:
@@ -115,13 +92,11 @@ class Primary:
         self._wal_lock = threading.RLock()
         self._ckpt_lock = threading.Lock()
         self._rel_blocks: dict[int, int] = {}
-        self.replicas: dict[int, ReplicaState] = {}
-        self._replica_lock = threading.Lock()
-        self.replica_timeout = float(replica_timeout)
+        self.replica_set = ReplicaSet(log, self.wal.latest_lsn, replica_timeout)
+        self.replicas = self.replica_set.states     # node id -> ReplicaState
+        self._replica_lock = self.replica_set.lock
         # a write may wait in pin() for a dead RO node's pages until that node is dropped: never give up first
         self.pool.pin_wait_s = max(self.pool.pin_wait_s, 2 * self.replica_timeout)
-        self.dropped: dict[int, str] = {}   # node id -> why it was dropped (until it re-syncs)
-        self.replicas_dropped = 0
         self.write_lsn = 0
         self.consistent_lsn = 0
         self.truncated_lsn = log.get_truncated_lsn()   # LSNs at or below it may be gone (log and LogIndex)
@@ -136,7 +111,9 @@ class Primary:
         self.committer = open_committer(log, publish=self._publish_group, write_group=self._write_group,
                                         on_fail=self._stop_writes)
         self._pipelined = self.committer.pipelined
-        self._adopt_readers()
+        # the whole single-tuple insert in one C call (a pipelined committer queues without waiting)
+        self._single = SingleInsert(self) if self._pipelined else None
+        self.replica_set.adopt_readers()
         self._stop = threading.Event()
         self._ckpt_thread = None
         if start and checkpoint_interval > 0:
@@ -190,22 +167,6 @@ class Primary:
         self.consistent_lsn = max(self.consistent_lsn, latest if low == 0 else low - 1)
         return n
 
-    def _adopt_readers(self) -> None:
-        """Hold truncation and flush control for the RO nodes the log still lists as readers ("ro-N"):
-        the previous primary (before a restart or a promotion) was holding the log for them, and they
-        re-attach with LSNs that must still exist. Each is held until it reports, or is dropped after
-        the replica timeout like any silent node."""
-        try:
-            readers = self.log_service.readers()
-        except LogtideError:
-            return
-        now = time.monotonic()
-        for name, replayed in readers.items():
-            node = _ro_reader(name)
-            if node is not None:
-                self.replicas[node] = ReplicaState(replayed, replayed + 1, now, held=True)
-                log.info("holding the log from LSN %d for RO node %d (a registered reader)", replayed + 1, node)
-
     # ------------------------------------------------------------------ writes
     def _next_xid(self) -> int:
         x = self._xid & 0xFFFFFFFF
@@ -218,15 +179,19 @@ class Primary:
         if self._pipelined:
             ticket = self.committer.enqueue(rec, (rec, tags))
             if ticket != lsn:
-                # the page carries an LSN its record did not get
-                exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
-                                   f"{lsn}); stopping")
-                self.committer.fail(exc)
-                raise exc
+                self._log_mismatch(ticket, lsn)
         else:
             ticket = self.committer.enqueue((lsn, [rec], [tags]))
         self._assigned_lsn = lsn
         return ticket
+
+    def _log_mismatch(self, ticket: int, lsn: int) -> None:
+        """The record queued for LSN `lsn` got `ticket`: the page carries an LSN its record did not
+        get; fail the committer and raise."""
+        exc = LogtideError(f"the primary's log was appended to by someone else (LSN {ticket}, expected "
+                           f"{lsn}); stopping")
+        self.committer.fail(exc)
+        raise exc
 
     def _stop_writes(self, exc: BaseException) -> None:
         """The pipelined committer failed: pages may hold changes the log does not; stop (a restart
@@ -315,6 +280,10 @@ class Primary:
 
     def insert(self, rel: int, data: bytes) -> tuple[int, int]:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
+        if self._single is not None:
+            ticket, block, off = self._single.insert(rel, data)   # checks as _check does
+            self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
+            return block, off
         data = self._check(rel, data)
         with self._wal_lock:
             block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)
@@ -480,6 +449,19 @@ class Primary:
         return dict(self._rel_blocks)
 
     # ------------------------------------------------------------------ replicas
+    @property
+    def replica_timeout(self) -> float:
+        return self.replica_set.timeout
+
+    @property
+    def dropped(self) -> dict[int, str]:
+        """RO node id -> why it was dropped (until it re-syncs)."""
+        return self.replica_set.dropped
+
+    @property
+    def replicas_dropped(self) -> int:
+        return self.replica_set.drops
+
     def subscribe(self, node_id: int, index_from: int = 0, mode: int = FRESH) -> tuple[int, int]:
         """Register an RO node; returns (start LSN, ready LSN).
 
@@ -497,108 +479,35 @@ class Primary:
         (it was dropped, or nobody held the log for it): such a node re-syncs from storage, then
         subscribes with RESYNC.
         """
-        if mode not in (FRESH, RESUME, RESYNC):
-            raise InvalidArgument(f"subscribe mode is FRESH, RESUME or RESYNC, got {mode!r}")
-        with self._wal_lock, self._replica_lock:
-            if mode == RESYNC:
-                index_from = 0
-            elif mode == RESUME and node_id not in self.replicas:
-                why = self.dropped.get(node_id, "no truncation hold was recorded for it")
-                raise ReplicaDroppedError(f"RO node {node_id} cannot resume ({why}): it must re-sync from storage")
-            gone = max(self.truncated_lsn, self.wal.first_lsn() - 1)
-            if index_from and index_from <= gone:
-                raise TruncatedSubscribeError(f"RO node {node_id} asked for WAL from LSN {index_from}, but LSNs "
-                                              f"up to {gone} are truncated: it must re-sync from storage")
-            start = self.consistent_lsn + 1
-            if index_from:
-                start = min(start, index_from)
-            held = self.replicas.get(node_id)
-            if held is not None and held.held:
-                log.info("RO node %d re-attached (held from LSN %d)", node_id, held.min_used_lsn)
-            self.dropped.pop(node_id, None)
-            self.replicas[node_id] = ReplicaState(min(self.consistent_lsn, start - 1), start, time.monotonic())
-            ready = self.write_lsn  # no stored page is newer
-            try:
-                self.log_service.register_reader(f"ro-{node_id}", start - 1)
-            except LogtideError:
-                pass  # already registered: it keeps its replayed LSN
-            return start, ready
+        with self._wal_lock:   # no record is queued meanwhile: the write LSN is the ready LSN
+            return self.replica_set.subscribe(node_id, index_from, mode,
+                                              gone=max(self.truncated_lsn, self.wal.first_lsn() - 1),
+                                              consistent_lsn=self.consistent_lsn, ready=self.write_lsn)
 
     def release_hold(self, node_id: int) -> None:
         """Stop holding the log for `node_id` without counting a drop: that RO node became this primary."""
-        with self._replica_lock:
-            self.replicas.pop(node_id, None)
-        try:
-            self.log_service.unregister_reader(f"ro-{node_id}")
-        except LogtideError:
-            pass
+        self.replica_set.release(node_id)
 
     def unsubscribe(self, node_id: int) -> None:
         """An RO node closed its link: drop it (it no longer holds back flushing or truncation)."""
-        self._drop(node_id, "it closed its link")
-
-    def _drop(self, node_id: int, why: str) -> None:
-        with self._replica_lock:
-            if self.replicas.pop(node_id, None) is None:
-                return
-            self.dropped[node_id] = why
-            self.replicas_dropped += 1
-        log.warning("dropped RO node %d: %s; it no longer holds flushing or truncation, and re-syncs from "
-                    "storage if it comes back", node_id, why)
-        try:
-            self.log_service.unregister_reader(f"ro-{node_id}")
-        except LogtideError:
-            pass
+        self.replica_set.drop(node_id, "it closed its link")
 
     def expire_replicas(self) -> list[int]:
         """Drop every RO node not heard from for longer than the replica timeout; the ids dropped."""
-        if self.replica_timeout <= 0:
-            return []
-        now = time.monotonic()
-        with self._replica_lock:
-            silent = [(n, now - st.seen) for n, st in self.replicas.items() if now - st.seen > self.replica_timeout]
-        for n, quiet in silent:
-            self._drop(n, f"no report for {quiet:.1f} s (replica_timeout {self.replica_timeout:g} s)")
-        return [n for n, _ in silent]
+        return self.replica_set.expire()
 
     def check_following(self, node_id: int) -> None:
         """Raise ReplicaDroppedError (or ReplicaError) unless `node_id` is a subscribed RO node (a node
         only held since this primary opened must subscribe again first)."""
-        st = self.replicas.get(node_id)
-        if st is not None and not st.held:
-            return
-        why = self.dropped.get(node_id)
-        if why is not None:
-            raise ReplicaDroppedError(f"RO node {node_id} was dropped ({why}): it must re-sync from storage")
-        raise ReplicaError(f"RO node {node_id} is not subscribed")
+        self.replica_set.check_following(node_id)
 
     def feedback(self, message: bytes) -> None:
         """An RO node's (apply LSN, min used LSN) report (a meta_stream feedback message)."""
-        fb = decode_feedback(message)
-        with self._replica_lock:
-            st = self.replicas.get(fb.node_id)
-            if st is None or st.held:
-                # a held node must subscribe (re-attach) before its reports count
-                if st is None and fb.node_id in self.dropped:
-                    raise ReplicaDroppedError(f"RO node {fb.node_id} was dropped ({self.dropped[fb.node_id]}): "
-                                              "it must re-sync from storage")
-                raise ReplicaError(f"RO node {fb.node_id} is not subscribed")
-            st.apply_lsn = max(st.apply_lsn, min(fb.apply_lsn, self.write_lsn))
-            st.min_used_lsn = max(st.min_used_lsn, min(fb.min_used_lsn, st.apply_lsn + 1))
-            st.seen = time.monotonic()
-        try:
-            self.log_service.report_replayed(f"ro-{fb.node_id}", max(0, min(fb.min_used_lsn - 1,
-                                                                              self.wal.latest_lsn())))
-        except LogtideError:
-            pass
+        self.replica_set.feedback(message, self.write_lsn)
 
     def flush_limit(self) -> int:
         """The highest page LSN that may be written to storage: every live RO node has applied it."""
-        self.expire_replicas()   # a dead node must not pin it (the eviction path calls this too)
-        with self._replica_lock:
-            if not self.replicas:
-                return 1 << 64
-            return min(st.apply_lsn for st in self.replicas.values())
+        return self.replica_set.flush_limit()   # a dead node must not pin it (the eviction path calls this too)
 
     def own_truncation_point(self) -> int:
         """What this primary itself no longer needs: below the consistent LSN and the LogIndex's
@@ -609,10 +518,7 @@ class Primary:
         """Log and LogIndex entries at or below this LSN are no longer needed by anyone: below
         own_truncation_point(), every RO node's min used LSN, and the cluster's truncation LSN
         (`cluster_hold`, HAKeeper's, when set)."""
-        with self._replica_lock:
-            low = self.own_truncation_point()
-            for st in self.replicas.values():
-                low = min(low, st.min_used_lsn - 1)
+        low = self.replica_set.truncation_hold(self.own_truncation_point())
         if self.cluster_hold is not None:
             low = min(low, self.cluster_hold())
         return max(0, low)
@@ -620,12 +526,7 @@ class Primary:
     def drop_if_quiet(self, node_id: int, quiet_s: float, why: str) -> bool:
         """Drop RO node `node_id` if no report came from it for `quiet_s` seconds (the cluster's
         keeper declared it gone; a node that reports is kept). True when it was dropped."""
-        with self._replica_lock:
-            st = self.replicas.get(node_id)
-            if st is None or time.monotonic() - st.seen < quiet_s:
-                return False
-        self._drop(node_id, why)
-        return True
+        return self.replica_set.drop_if_quiet(node_id, quiet_s, why)
 
     # ------------------------------------------------------------------ checkpoints
     def _write_out(self, tag, page) -> bool:
@@ -724,8 +625,7 @@ class Primary:
     def stats(self) -> dict:
         return {"write_lsn": self.write_lsn, "consistent_lsn": self.consistent_lsn,
                 "truncated_lsn": self.truncated_lsn, "checkpoints": self.checkpoints,
-                "pages_written": self.store.pages_written, "replicas": {k: vars(v) for k, v in self.replicas.items()},
-                "replicas_dropped": self.replicas_dropped, "dropped": dict(self.dropped)}
+                "pages_written": self.store.pages_written, **self.replica_set.stats()}
 
 
 def _checkpoints(ref: "weakref.ref[Primary]", stop: threading.Event, interval: float) -> None:

@@ -104,7 +104,7 @@ class ReadOnlyNode:
         self.read_wait_s = 30.0   # how long a read waits for the node to catch up to its ready LSN
         # the primary's replica timeout: a node whose reports went unacknowledged for most of it
         # must assume it was dropped (storage may soon hold pages from its future) and stop serving
-        from logtide.replay.primary import REPLICA_TIMEOUT_S
+        from logtide.replay.replica_set import REPLICA_TIMEOUT_S
         self.replica_timeout = REPLICA_TIMEOUT_S
         self._last_ack = 0.0      # monotonic time the primary last acknowledged a report (or attach)
         self._feedback_seq = 0
@@ -147,7 +147,7 @@ class ReadOnlyNode:
         nothing for it, or has truncated the WAL it would resume from refuses: the node then
         re-syncs from storage (RESYNC; `attach` drops its cached pages) instead of resuming from
         LSNs that are gone."""
-        from logtide.replay.primary import FRESH, RESUME, RESYNC
+        from logtide.replay.replica_set import FRESH, RESUME, RESYNC
         if not self._started:
             try:
                 return subscribe(self.node_id, self.resume_from(), FRESH)

@@ -131,7 +131,7 @@ def run_primary(args: argparse.Namespace) -> int:
         log_service = ReplicatedLogServiceClient(args.log, deadline=args.log_deadline)
     else:
         log_service = LogService.open(d / LOG_DIR)
-    from logtide.replay.primary import REPLICA_TIMEOUT_S
+    from logtide.replay.replica_set import REPLICA_TIMEOUT_S
     try:
         primary = Primary(d, log=log_service, checkpoint_interval=args.checkpoint_interval,
                           pool_pages=args.pool_pages, logindex_segments=args.logindex_segments,
