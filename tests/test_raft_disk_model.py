@@ -73,7 +73,7 @@ def _save_until_killed(d, seed: int, after: float) -> int:
     finally:
         os.kill(p.pid, signal.SIGKILL)
     out, _ = p.communicate(timeout=30)
-    lines = (first + out).split("\n")
+    lines = (first + out).split("\n")[:-1]    # the last line may be torn by the kill
     began = [int(x.split()[1]) for x in lines if x.startswith("B ")]
     assert began, "the saver made no progress before the kill"
     return began[-1]
