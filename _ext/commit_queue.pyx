@@ -3,24 +3,25 @@
 
 It is group commit's pipelined mechanism (engine/group_commit) for every appender of the embedded
 log. Appenders frame their records straight into the queue's fill buffer (frame_buffer.pxd; LSNs
-are assigned there, under a C mutex), register a waiter for their last LSN and sleep on their
-group's futex word, with the GIL released (group_waiters.pxd). The flusher (`run`, bound to a
-segment by `bind_index`: its fd, offset array and count cell) takes the whole fill buffer at once,
-writes it with one write() (segment_prealloc.pxd) and, with fsync="always", one fdatasync(),
-indexes it and publishes it: it settles exactly the waiters whose LSN is <= the group's last and
-wakes them all with one FUTEX_WAKE, without the GIL, group after group. It returns only what needs
-Python (a group that reaches the roll size or the pre-allocation `mark`, unindexed and unpublished:
-the caller indexes it and `publish(lsn)`es it). `fail(exc)` wakes every waiter with
-LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued. With
-`configure(direct=True)` (fsync="batch"/"never") an appender that finds the log idle writes and
-indexes its own record, without a thread hand-over.
+are assigned there, under a C mutex), register a waiter for their last LSN and sleep, with the GIL
+released (waiter_handoff.pxd). One flusher thread takes the whole fill buffer at once (`flush`),
+writes it with one write() (segment_prealloc.pxd) and, with fsync="always", one fdatasync(), then
+`publish(lsn)` settles exactly the waiters whose LSN is <= lsn, by handoff or all at once.
+`fail(exc)` wakes every waiter with LogServiceFailed; `close()` refuses new appends and lets the
+flusher drain what is queued.
+
+With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
+whole loop without the GIL (write, sync, index, publish, group after group), returning only what
+needs Python; and with `configure(direct=True)` (fsync="batch"/"never") an appender that finds the
+log idle writes and indexes its own record, without a thread hand-over.
 
     q = CommitQueue(next_lsn)
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
+    q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
-    q.run(timeout, publish) -> (first, last, starts, nbytes) for Python | CLOSED | KICKED | TIMEOUT
+    q.run(timeout, publish) -> a group for Python (as flush) | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
 
 See docs/wal_format.md ("Durability") for the protocol.
@@ -39,15 +40,15 @@ from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_loc
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
-from logtide._ext.gil_hint cimport lt_py_enter, lt_py_leave
-from logtide._ext.group_waiters cimport (W_DURABLE, W_FAILED, WaitList, lt_waiter, wl_detach_durable, wl_insert,
-                                         wl_link, wl_settle, wl_sleep, wl_take_all)
+from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_waiter,
+                                          wl_count, wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
+                                          wl_settle, wl_sleep, wl_take_all, wl_take_ready, wl_take_stalled)
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 cnp.import_array()
 
-# run() outcomes other than a group
+# flush() outcomes other than a group
 CLOSED = "closed"
 KICKED = "kicked"
 TIMEOUT = "timeout"
@@ -82,8 +83,8 @@ cdef class CommitQueue:
     cdef readonly double max_commit_delay
     cdef readonly uint64_t groups, records
     cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
-    # the futex words the waiters of a group sleep on: one per group parity, since only the group
-    # in the flusher's hands and the one filling have waiters
+    # the futex words the waiters of the filling group sleep on (without handoff): one per group
+    # parity, since only the group in the flusher's hands and the one filling have waiters
     cdef int gword[2]
     cdef uint64_t fill_gen
     cdef Prealloc zero              # the current segment's pre-allocation (see prefill)
@@ -107,11 +108,14 @@ cdef class CommitQueue:
     cdef FrameBuf solo_buf
     cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
 
-    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001):
+    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
+                  double handoff_stall=0.0002):
         lt_mutex_init(&self.mu)
         self.user_max = -1
         lt_mutex_init(&self.zero.mu)
         self.zero.fd = -1
+        self.waiters.stall = handoff_stall
+        self.waiters.handoff = handoff
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
         self.durable = self.synced = next_lsn - 1
@@ -128,9 +132,29 @@ cdef class CommitQueue:
         lt_mutex_destroy(&self.zero.mu)
 
     @property
+    def handoff(self) -> bool:
+        """Whether publish wakes durable waiters by handoff (see set_handoff)."""
+        return self.waiters.handoff
+
+    @property
+    def handoff_stall(self) -> float:
+        """Seconds after which the flusher wakes ready waiters nobody handed off to."""
+        return self.waiters.stall
+
+    @property
+    def stalls(self) -> int:
+        """Times the flusher had to wake ready waiters nobody handed off to."""
+        return self.waiters.stalls
+
+    @property
     def generation(self) -> int:
         """Bumped by set_segment: which segment a prefill was meant for."""
         return self.zero.generation
+
+    @property
+    def published_lsn(self) -> int:
+        """The highest LSN published (written, and synced with fsync="always")."""
+        return self.published
 
     @property
     def next(self) -> int:
@@ -145,8 +169,8 @@ cdef class CommitQueue:
         raise LogServiceClosed("the log service is closed")
 
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil:
-        """Register w (LSN order, on the filling group's word) and say whether the flusher must be
-        woken (after unlocking)."""
+        """Register w (LSN order) and say whether the flusher must be woken (after unlocking). A group
+        word is only for a waiter of the filling group (its LSN in `fill`)."""
         wl_link(&self.waiters, w, &self.gword[self.fill_gen & 1])
         return self._count_append_locked()
 
@@ -162,12 +186,22 @@ cdef class CommitQueue:
             return True
         return False
 
-    cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0:
+    def wake_stalled(self) -> None:
+        """What the flusher does whenever it waits: wake the durable waiters left unclaimed."""
+        cdef lt_waiter* r
         with nogil:
-            # this thread is giving up the GIL: the next durable appender can take it uncontended
-            lt_py_leave()
+            lt_lock(&self.mu)
+            r = wl_take_stalled(&self.waiters, lt_now())
+            lt_unlock(&self.mu)
+            wl_settle(r, W_DURABLE)
+
+    cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
+        with nogil:
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
+            # this thread is giving up the GIL: the next durable appender can take it uncontended
+            lt_py_leave()
+            wl_settle(hand, W_DURABLE)
             wl_sleep(w)
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
@@ -184,6 +218,7 @@ cdef class CommitQueue:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
         cdef lt_waiter w
+        cdef lt_waiter* hand
         cdef bint wake
         lt_lock(&self.mu)
         if self.state != Q_OPEN:
@@ -202,8 +237,9 @@ cdef class CommitQueue:
         self.next_lsn += 1
         fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
         wake = self._enqueue_locked(&w)
+        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
-        return self._wait(&w, wake)
+        return self._wait(&w, wake, hand)
 
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                                size_t dlen, size_t size) except? 0:
@@ -336,6 +372,7 @@ cdef class CommitQueue:
             free(lens)
             raise ValueError("append_many needs at least one payload")
         cdef lt_waiter w
+        cdef lt_waiter* hand = NULL
         cdef bint wake
         cdef uint64_t first
         try:
@@ -372,11 +409,12 @@ cdef class CommitQueue:
                     fb_put(&self.fill, first + i, rtype, pre, plen, ptrs[i], lens[i])
             w.lsn = first + n - 1
             wake = self._enqueue_locked(&w)
+            hand = wl_pop_ready(&self.waiters)
             lt_unlock(&self.mu)
         finally:
             free(ptrs)
             free(lens)
-        self._wait(&w, wake)
+        self._wait(&w, wake, hand)
         return first
 
     # -- the flusher --
@@ -384,18 +422,24 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double now, wait_until, sleep_until, delay, deadline = -1.0
+        cdef double now, wait_until, delay, deadline = -1.0
         cdef int seen
         cdef int outcome = 0
         cdef bint napped = False, timed
         cdef Py_ssize_t appends
         cdef FrameBuf tmp
+        cdef lt_waiter* stalled
         lt_lock(&self.mu)
         self.busy = False
         wait_until = lt_now() + timeout
         while True:
             now = lt_now()
-            sleep_until = wait_until  # (a nap or the commit delay sleeps less, without ending the wait)
+            stalled = wl_take_stalled(&self.waiters, now)
+            if stalled != NULL:
+                lt_unlock(&self.mu)
+                wl_settle(stalled, W_DURABLE)
+                lt_lock(&self.mu)
+                continue
             if self.solo:  # a lone appender is writing its record itself: after it
                 pass
             elif self._sync_due(now):
@@ -408,13 +452,17 @@ cdef class CommitQueue:
                     deadline = now + min(self.max_commit_delay, 0.5 * self.fsync_avg)
                 if now >= deadline:
                     break
-                sleep_until = deadline
+                wait_until = deadline
             elif self.kicked:
                 self.kicked = False
                 outcome = 1
                 break
             elif self.state != Q_OPEN:
                 outcome = 2
+                stalled = wl_take_ready(&self.waiters)  # the last appenders are settled before the flusher leaves
+                lt_unlock(&self.mu)
+                wl_settle(stalled, W_DURABLE)
+                lt_lock(&self.mu)
                 break
             elif now >= wait_until:
                 outcome = 3
@@ -422,21 +470,23 @@ cdef class CommitQueue:
             if self.batch_interval > 0 and self.unsynced_since > 0 and not self.solo:
                 # (a lone appender's write ends with a wake when anything waits for it; a due sync
                 # sends the next appender to the queue, which wakes this thread too)
-                sleep_until = min(sleep_until, self.unsynced_since + self.batch_interval)
+                wait_until = min(wait_until, self.unsynced_since + self.batch_interval)
             timed = False
             if self.appends == 0 and not self.solo and self.want > 1:
                 delay = min(self.max_commit_delay, 0.5 * self.fsync_avg)
                 if napped or delay <= 0:
                     self.want = 0  # a commit delay passed with nothing queued: the burst is over
                 else:  # expecting a group: look again within the delay rather than be woken by its first append
-                    sleep_until = min(sleep_until, now + delay)
+                    wait_until = min(wait_until, now + delay)
                     timed = napped = True
                     self.naps += 1
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
+            if self.waiters.ready != NULL:
+                wait_until = min(wait_until, self.waiters.handed + self.waiters.stall)
             lt_unlock(&self.mu)
-            lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, sleep_until - now) * 1e9) + 1)
+            lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
             self.fl_sleeping = self.fl_timed = False
         if outcome == 0:
@@ -477,8 +527,7 @@ cdef class CommitQueue:
         return err
 
     cdef object _group(self, uint64_t base):
-        """The group in `out` as run() returns it to Python: (first LSN, last LSN, absolute frame
-        starts u64[n], bytes written); counts it and frees a huge buffer."""
+        """The group in `out` as flush() returns it; counts it and frees a huge buffer."""
         cdef Py_ssize_t n = self.out.n, i
         cdef cnp.ndarray[cnp.uint64_t, ndim=1] starts = np.empty(n, dtype=np.uint64)
         cdef uint64_t* sp = <uint64_t*>starts.data
@@ -489,6 +538,31 @@ cdef class CommitQueue:
         nbytes = self.out.len
         fb_trim(&self.out, KEEP_BYTES)
         return self.out_first, self.out_first + <uint64_t>n - 1, starts, nbytes
+
+    def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
+        """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
+        sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
+        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
+        absorbs it), TIMEOUT. OSError when the write or sync fails (the group's waiters are still
+        queued: fail() settles them). The caller indexes the group and publishes it.
+
+        publish: an LSN to publish first, once the GIL is released (the flusher's previous group):
+        the appender woken then finds the GIL free instead of waiting for the flusher's Python."""
+        cdef int outcome, err = 0
+        with nogil:
+            if publish:
+                self._publish_now(publish)
+            outcome = self._take(timeout, sync)
+            if outcome == 0:
+                lt_lock(&self.mu)
+                self.kicked = False  # the caller checks for sync requests after every group too
+                lt_unlock(&self.mu)
+                err = self._write_at(fd, self.out.data, self.out.len, base, sync)
+        if outcome != 0:
+            return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
+        if err:
+            raise OSError(err, os.strerror(err))
+        return self._group(base)
 
     cdef void _publish_now(self, uint64_t lsn) noexcept nogil:
         """Publish the flusher's last group, which it no longer holds: in the same step, so that an
@@ -582,7 +656,7 @@ cdef class CommitQueue:
     def run(self, double timeout, uint64_t publish=0):
         """The flusher's loop (bind_index first): take each group, write it to the bound segment at its
         end, fdatasync it (sync_always), index it, publish it and wake its waiters, all with the GIL
-        released. Returns what needs the flusher's Python: a group (see _group), not yet
+        released. Returns what needs the flusher's Python: a group as flush() returns it, not yet
         indexed nor published (it reaches the roll size or the pre-allocation mark, or the index is
         full), or KICKED (a kick(), once the groups queued with it are published), CLOSED, TIMEOUT
         (idle for `timeout`, or a batch sync due). OSError when a write or sync fails."""
@@ -668,8 +742,12 @@ cdef class CommitQueue:
         return added
 
     def publish(self, uint64_t lsn) -> None:
-        """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it
-        and wake them, one FUTEX_WAKE per group word."""
+        """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
+
+        Waking them all at once would have them fight for the GIL (each wakes, sleeps on the GIL,
+        wakes again). So one is woken here and the rest are queued as ready: each appender that
+        enters its own wait, and so releases the GIL, wakes the next ready one; the flusher wakes
+        any left unclaimed for handoff_stall seconds (an appender that did not come back)."""
         cdef lt_waiter* first
         with nogil:
             lt_lock(&self.mu)
@@ -686,16 +764,19 @@ cdef class CommitQueue:
     def fail(self, exc) -> None:
         """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""
         cdef lt_waiter* all_
+        cdef lt_waiter* ready
         lt_lock(&self.mu)
         if self.state != Q_FAILED:
             self.failure = exc
         self.state = Q_FAILED
         all_ = wl_take_all(&self.waiters)
+        ready = wl_take_ready(&self.waiters)
         fb_clear(&self.fill)
         self.appends = 0
         self.fl_word += 1
         lt_unlock(&self.mu)
         with nogil:
+            wl_settle(ready, W_DURABLE)  # published before the failure
             wl_settle(all_, W_FAILED)
             lt_futex_wake(&self.fl_word, 1)
 
@@ -717,6 +798,14 @@ cdef class CommitQueue:
             self.fl_word += 1
             lt_unlock(&self.mu)
             lt_futex_wake(&self.fl_word, 1)
+
+    def waiting(self) -> int:
+        """Appends registered and not yet settled (for tests)."""
+        cdef Py_ssize_t n
+        lt_lock(&self.mu)
+        n = wl_count(&self.waiters)
+        lt_unlock(&self.mu)
+        return n
 
     # -- queue now, wait for durability later: the pipelined committer's appends (the TN's and the
     # primary's; they queue under their own ordering lock and wait without it) --
@@ -762,6 +851,7 @@ cdef class CommitQueue:
         sleeping on a futex with the GIL released: the published LSN then (>= lsn).
         LogServiceFailed when a write failed first; ValueError for an LSN not handed out yet."""
         cdef lt_waiter w
+        cdef lt_waiter* hand
         lt_lock(&self.mu)
         if lsn <= self.published:
             lsn = self.published
@@ -773,10 +863,20 @@ cdef class CommitQueue:
         if lsn >= self.next_lsn:
             lt_unlock(&self.mu)
             raise ValueError(f"LSN {lsn} was not handed out (the next is {self.next_lsn})")
-        # appends link at the tail as they take their LSNs; this waiter comes later, and sleeps on
-        # the word of its LSN's group: the filling one, or else the one the flusher holds
+        # appends link at the tail as they take their LSNs; this waiter comes later
         w.lsn = lsn
-        wl_insert(&self.waiters, &w, &self.gword[(self.fill_gen + (lsn + <uint64_t>self.fill.n < self.next_lsn)) & 1])
+        wl_insert(&self.waiters, &w)
+        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
-        self._wait(&w, False)
+        self._wait(&w, False, hand)
         return lt_load64(&self.published)
+
+    def set_handoff(self, bint handoff) -> None:
+        """How publish wakes durable waiters from now on: by handoff, one and each later one when an
+        appender gives up the GIL through this queue (True), or all at once by the flusher (False).
+        Writers that run much Python per record (the TN, the primary) gain from handoff: woken at
+        once they would queue for the GIL. Safe at any time: waiters already due by handoff are
+        still woken (by the next waiter, or by the flusher after handoff_stall)."""
+        lt_lock(&self.mu)
+        self.waiters.handoff = handoff
+        lt_unlock(&self.mu)

@@ -1,7 +1,7 @@
 """CommitQueue (the log service's Cython wait path) against a model of waiters and the durable LSN.
 
-Real appender threads block in the queue; the test plays the flusher (its loop, `run`, handing each
-group back unpublished, see queue_flusher.py; publish, fail, close). After every step the threads that returned must be exactly the appends whose
+Real appender threads block in the queue; the test plays the flusher (flush to a real file,
+publish, fail, close). After every step the threads that returned must be exactly the appends whose
 last LSN is published, each with its own LSN, and the file must hold every flushed frame in order.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from hypothesis_profiles import scaled
-from queue_flusher import take_group
 
 from logtide._ext import wal
 from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 SETTLE = 5.0          # seconds a durable waiter may take to return (a loaded CI machine)
+STALL = 0.0003        # > the queue's hand-off stall (0.2 ms): a flusher tick then wakes every durable waiter
 
 
 def _wait_for(cond, what: str, timeout: float = SETTLE) -> None:
@@ -57,12 +57,12 @@ class Appender:
 
 
 class CommitQueueMachine(RuleBasedStateMachine):
-    @initialize(start=st.sampled_from([1, 2, 1000, 2**40]))
-    def setup(self, start):
+    @initialize(start=st.sampled_from([1, 2, 1000, 2**40]), handoff=st.booleans())
+    def setup(self, start, handoff):
         self.dir = tempfile.mkdtemp(prefix="cq-")
         self.fd = os.open(os.path.join(self.dir, "seg"), os.O_WRONLY | os.O_CREAT, 0o644)
         self.start = start
-        self.q = CommitQueue(start)
+        self.q = CommitQueue(start, handoff=handoff)
         self.next = start          # model: the next LSN handed out
         self.queued = []           # model: (appender, first, last) not yet taken by a flush
         self.flushed = []          # taken by a flush, written
@@ -71,7 +71,6 @@ class CommitQueueMachine(RuleBasedStateMachine):
         self.published = start - 1
         self.failed = False
         self.closed = False
-        self.kicked = False        # a kick no run() has answered with KICKED yet
         self.payloads = {}         # lsn -> payload, for the file check
 
     def teardown(self):
@@ -83,13 +82,13 @@ class CommitQueueMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _append(self, payloads):
+        before = self.q.waiting()
         a = Appender(self.q, payloads)
         if self.failed or self.closed:
             a.thread.join(SETTLE)
             assert a.done and isinstance(a.result, LogServiceFailed if self.failed else LogServiceClosed), a.result
             return
-        # an append takes its LSNs and registers its waiter in one step, under the queue's mutex
-        _wait_for(lambda: self.q.next == self.next + len(payloads) or a.done, "the append to register")
+        _wait_for(lambda: self.q.waiting() == before + 1 or a.done, "the append to register")
         first = self.next
         self.next += len(payloads)
         for i, p in enumerate(payloads):
@@ -107,13 +106,9 @@ class CommitQueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.failed)
     @rule()
     def flush(self):
-        got = take_group(self.q, self.fd, self.written, 0.001)
+        got = self.q.flush(self.fd, False, self.written, 0.001)
         if not self.queued:
-            if self.kicked:
-                assert got is KICKED
-                self.kicked = False
-            else:
-                assert got in (CLOSED, TIMEOUT) if self.closed else got is TIMEOUT
+            assert got in (CLOSED, TIMEOUT) if self.closed else got is TIMEOUT
             return
         first, last, starts, nbytes = got
         assert first == self.queued[0][1] and last == self.queued[-1][2]
@@ -136,9 +131,8 @@ class CommitQueueMachine(RuleBasedStateMachine):
     @rule()
     def kick(self):
         self.q.kick()
-        got = take_group(self.q, self.fd, self.written, 0.001)
-        if self.queued:  # a kick never hides queued appends (and stays for the next run)
-            self.kicked = True
+        got = self.q.flush(self.fd, False, self.written, 0.001)
+        if self.queued:  # a kick never hides queued appends
             self.flushed += self.queued
             first, last, starts, nbytes = got
             assert (first, last) == (self.queued[0][1], self.queued[-1][2])
@@ -147,7 +141,6 @@ class CommitQueueMachine(RuleBasedStateMachine):
             self.queued = []
         else:
             assert got is KICKED
-            self.kicked = False
 
     @rule()
     def fail(self):
@@ -163,6 +156,8 @@ class CommitQueueMachine(RuleBasedStateMachine):
     def exactly_the_durable_waiters_return(self):
         if not hasattr(self, "q"):
             return
+        time.sleep(STALL)
+        self.q.wake_stalled()  # what the flusher does each time it waits
         for a, first, last in self.queued + self.flushed:
             if last <= self.published:
                 a.thread.join(SETTLE)
@@ -175,8 +170,7 @@ class CommitQueueMachine(RuleBasedStateMachine):
         for a, first, last in self.queued + self.flushed:
             if last > self.published and not self.failed:
                 assert not a.done, f"append {first}..{last} returned {a.result!r} before LSN {last} was published"
-        if self.published >= self.start:  # a published LSN's wait returns the published one at once
-            assert self.q.wait_durable(self.start) == self.published
+        assert self.q.published_lsn == self.published
 
     @invariant()
     def the_file_holds_every_flushed_frame_in_order(self):
@@ -202,14 +196,17 @@ def test_publish_wakes_a_prefix_only_in_lsn_order():
     q = CommitQueue(1)
     apps = []
     for i in range(12):
+        before = q.waiting()
         apps.append(Appender(q, [b"r%d" % i]))
-        _wait_for(lambda: q.next == i + 2, "registration")
+        _wait_for(lambda: q.waiting() == before + 1, "registration")
     fd = os.open(os.devnull, os.O_WRONLY)
     try:
-        first, last, _, _ = take_group(q, fd, 0, 1.0)
+        first, last, _, _ = q.flush(fd, False, 0, 1.0)
         assert (first, last) == (1, 12)
         for k in (3, 3, 7, 12):
             q.publish(k)
+            time.sleep(STALL)
+            q.wake_stalled()  # the flusher's tick: unclaimed hand-offs are woken
             for i, a in enumerate(apps, start=1):
                 if i <= k:
                     a.thread.join(SETTLE)
@@ -223,20 +220,21 @@ def test_publish_wakes_a_prefix_only_in_lsn_order():
 
 @pytest.mark.timeout(60)
 def test_group_words_wake_exactly_the_published_waiters():
-    """The waiters of a group share a futex word, one per group parity: groups 1 and 3 sleep on the
-    same word. Publishing part of group 1 wakes that word, and the waiters whose
+    """Without hand-off the waiters of a group share a futex word, one per group parity: groups 1
+    and 3 sleep on the same word. Publishing part of group 1 wakes that word, and the waiters whose
     LSN is not published (the rest of group 1, all of group 3) must go back to sleep; group 2, on
     the other word, must not return either."""
-    q = CommitQueue(1)
+    q = CommitQueue(1, handoff=False)
     fd = os.open(os.devnull, os.O_WRONLY)
     groups = []
     try:
         for g in range(3):
             apps = []
             for i in range(3):
+                before = q.waiting()
                 apps.append(Appender(q, [b"g%dr%d" % (g, i)]))
-                _wait_for(lambda: q.next == 3 * g + i + 2, "registration")
-            first, last, _, _ = take_group(q, fd, 0, 1.0)
+                _wait_for(lambda: q.waiting() == before + 1, "registration")
+            first, last, _, _ = q.flush(fd, False, 0, 1.0)
             assert (first, last) == (3 * g + 1, 3 * g + 3)
             groups.append(apps)
         waiters = [a for apps in groups for a in apps]
@@ -260,23 +258,24 @@ def test_group_words_wake_exactly_the_published_waiters():
 def test_flusher_naps_once_for_an_expected_group_then_sleeps_until_woken(tmp_path):
     """After a synced group of 3 the flusher expects another (commit delay): with nothing queued it
     naps once, for the delay, then stops expecting one; an append then wakes it as usual."""
-    q = CommitQueue(1)
+    q = CommitQueue(1, handoff=False)
     fd = os.open(tmp_path / "seg", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         apps = []
         for i in range(3):
+            before = q.waiting()
             apps.append(Appender(q, [b"r%d" % i]))
-            _wait_for(lambda: q.next == i + 2, "registration")
-        first, last, _, nbytes = take_group(q, fd, 0, 1.0, sync=True)
+            _wait_for(lambda: q.waiting() == before + 1, "registration")
+        first, last, _, nbytes = q.flush(fd, True, 0, 1.0)
         assert (first, last, q.naps) == (1, 3, 0)
         q.publish(3)
         for a in apps:
             a.thread.join(SETTLE)
         assert [a.result for a in apps] == [1, 2, 3]
-        assert take_group(q, fd, nbytes, 0.05, sync=True) is TIMEOUT
+        assert q.flush(fd, True, nbytes, 0.05) is TIMEOUT
         assert q.naps == 1  # one nap, then an unbounded sleep (up to the timeout)
         late = Appender(q, [b"late"])
-        got = take_group(q, fd, nbytes, 5.0, sync=True)  # woken by the append, not by the timeout
+        got = q.flush(fd, True, nbytes, 5.0)  # woken by the append, not by the timeout
         assert got[:2] == (4, 4) and q.naps == 1
         q.publish(4)
         late.thread.join(SETTLE)

@@ -1,8 +1,8 @@
 """CommitQueue's pipelined appends (enqueue_one + wait_durable) against a model of the durable LSN.
 
 Records are queued without waiting (in any mix with blocking appends); waiter threads then wait
-for LSNs in any order, late or early. The test plays the flusher (its loop, `run`, handing each
-group back unpublished, see queue_flusher.py; publish, fail, close). After every step: exactly the waiters whose LSN is published have returned (with the
+for LSNs in any order, late or early. The test plays the flusher (flush to a real file, publish,
+fail, close). After every step: exactly the waiters whose LSN is published have returned (with the
 published LSN at least theirs), after a failure the others got LogServiceFailed, and the file holds
 every flushed frame in LSN order.
 """
@@ -18,13 +18,13 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from hypothesis_profiles import scaled
-from queue_flusher import take_group
 
 from logtide._ext import wal
 from logtide._ext.commit_queue import CLOSED, TIMEOUT, CommitQueue
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 SETTLE = 5.0          # seconds a durable waiter may take to return (a loaded CI machine)
+STALL = 0.0003        # > the queue's hand-off stall (0.2 ms): a flusher tick then wakes every durable waiter
 
 
 def _wait_for(cond, what: str, timeout: float = SETTLE) -> None:
@@ -56,12 +56,12 @@ class Waiter:
 
 
 class PipelinedQueueMachine(RuleBasedStateMachine):
-    @initialize(start=st.sampled_from([1, 2, 2**40]))
-    def setup(self, start):
+    @initialize(start=st.sampled_from([1, 2, 2**40]), handoff=st.booleans())
+    def setup(self, start, handoff):
         self.dir = tempfile.mkdtemp(prefix="cqp-")
         self.fd = os.open(os.path.join(self.dir, "seg"), os.O_WRONLY | os.O_CREAT, 0o644)
         self.start = start
-        self.q = CommitQueue(start)
+        self.q = CommitQueue(start, handoff=handoff)
         self.next = start          # model: the next LSN handed out
         self.queued_to = start - 1  # model: LSNs below this one are queued (taken or not)
         self.written = 0           # bytes in the file
@@ -98,9 +98,9 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
     def blocking_append(self, size):
         """A blocking append between pipelined ones: it takes the next LSN and waits like any waiter."""
         p = os.urandom(size)
+        before = self.q.waiting()
         w = Waiter(self.q, self.next, p)
-        # an append takes its LSN and registers its waiter in one step, under the queue's mutex
-        _wait_for(lambda: self.q.next == self.next + 1 or w.done, "the append to register")
+        _wait_for(lambda: self.q.waiting() == before + 1 or w.done, "the append to register")
         self.payloads[self.next] = p
         self.next += 1
         self.blocking.append(w)
@@ -120,7 +120,7 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.failed)
     @rule()
     def flush(self):
-        got = take_group(self.q, self.fd, self.written, 0.001)
+        got = self.q.flush(self.fd, False, self.written, 0.001)
         if self.written_lsn == self.next - 1:
             assert got in (CLOSED, TIMEOUT) if self.closed else got is TIMEOUT
             return
@@ -138,6 +138,12 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         self.q.publish(lsn)
         self.published = max(self.published, lsn)
 
+    @rule(on=st.booleans())
+    def set_handoff(self, on):
+        """Switching how durable waiters are woken, at any time, changes none of the outcomes."""
+        self.q.set_handoff(on)
+        assert self.q.handoff == on
+
     @rule()
     def fail(self):
         self.q.fail(OSError(5, "I/O error"))
@@ -152,6 +158,8 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
     def exactly_the_durable_waiters_return(self):
         if not hasattr(self, "q"):
             return
+        time.sleep(STALL)
+        self.q.wake_stalled()  # what the flusher does each time it waits
         for w in self.waiters + self.blocking:
             if w.lsn <= self.published:
                 w.thread.join(SETTLE)
@@ -167,8 +175,7 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         for w in self.waiters + self.blocking:
             if w.lsn > self.published and not self.failed:
                 assert not w.done, f"a wait for {w.lsn} returned {w.result!r}; only {self.published} is published"
-        if self.published >= self.start:  # a published LSN's wait returns the published one at once
-            assert self.q.wait_durable(self.start) == self.published
+        assert self.q.published_lsn == self.published
 
     @invariant()
     def the_file_holds_every_flushed_frame_in_order(self):
@@ -194,7 +201,7 @@ def test_wait_durable_of_a_published_lsn_returns_at_once():
     assert (a, b) == (10, 11)
     fd = os.open(os.devnull, os.O_WRONLY)
     try:
-        assert take_group(q, fd, 0, 1.0)[:2] == (10, 11)
+        assert q.flush(fd, False, 0, 1.0)[:2] == (10, 11)
         q.publish(11)
         assert q.wait_durable(10) == 11 and q.wait_durable(11) == 11
     finally:

@@ -304,7 +304,6 @@ def test_prefill_never_overwrites_frames_and_skips_a_replaced_segment(tmp_path):
     writer has left does nothing."""
     import threading
     from logtide._ext.commit_queue import CommitQueue
-    from queue_flusher import take_group
     q = CommitQueue(1)
     fd = os.open(tmp_path / "a.log", os.O_RDWR | os.O_CREAT, 0o644)
     fd2 = os.open(tmp_path / "b.log", os.O_RDWR | os.O_CREAT, 0o644)
@@ -314,7 +313,7 @@ def test_prefill_never_overwrites_frames_and_skips_a_replaced_segment(tmp_path):
         got = []
         t = threading.Thread(target=lambda: got.append(q.append_many(0, b"", [b"x" * 50, b"y" * 70])))
         t.start()
-        first, last, starts, nbytes = take_group(q, fd, 0, 5.0)
+        first, last, starts, nbytes = q.flush(fd, False, 0, 5.0)
         assert (first, last, nbytes) == (1, 2, 160) and q.zeroed == 160  # the group grew the file
         assert q.prefill(gen, 4096, True) == 4096 - 160
         assert q.prefill(gen, 1000, True) == 0  # already that long

@@ -120,7 +120,8 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
         recs, _ = log.read(1, 1 << 20)
         assert [r.payload for r in recs] == [b"x"] + [b"p%d" % i for i in range(5)] + [b"ba"]
         assert recs[-1].replica_id == 3
-        # appends and waits mixed: every one returns, each with its own LSN
+        # waking one at a time: every append and wait still returns, each with its own LSN
+        log.set_handoff(True)
         got, lock = [], threading.Lock()
 
         def appender(k):
@@ -135,6 +136,7 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
             th.join(60)
         assert not any(th.is_alive() for th in ths) and len(got) == 400
         assert len({g for g in got if g}) == 200 and log.get_latest_lsn() == lsns[-1] + 401
+        log.set_handoff(False)
         with pytest.raises(InvalidArgument):
             log.wait_durable(log.get_latest_lsn() + 1)       # not handed out yet
         with pytest.raises(InvalidArgument):

@@ -13,9 +13,8 @@ Two mechanisms, one per kind of log, chosen by `open_committer`:
 - leader (leader.py): one writer at a time writes every queued item with one log call (a remote or
   replicated log, which cannot queue a record without waiting for it).
 
-Both wake a durable group's writers all together, from one thread (the log's flusher with one
-futex wake; the leader, or whoever hands its group off): no writer waits for another writer to
-wake it, so one slow or descheduled writer never delays the rest of its group.
+Both wake a durable group's writers by handoff: one at a time, each as the writer before it gives
+up the GIL, so a woken writer finds the GIL free instead of queueing for it behind its group.
 """
 from __future__ import annotations
 

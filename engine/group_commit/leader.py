@@ -7,12 +7,12 @@ every queued item and calls `write_group(group, handoff)` with no lock held; `wr
 the group with one log call (one fsync) and publishes it. Groups never overlap, so appends and
 publications happen in queue order, and a writer returns only once its group's write returned.
 
-A flushed group's writers are woken all together, by one thread, and no writer wakes another (see
-__init__.py). The leader wakes the next leader at once; the rest of its group is woken just before
-the GIL is next given up (by the next leader right before its append, when it calls `handoff()`,
-or by any writer about to sleep), so that they run while the next group is on its way to the disk
-rather than compete for the GIL with the leader about to write it. With no next leader the
-group's writers are woken by their leader.
+A flushed group's writers are woken by handoff (see __init__.py): the leader wakes the next leader
+only; the group's first writer is woken just before the GIL is next given up (by the next leader
+right before its append, when it calls `handoff()`, or by any writer about to sleep), and each
+woken writer wakes the next one of its group as it resumes. Woken all at once, they would compete
+for the GIL with the next leader, whose append then starts only after some of them ran. With no
+next leader the group's writers are woken at once by their leader.
 
 A failed write fails its group and everything queued after it (their order depends on it), and
 the committer stays failed: the caller's in-memory state may be ahead of its log. The writers of
@@ -35,18 +35,14 @@ QUEUED, DONE, LEAD, FAILED = 0, 1, 2, 3
 
 class _Waiter:
     """A blocked writer: its ticket and a lock it sleeps on until it is settled (one wake-up)."""
-    __slots__ = ("ticket", "lock", "state")
+    __slots__ = ("ticket", "lock", "state", "next")
 
     def __init__(self, ticket: int) -> None:
         self.ticket = ticket
         self.lock = threading.Lock()
         self.lock.acquire()
         self.state = QUEUED
-
-
-def _wake(waiters: list[_Waiter]) -> None:
-    for w in waiters:
-        w.lock.release()
+        self.next: _Waiter | None = None   # the next writer of its group: this one wakes it
 
 
 class LeaderCommitter(Generic[T]):
@@ -68,9 +64,9 @@ class LeaderCommitter(Generic[T]):
         self._done = 0            # tickets written (a prefix: groups are written in order)
         self._leading = False
         self._failed: BaseException | None = None
-        # the writers of the last written group while they are still asleep (at most one group):
-        # taken with list.pop, atomic under the GIL, by whoever hands off first
-        self._settled: list[list[_Waiter]] = []
+        # the first writer of the last written group while it is still asleep (at most one): taken
+        # with list.pop, atomic under the GIL, by whoever hands off first
+        self._settled: list[_Waiter] = []
         self.groups = 0           # groups written: items / groups = the group-commit factor
         self.items = 0
 
@@ -117,18 +113,20 @@ class LeaderCommitter(Generic[T]):
                     raise GroupCommitTimeout(f"not flushed within {self.timeout} s (the group in flight is stuck)")
                 me.lock.acquire()     # the leader settled us just now: take its word
             if me.state == DONE:
+                if me.next is not None:
+                    me.next.lock.release()
                 return
             if me.state == FAILED:
                 raise GroupCommitFailed(f"the group could not be flushed ({self._failed!r})") from self._failed
         self._lead()    # our item is queued, so the group we take includes it
 
     def _handoff(self) -> None:
-        """Wake every writer of the settled group, unless someone did."""
+        """Wake the settled group's first writer, unless someone did (it wakes the rest in turn)."""
         try:
-            group = self._settled.pop()
+            w = self._settled.pop()
         except IndexError:
             return
-        _wake(group)
+        w.lock.release()
 
     def _lead(self) -> None:
         with self._mu:
@@ -157,15 +155,17 @@ class LeaderCommitter(Generic[T]):
             nxt = self._waiters.pop(0) if self._waiters else None
             if nxt is None:
                 self._leading = False
+        for k in range(len(done) - 1):
+            done[k].next = done[k + 1]
         for w in done:
             w.state = DONE
         if nxt is not None:
             if done:
-                self._settled.append(done)   # woken before the next append or the next sleep
+                self._settled.append(done[0])   # woken before the next append or the next sleep
             nxt.state = LEAD     # its item is queued: it writes the next group
             nxt.lock.release()
-        else:
-            _wake(done)
+        elif done:
+            done[0].lock.release()
 
     def drain(self) -> None:
         """Return once everything queued so far is written."""

@@ -7,13 +7,13 @@ under its own ordering lock (the TN's commit lock, the primary's WAL insert lock
 the record and gives it the next LSN, so LSN order is the caller's order, and the item joins the
 pending list in that order. Then, with no lock held, `wait(lsn)` sleeps in the log (a futex in C,
 the GIL released) until the log's flusher has made the record durable, in a group with whatever
-else was queued meanwhile, and wakes the whole group at once (no writer wakes another). The first
-writer of a durable group to get the GIL back publishes, under the publication lock, every pending
-item up to the durable LSN, in order (`publish(items, lsns)`); the others find theirs published. A
-writer returns only once its item is durable and published.
+else was queued meanwhile. The first writer of a durable group to get the GIL back publishes, under
+the publication lock, every pending item up to the durable LSN, in order (`publish(items, lsns)`);
+the others find theirs published. A writer returns only once its item is durable and published.
 
-There is no leader and no group boundary in Python: the log's flusher takes everything queued
-whenever it is free, and no writer waits for another writer to hand its record over.
+The log wakes a durable group's writers by handoff (`set_handoff(True)`, see __init__.py). There is
+no leader and no group boundary in Python: the log's flusher takes everything queued whenever it is
+free, and no writer waits for another writer's wake-up to hand its record over.
 
 A failed log fails every writer waiting or coming, and the committer stays failed: the caller's
 in-memory state may be ahead of its log.
@@ -44,6 +44,12 @@ class PipelinedCommitter(Generic[T]):
         self._on_fail = on_fail   # told once, when the committer fails
         self._log_enqueue = log.enqueue
         self._log_wait = log.wait_durable
+        # woken at once, a durable group's writers would each wake only to queue for the GIL behind
+        # the others (about one context switch more per write, and more CPU, in paired runs of the
+        # TN and the primary)
+        set_handoff = getattr(log, "set_handoff", None)
+        if callable(set_handoff):
+            set_handoff(True)
         self._publish = publish
         self._lock = lock if lock is not None else threading.Lock()
         # (lsn, item) queued and not yet published, in LSN order: appended under the caller's
@@ -90,8 +96,6 @@ class PipelinedCommitter(Generic[T]):
         except LogtideError as exc:
             self.fail(exc)
             raise GroupCommitFailed(f"the group could not be flushed ({exc!r})") from exc
-        if self._published >= ticket:
-            return            # its group's first writer back published it: no lock to queue on
         with self._lock:
             if self._published >= ticket:
                 return

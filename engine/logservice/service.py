@@ -476,3 +476,11 @@ class LogService(LogServiceClient):
         if lsn_arg("lsn", lsn) >= q.next:
             raise InvalidArgument(f"LSN {lsn} was not handed out yet (the next is {q.next})")
         return q.wait_durable(lsn)
+
+    def set_handoff(self, on: bool) -> None:
+        """How appenders whose records became durable are woken: one at a time, each as the one
+        before gives up the GIL (True; for writers with much Python work per record, such as the TN
+        and the primary, which turn it on for their log), or all at once by the flusher (False, the
+        default: best for plain appenders). Only speed changes, never what is durable or when an
+        append returns relative to its durability."""
+        self._writer.queue.set_handoff(bool(on))

@@ -1,0 +1,226 @@
+# The commit queue's waiters and how durable ones are woken: by handoff (one at a time, each when an
+# appender gives up the GIL through the queue) or all at once. Every wl_* function but wl_settle and
+# wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
+#
+# A waiter lives on its waiting thread's stack. It sleeps on a futex: its group's shared word (one
+# FUTEX_WAKE wakes the group) or, with shared == NULL, its own outcome word. Registered waiters are
+# kept in LSN order, so making records durable detaches a prefix of the list.
+from libc.stdint cimport uint64_t
+
+from logtide._ext.futex cimport lt_bump, lt_futex_wait_forever, lt_futex_wake, lt_load, lt_now, lt_store
+
+cdef extern from *:
+    """
+    /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
+       cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
+       for at most `spin` seconds for it to clear before taking the GIL. */
+    #include <time.h>
+    static int lt_py_busy;
+    static inline double lt_py_clock(void) {
+        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
+    static inline void lt_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+    static inline void lt_py_enter(double spin) {
+        double until = -1.0, now;
+        while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
+            now = lt_py_clock();
+            if (until < 0) until = now + spin;
+            else if (now >= until) break;
+            lt_cpu_relax();
+        }
+        __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
+    }
+    static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
+    """
+    void lt_py_enter(double spin) nogil
+    void lt_py_leave() nogil
+
+cdef enum:
+    W_WAITING = 0
+    W_DURABLE = 1
+    W_FAILED = 2
+
+
+cdef struct lt_waiter:
+    int word              # the outcome: W_WAITING, W_DURABLE or W_FAILED
+    int* shared           # the group word it sleeps on, or NULL: its own word
+    uint64_t lsn          # settled once every record up to it is durable
+    lt_waiter* next
+
+
+cdef struct WaitList:
+    lt_waiter* head       # registered and not yet durable, in LSN order
+    lt_waiter* tail
+    lt_waiter* ready      # durable and not woken yet (handoff), in LSN order
+    lt_waiter* ready_tail
+    double handed         # when a ready waiter was last woken
+    double stall          # seconds: ready waiters left unclaimed this long are woken by the flusher
+    uint64_t stalls       # times that happened
+    bint handoff          # durable waiters are woken by handoff (else all at once)
+
+
+cdef inline void wl_link(WaitList* l, lt_waiter* w, int* group_word) noexcept nogil:
+    """Register w at the tail (its LSN is the newest handed out). Handoff wakes waiters one at a
+    time, so each then sleeps on its own word; else on `group_word`, its group's."""
+    w.word = W_WAITING
+    w.next = NULL
+    w.shared = NULL if l.handoff else group_word
+    if l.tail == NULL:
+        l.head = w
+    else:
+        l.tail.next = w
+    l.tail = w
+
+
+cdef inline void wl_insert(WaitList* l, lt_waiter* w) noexcept nogil:
+    """Register w where its LSN belongs (it waits for a record queued earlier). It sleeps on its own
+    word: its LSN may be in a group the flusher already holds."""
+    cdef lt_waiter* p
+    w.word = W_WAITING
+    w.shared = NULL
+    if l.head == NULL or l.head.lsn > w.lsn:
+        w.next = l.head
+        l.head = w
+        if l.tail == NULL:
+            l.tail = w
+        return
+    p = l.head
+    while p.next != NULL and p.next.lsn <= w.lsn:
+        p = p.next
+    w.next = p.next
+    p.next = w
+    if w.next == NULL:
+        l.tail = w
+
+
+cdef inline lt_waiter* wl_detach_durable(WaitList* l, uint64_t lsn) noexcept nogil:
+    """Every record up to lsn is durable: detach the waiters at or below it, and return those to
+    wake now. By handoff that is the first one (the rest join the ready list, behind any still
+    there: then none is woken now); else all of them."""
+    cdef lt_waiter* first = NULL
+    cdef lt_waiter* w = l.head
+    cdef lt_waiter* last = NULL
+    while w != NULL and w.lsn <= lsn:
+        last = w
+        w = w.next
+    if last == NULL:
+        return NULL
+    first = l.head
+    l.head = w
+    if w == NULL:
+        l.tail = NULL
+    last.next = NULL
+    if not l.handoff:
+        return first
+    if l.ready == NULL:
+        l.ready = first.next
+        l.ready_tail = last if first.next != NULL else NULL
+        first.next = NULL
+        l.handed = lt_now()
+        return first
+    l.ready_tail.next = first
+    l.ready_tail = last
+    return NULL
+
+
+cdef inline lt_waiter* wl_pop_ready(WaitList* l) noexcept nogil:
+    """The next ready waiter, detached (NULL: none): an appender about to give up the GIL wakes it."""
+    cdef lt_waiter* r = l.ready
+    if r != NULL:
+        l.ready = r.next
+        if l.ready == NULL:
+            l.ready_tail = NULL
+        r.next = NULL
+        l.handed = lt_now()
+    return r
+
+
+cdef inline lt_waiter* wl_take_ready(WaitList* l) noexcept nogil:
+    """Every ready waiter, detached."""
+    cdef lt_waiter* r = l.ready
+    l.ready = l.ready_tail = NULL
+    return r
+
+
+cdef inline lt_waiter* wl_take_stalled(WaitList* l, double now) noexcept nogil:
+    """The ready waiters, when none was woken for `stall` seconds (an appender that did not come
+    back to hand off): the flusher then wakes them all."""
+    if l.ready != NULL and now - l.handed >= l.stall:
+        l.stalls += 1
+        return wl_take_ready(l)
+    return NULL
+
+
+cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
+    """Every registered waiter (not the ready ones), detached."""
+    cdef lt_waiter* w = l.head
+    l.head = l.tail = NULL
+    return w
+
+
+cdef inline Py_ssize_t wl_count(WaitList* l) noexcept nogil:
+    """Registered waiters not yet durable."""
+    cdef Py_ssize_t n = 0
+    cdef lt_waiter* w = l.head
+    while w != NULL:
+        n += 1
+        w = w.next
+    return n
+
+
+cdef inline void wake_word(int* word) noexcept nogil:
+    """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
+    lt_bump(word)
+    lt_futex_wake(word, 0x7FFFFFFF)
+
+
+cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
+    """Give each waiter of a detached list its outcome and wake it. Reads next before the store: once
+    its word is set, a waiter may return and its stack frame be reused (a late futex wake there is
+    only spurious). Waiters on a shared group word are woken with one FUTEX_WAKE per word, after every
+    outcome is set: one syscall for the group, so the flusher is not preempted per waiter."""
+    cdef lt_waiter* nxt
+    cdef int* sh
+    cdef int* w0 = NULL
+    cdef int* w1 = NULL
+    while w != NULL:
+        nxt = w.next
+        sh = w.shared
+        lt_store(&w.word, outcome)
+        if sh == NULL:
+            lt_futex_wake(&w.word, 1)
+        elif sh != w0 and sh != w1:
+            if w0 == NULL:
+                w0 = sh
+            elif w1 == NULL:
+                w1 = sh
+            else:  # (a queue has two group words) wake it now rather than lose it
+                wake_word(sh)
+        w = nxt
+    if w0 != NULL:
+        wake_word(w0)
+    if w1 != NULL:
+        wake_word(w1)
+
+
+cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:
+    """Sleep until w is settled. No timeout: the word changes before its wake (no wake is lost),
+    and a timed wait arms and cancels a timer at every append."""
+    cdef int seen
+    if w.shared == NULL:
+        while lt_load(&w.word) == W_WAITING:
+            lt_futex_wait_forever(&w.word, W_WAITING)
+        return
+    # the group's word: read it before the outcome, so that a bump after that read fails the wait
+    while True:
+        seen = lt_load(w.shared)
+        if lt_load(&w.word) != W_WAITING:
+            return
+        lt_futex_wait_forever(w.shared, seen)
