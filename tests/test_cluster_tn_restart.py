@@ -59,6 +59,9 @@ def test_a_killed_tn_is_restarted_by_hakeeper_and_the_cns_converge(tmp_path):
         cn = ComputeNode(lambda: RemoteStream(tn.address, "test"), ObjectStore(objects), "test")
         cn.subscribe("t")
         until("the TN commits", lambda: cn.read("t").num_rows > 50, 30)
+        # both cluster CNs are subscribed before the kill (a CN process may still be starting)
+        until("the cluster CNs report", lambda: all(any("ts" in x for x in _json_lines(d / "logs" / f"cn-{i}.log"))
+                                                    for i in (1, 2)), 60)
         acked = cn.watermark("t")             # pushed to a CN: durable and acknowledged
         before = _summary(cn.read("t", acked))
         old_pid = tn.pid
@@ -103,8 +106,10 @@ def test_a_killed_tn_is_restarted_by_hakeeper_and_the_cns_converge(tmp_path):
         assert row["id"] == 1 and row["address"] == tn.address and row["state"] == "up" and row["pid"] != old_pid
         assert row["status"]["ok"], row
         # recovered from checkpoint + log: at least every acknowledged commit
-        starts = [x for x in _json_lines(d / "logs" / "tn-1.log") if "listening" in x]
-        assert len(starts) == 2 and starts[1]["recovered_ts"] >= acked, starts
+        # (a TN serves before it logs its line, so the line may trail the probe)
+        starts = until("the restarted TN logs what it recovered", lambda: (lambda s: s if len(s) == 2 else None)(
+            [x for x in _json_lines(d / "logs" / "tn-1.log") if "listening" in x]), 10)
+        assert starts[1]["recovered_ts"] >= acked, starts
         # the test's own CN reconnected too: the state at the acknowledged ts is unchanged
         assert _summary(cn.read("t", acked, timeout=30)) == before
         # each cluster CN ended in the TN's state: a fresh subscription to the restarted TN agrees at its ts

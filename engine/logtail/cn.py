@@ -7,6 +7,7 @@ the TN's state: nothing missed, nothing twice. Reads keep using the old state un
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Callable
@@ -19,6 +20,8 @@ from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
 from logtide.engine.objectstore import ObjectStore
 from logtide.errors import LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
+
+log = logging.getLogger(__name__)
 
 
 class ComputeNode:
@@ -52,10 +55,14 @@ class ComputeNode:
         # a CN started beside its TN (cluster up, a TN restart) may come up first: retry until the deadline
         deadline = time.monotonic() + timeout
         delay = self.reconnect_delay
+        said = 0.0
         while True:
             try:
                 return self._connect()
             except (OSError, RpcError, StreamClosedError) as exc:
+                if time.monotonic() - said >= 1.0:     # an operator sees why a CN is not serving yet
+                    log.warning("%s: no stream to the TN yet: %s", self.name, exc)
+                    said = time.monotonic()
                 if time.monotonic() + delay > deadline:
                     raise StreamClosedError(f"{self.name}: no stream to the TN in {timeout:g} s: {exc}") from exc
                 time.sleep(delay)
