@@ -132,9 +132,10 @@ class ReplicaSet:
         now = time.monotonic()
         with self.lock:
             silent = [(n, now - st.seen) for n, st in self.states.items() if now - st.seen > self.timeout]
-        for n, quiet in silent:
-            self.drop(n, f"no report for {quiet:.1f} s (replica_timeout {self.timeout:g} s)")
-        return [n for n, _ in silent]
+        # re-checked under the lock: a node may have reported since it was found silent
+        return [n for n, quiet in silent
+                if self.drop_if_quiet(n, self.timeout, f"no report for {quiet:.1f} s (replica_timeout "
+                                                       f"{self.timeout:g} s)")]
 
     def check_following(self, node_id: int) -> None:
         """Raise ReplicaDroppedError (or ReplicaError) unless `node_id` is subscribed (a node only
@@ -187,7 +188,7 @@ class ReplicaSet:
         """Drop `node_id` if no report came from it for `quiet_s` seconds; True when it was dropped."""
         with self.lock:
             st = self.states.get(node_id)
-            if st is None or time.monotonic() - st.seen < quiet_s:
+            if st is None or time.monotonic() - st.seen <= quiet_s:
                 return False
         self.drop(node_id, why)
         return True
