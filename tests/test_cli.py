@@ -1,20 +1,15 @@
 """The installed `logtide` command and its demo stages."""
-import shutil
 import subprocess
 import sys
 
 import pytest
-
-
-def _logtide():
-    exe = shutil.which("logtide", path=str(__import__("pathlib").Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
+from logtide_cli import logtide_cmd
 
 
 def test_help_and_version():
-    out = subprocess.run(_logtide() + ["--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(logtide_cmd() + ["--help"], capture_output=True, text=True, check=True).stdout
     assert "demo" in out
-    out = subprocess.run(_logtide() + ["--version"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(logtide_cmd() + ["--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("logtide ")
 
 
@@ -25,7 +20,7 @@ def test_python_dash_m(tmp_path):
 
 
 def test_demo_bloom_stage(tmp_path):
-    p = subprocess.run(_logtide() + ["demo", "--only", "bloom", "--dir", str(tmp_path)],
+    p = subprocess.run(logtide_cmd() + ["demo", "--only", "bloom", "--dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "false negatives: 0 (must be 0)" in p.stdout
@@ -34,15 +29,15 @@ def test_demo_bloom_stage(tmp_path):
 
 
 def test_bad_subcommand_is_an_error():
-    p = subprocess.run(_logtide() + ["no-such-command"], capture_output=True, text=True)
+    p = subprocess.run(logtide_cmd() + ["no-such-command"], capture_output=True, text=True)
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
 def test_meta_serve_has_no_log_mode(tmp_path):
     """The meta-service replicates as a Raft group (--raft); the --log mode is gone, flags and all."""
     for flags in (["--log", "127.0.0.1:1"], ["--log-deadline", "1"]):
-        p = subprocess.run(_logtide() + ["meta", "serve", "--dir", str(tmp_path / "m"), *flags],
+        p = subprocess.run(logtide_cmd() + ["meta", "serve", "--dir", str(tmp_path / "m"), *flags],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and "unrecognized arguments" in p.stderr, p.stdout + p.stderr
-    out = subprocess.run(_logtide() + ["meta", "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(logtide_cmd() + ["meta", "serve", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--raft" in out and "--log" not in out

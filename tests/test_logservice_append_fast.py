@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
+from child_output import rest_of_output
 
 from logtide import LogService
 from logtide.engine.logservice.record import LogRecord
@@ -218,7 +219,7 @@ def test_sigkill_keeps_every_acknowledged_append_of_a_lone_appender(tmp_path, fs
         assert p.stdout.readline().strip() == "ready"
         time.sleep(rnd.uniform(0.2, 0.6))
         p.send_signal(signal.SIGKILL)
-        out, _ = p.communicate(timeout=60)
+        out = rest_of_output(p, 60)
         acked = {}
         for line in out.splitlines():
             parts = line.split()

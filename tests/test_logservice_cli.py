@@ -1,26 +1,19 @@
 """`logtide logservice serve|info` and the demo's log service stage, as installed commands."""
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from logtide_cli import logtide_cmd
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _logtide():
-    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
 
 
 def test_serve_then_info(tmp_path):
     from logtide import connect_logservice
     from logtide.errors import InvalidTruncateLsn
-    p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", str(tmp_path / "log"), "--listen",
+    p = subprocess.Popen(logtide_cmd() + ["logservice", "serve", "--dir", str(tmp_path / "log"), "--listen",
                                        "127.0.0.1:0", "--stats-interval", "0.2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
@@ -40,20 +33,20 @@ def test_serve_then_info(tmp_path):
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
     assert p.returncode == 0 and "stopped" in err
-    info = subprocess.run(_logtide() + ["logservice", "info", "--dir", str(tmp_path / "log")],
+    info = subprocess.run(logtide_cmd() + ["logservice", "info", "--dir", str(tmp_path / "log")],
                           capture_output=True, text=True, timeout=60)
     assert info.returncode == 0, info.stderr
     assert "latest LSN:     3" in info.stdout and "truncated LSN:  1" in info.stdout
 
 
 def test_serve_refuses_a_bad_listen_address(tmp_path):
-    p = subprocess.run(_logtide() + ["logservice", "serve", "--dir", str(tmp_path), "--listen", "256.1.1.1:99999"],
+    p = subprocess.run(logtide_cmd() + ["logservice", "serve", "--dir", str(tmp_path), "--listen", "256.1.1.1:99999"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "could not listen" in p.stderr
 
 
 def test_demo_logservice_stage(tmp_path):
-    p = subprocess.run(_logtide() + ["demo", "--only", "logservice", "--dir", str(tmp_path)],
+    p = subprocess.run(logtide_cmd() + ["demo", "--only", "logservice", "--dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=170)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "-- logservice: PASS" in p.stdout and "bad records: 0" in p.stdout

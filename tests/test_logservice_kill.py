@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from logtide import LogService
+from child_output import rest_of_output
+from logtide_cli import logtide_cmd
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -94,7 +94,7 @@ def test_sigkill_loses_no_acknowledged_record(tmp_path):
             time.sleep(rng.uniform(0.02, 0.5))
         finally:
             os.kill(p.pid, signal.SIGKILL)
-            out, _ = p.communicate(timeout=30)
+            out = rest_of_output(p)
         assert p.returncode == -signal.SIGKILL
         lines = out.split("\n")[:-1]  # the last line may be torn by the kill
         for line in lines:
@@ -111,11 +111,6 @@ def test_sigkill_loses_no_acknowledged_record(tmp_path):
     assert len(acked) > ROUNDS * 2  # the rounds did append
 
 
-def _logtide():
-    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
-
-
 GRPC_ROUNDS = 20
 
 
@@ -128,7 +123,7 @@ def test_sigkill_of_the_grpc_server(tmp_path):
     path = str(tmp_path / "log")
     acked: dict[int, tuple[int, bytes]] = {}
     for rnd in range(GRPC_ROUNDS):
-        p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", path, "--listen", "127.0.0.1:0",
+        p = subprocess.Popen(logtide_cmd() + ["logservice", "serve", "--dir", path, "--listen", "127.0.0.1:0",
                                            "--segment-size", str(64 << 10), "--stats-interval", "0"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(tmp_path), text=True)
         lock = threading.Lock()

@@ -18,6 +18,7 @@ import pytest
 from logtide import CorruptLogError, LogService
 from logtide._ext import wal
 from logtide.engine.logservice.log_format import PREALLOC_FILE, PREFILL_MIN
+from child_output import rest_of_output
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -226,7 +227,7 @@ def test_sigkill_with_preallocated_segments(tmp_path):
             time.sleep(rng.uniform(0.05, 0.4))
         finally:
             os.kill(p.pid, signal.SIGKILL)
-            out, _ = p.communicate(timeout=30)
+            out = rest_of_output(p)
         assert p.returncode == -signal.SIGKILL
         for line in out.split("\n")[:-1]:  # the last line may be torn by the kill
             lsn, t, i = map(int, line.split())

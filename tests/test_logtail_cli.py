@@ -2,31 +2,24 @@
 after SIGKILL reads at the same ts."""
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from logtide.engine.logtail import ComputeNode, TransactionNode
-
-
-def _logtide():
-    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
+from logtide_cli import logtide_cmd
 
 
 @pytest.mark.timeout(120)
 def test_tn_and_cn_processes(tmp_path):
     d = tmp_path / "tn"
-    tn_p = subprocess.Popen(_logtide() + ["logtail", "tn", str(d), "--load", "300", "--flush-every", "0.5",
+    tn_p = subprocess.Popen(logtide_cmd() + ["logtail", "tn", str(d), "--load", "300", "--flush-every", "0.5",
                                           "--checkpoint-every", "1.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         hello = json.loads(tn_p.stdout.readline())
-        cn_p = subprocess.run(_logtide() + ["logtail", "cn", "--tn", hello["listening"], "--objects",
+        cn_p = subprocess.run(logtide_cmd() + ["logtail", "cn", "--tn", hello["listening"], "--objects",
                                             str(d / "objects"), "--table", "t", "--seconds", "3"],
                               capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert cn_p.returncode == 0, cn_p.stderr[-3000:]

@@ -20,6 +20,7 @@ from logtide.engine.raft.storage import MemoryStorage
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from raft_save_ops import VOTERS, readys  # noqa: E402
+from child_output import rest_of_output  # noqa: E402
 
 ROUNDS = 40
 
@@ -72,7 +73,7 @@ def _save_until_killed(d, seed: int, after: float) -> int:
         time.sleep(after)
     finally:
         os.kill(p.pid, signal.SIGKILL)
-    out, _ = p.communicate(timeout=30)
+    out = rest_of_output(p)
     lines = (first + out).split("\n")[:-1]    # the last line may be torn by the kill
     began = [int(x.split()[1]) for x in lines if x.startswith("B ")]
     assert began, "the saver made no progress before the kill"

@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from raft_harness import Net  # noqa: E402
 from raft_storage_ops import apply, ops  # noqa: E402
+from child_output import rest_of_output  # noqa: E402
 
 
 def log_of(st, lo=None):
@@ -154,7 +155,7 @@ def test_kill_9_loses_nothing_acknowledged(tmp_path):
         first = p.stdout.readline()
         time.sleep(rng.uniform(0.05, 0.5))
         os.kill(p.pid, signal.SIGKILL)
-        out, _ = p.communicate(timeout=30)
+        out = rest_of_output(p)
         lines = (first + out).split()
         acked = int(lines[-1]) if lines else 0
         assert acked > 0, "the writer made no progress before the kill"
