@@ -42,7 +42,9 @@ RATIOS = [
 ]
 
 CORES = 2
-ROUNDS = 3 if SCALE >= 1 else 1      # each round is a whole job (min of 3: one slow round on 2 shared cores is not the figure); the smoke test runs one
+# each round is a whole job; each side's fastest of three counts (on 2 cores the JVM's own work can
+# slow one round); the smoke test runs one
+ROUNDS = 3 if SCALE >= 1 else 1
 _seq = itertools.count()
 
 
