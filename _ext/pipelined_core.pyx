@@ -127,15 +127,20 @@ cdef class PipelinedCore:
 
     def wait(self, ticket) -> None:
         """Return once the item of `ticket` (and everything queued before it) is durable and published."""
+        cdef uint64_t t
         if ticket <= self.published:
             return
-        if type(ticket) is int and ticket <= 0xFFFFFFFFFFFFFFFF:
-            self.wait_c(ticket)
+        try:
+            t = ticket
+        except (TypeError, OverflowError):
+            t = 0       # not an LSN: the log's own check refuses it
+        if t:
+            self.wait_c(t)
             return
         if self.failure is not None:
             raise GroupCommitFailed(f"the group could not be flushed ({self.failure!r})") from self.failure
         try:
-            self.log_wait(ticket)   # not an LSN: the log's own check refuses it
+            self.log_wait(ticket)
         except LogtideError as exc:
             self.fail(exc)
             raise GroupCommitFailed(f"the group could not be flushed ({exc!r})") from exc
