@@ -61,52 +61,7 @@ DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, n
 
 
 cdef class CommitQueue:
-    """The append queue of one log writer. LSNs start at next_lsn."""
-    cdef lt_mutex mu
-    cdef FrameBuf fill      # appenders write here
-    cdef FrameBuf out       # the group the flusher is writing
-    cdef uint64_t next_lsn
-    cdef uint64_t published
-    cdef Py_ssize_t appends         # appends in fill
-    cdef WaitList waiters
-    cdef int state
-    cdef object failure
-    # the flusher: its futex word (bumped to wake it), whether it sleeps (timed: its sleep ends by
-    # itself within the commit delay), a sync() request, and the commit delay's group forming
-    cdef int fl_word
-    cdef bint fl_sleeping
-    cdef bint fl_timed
-    cdef bint kicked
-    cdef Py_ssize_t want            # commit delay: appends the flusher waits for (0: none)
-    cdef Py_ssize_t last_groups[2]
-    cdef double fsync_avg
-    cdef readonly double max_commit_delay
-    cdef readonly uint64_t groups, records
-    cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
-    # the futex words the waiters of the filling group sleep on (without handoff): one per group
-    # parity, since only the group in the flusher's hands and the one filling have waiters
-    cdef int gword[2]
-    cdef uint64_t fill_gen
-    cdef Prealloc zero              # the current segment's pre-allocation (see prefill)
-    cdef object user_slow           # append_user's general path (a weak method of the LogService)
-    cdef Py_ssize_t user_max        # the largest payload append_user frames itself
-    # The bound segment (bind_index): run() and lone appenders write at wend and index there.
-    cdef uint64_t out_first         # the first LSN of the group in `out`
-    cdef bint busy                  # the flusher holds a group (from taking it to its next _take)
-    cdef bint solo                  # a lone appender is writing its own record (see _append)
-    cdef int wfd
-    cdef uint64_t wend              # the segment's logical end: where the next frame goes
-    cdef uint64_t* idx              # its frame offsets (a numpy array's data), icap entries
-    cdef Py_ssize_t icap
-    cdef uint64_t* icount           # its frame count (a numpy uint64[1] cell): entries below are final
-    cdef object idx_owner, cnt_owner
-    cdef uint64_t roll_at, mark_at  # an end reaching either goes through the flusher's Python
-    cdef uint64_t durable           # written and indexed (readers see up to here)
-    cdef uint64_t synced            # fdatasync'ed
-    cdef bint sync_always, direct
-    cdef double batch_interval, unsynced_since
-    cdef FrameBuf solo_buf
-    cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
+    """The append queue of one log writer. LSNs start at next_lsn. (Its fields: commit_queue.pxd.)"""
 
     def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
                   double handoff_stall=0.0002):
@@ -174,7 +129,7 @@ cdef class CommitQueue:
         wl_link(&self.waiters, w, &self.gword[self.fill_gen & 1])
         return self._count_append_locked()
 
-    cdef inline bint _count_append_locked(self) noexcept nogil:
+    cdef bint _count_append_locked(self) noexcept nogil:
         """Count a queued append (with or without a waiter), and say whether the flusher must be woken."""
         self.appends += 1
         # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
@@ -509,7 +464,7 @@ cdef class CommitQueue:
         lt_unlock(&self.mu)
         return outcome
 
-    cdef inline bint _sync_due(self, double now) noexcept nogil:
+    cdef bint _sync_due(self, double now) noexcept nogil:
         """fsync="batch": written records have waited batch_interval for their sync."""
         return self.batch_interval > 0 and self.unsynced_since > 0 and now >= self.unsynced_since + self.batch_interval
 
@@ -629,7 +584,7 @@ cdef class CommitQueue:
         self._set_durable_locked(lsn, synced, lt_now())
         lt_unlock(&self.mu)
 
-    cdef inline void _set_durable_locked(self, uint64_t lsn, bint synced, double now) noexcept nogil:
+    cdef void _set_durable_locked(self, uint64_t lsn, bint synced, double now) noexcept nogil:
         if lsn > self.durable:
             if self.durable <= self.synced and not synced:
                 self.unsynced_since = now  # the batch sync timer starts
@@ -815,18 +770,21 @@ cdef class CommitQueue:
         its LSN. Calls made one after another get increasing LSNs in call order; wait_durable(lsn)
         returns once the record is published. It shares groups with every other append."""
         cdef const uint8_t[::1] view
-        cdef const uint8_t* src
-        cdef size_t dlen, size
-        cdef size_t plen = PyBytes_GET_SIZE(prefix)
+        cdef size_t dlen
+        if PyBytes_CheckExact(payload):
+            return self.enqueue_record(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                                       <const uint8_t*>PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+        view = payload
+        dlen = view.shape[0]
+        return self.enqueue_record(rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                                   &view[0] if dlen else NULL, dlen)
+
+    cdef uint64_t enqueue_record(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
+                                 size_t dlen) except? 0:
+        """enqueue_one of data = pre + src: its LSN."""
+        cdef size_t size
         cdef uint64_t lsn
         cdef bint wake
-        if PyBytes_CheckExact(payload):
-            src = <const uint8_t*>PyBytes_AS_STRING(payload)
-            dlen = PyBytes_GET_SIZE(payload)
-        else:
-            view = payload
-            dlen = view.shape[0]
-            src = &view[0] if dlen else NULL
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         size = WAL_HEADER_SIZE + plen + dlen
@@ -839,7 +797,7 @@ cdef class CommitQueue:
             raise MemoryError()
         lsn = self.next_lsn
         self.next_lsn += 1
-        fb_put(&self.fill, lsn, rtype, <const uint8_t*>PyBytes_AS_STRING(prefix), plen, src, dlen)
+        fb_put(&self.fill, lsn, rtype, pre, plen, src, dlen)
         wake = self._count_append_locked()
         lt_unlock(&self.mu)
         if wake:
@@ -850,6 +808,10 @@ cdef class CommitQueue:
         """Return once every record up to lsn is published (written, and synced with sync_always),
         sleeping on a futex with the GIL released: the published LSN then (>= lsn).
         LogServiceFailed when a write failed first; ValueError for an LSN not handed out yet."""
+        return self.wait_published(lsn)
+
+    cdef uint64_t wait_published(self, uint64_t lsn) except? 0:
+        """wait_durable: the published LSN once it reaches lsn."""
         cdef lt_waiter w
         cdef lt_waiter* hand
         lt_lock(&self.mu)

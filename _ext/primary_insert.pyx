@@ -3,13 +3,14 @@
 
     path = SingleInsert(primary)
     ticket, block, offnum = path.insert(rel, tup)    # then primary.committer.wait(ticket)
+    block, offnum = path.insert_durable(rel, tup)    # the same, and that wait, in one call
 
 Under the primary's WAL insert lock: the relation's last block if the tuple fits there (pinned on a
 buffer-pool hit without leaving C), else a new block; under the page's stripe lock the tuple and its
 WAL record (_ext/heap_insert.pyx), the frame marked dirty, the record queued with the pipelined
-committer. The same locks, in the same order, and the same page and record bytes as Primary's
-Python steps; a buffer-pool miss, a waiting pin and every error go through the pool's and the
-primary's own Python code.
+committer (from C: pipelined_core.pxd). The same locks, in the same order, and the same page and
+record bytes as Primary's Python steps; a buffer-pool miss, a waiting pin and every error go
+through the pool's and the primary's own Python code.
 """
 cimport cython
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
@@ -17,6 +18,7 @@ from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from logtide._ext.heap_insert cimport insert_into
 from logtide._ext.page cimport (ITEM_ID_SIZE, MAX_TUPLE_SIZE, PAGE_ALIGN, PD_LOWER, PD_UPPER, page_is_new,
                                 rd16)
+from logtide._ext.pipelined_core cimport PipelinedCore
 
 cdef enum:
     DIRTY = 2          # buffer_pool.DIRTY
@@ -42,7 +44,8 @@ cdef class SingleInsert:
     cdef dict table, rel_blocks
     cdef list page_locks
     cdef Py_ssize_t stripes
-    cdef object primary, pool, locks, load, enqueue, check
+    cdef object primary, pool, locks, load, check
+    cdef PipelinedCore committer
     # bound methods of the locks: one C call each, no attribute lookup
     cdef object pool_acquire, pool_release, wal_acquire, wal_release
 
@@ -55,7 +58,7 @@ cdef class SingleInsert:
         self.wal_acquire, self.wal_release = primary._wal_lock.acquire, primary._wal_lock.release
         self.locks = primary.locks
         self.page_locks, self.stripes = self.locks.page_locks, self.locks.stripes
-        self.enqueue = primary.committer.enqueue
+        self.committer = primary.committer     # a PipelinedCore: queued from C
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -115,13 +118,26 @@ cdef class SingleInsert:
         """Apply and queue one insert of tuple `tupobj` into relation `relobj`: (ticket, block, offnum).
         Input that is not a u32 int and a bytes tuple of 1..MAX_TUPLE_SIZE bytes, or a closed
         primary, goes through the primary's own checks (which raise its typed errors)."""
+        cdef uint64_t ticket = 0
+        res = self._insert(relobj, tupobj, &ticket)
+        return ticket, res[0], res[1]
+
+    def insert_durable(self, relobj, tupobj) -> tuple:
+        """insert, then wait (no lock held) until the record is durable and published: (block, offnum)."""
+        cdef uint64_t ticket = 0
+        res = self._insert(relobj, tupobj, &ticket)
+        self.committer.wait_c(ticket)
+        return res
+
+    cdef tuple _insert(self, object relobj, object tupobj, uint64_t* ticket_out):
+        """insert: (block, offnum), the ticket in *ticket_out."""
         cdef Py_ssize_t f = -1, size
         cdef uint32_t rel
         cdef bytes tup
-        cdef object nobj, lk, xid, rec, ticket
+        cdef object nobj, lk, xid, rec
         cdef Py_ssize_t n, block
         cdef bint init = False
-        cdef uint64_t lsn
+        cdef uint64_t lsn, ticket = 0
         cdef tuple tag, res
         p = self.primary
         if (type(relobj) is int and 0 <= relobj <= 0xFFFFFFFF and type(tupobj) is bytes
@@ -158,7 +174,7 @@ cdef class SingleInsert:
                 res = insert_into(&self.frames[f, 0], tag, tup, <uint32_t>(xid & 0xFFFFFFFF), lsn, init)
                 rec = res[1]
                 self.mark_dirty(f, lsn)
-                ticket = self.enqueue(rec, (rec, [tag]))
+                ticket = self.committer.enqueue_c(rec, (rec, [tag]))
                 if ticket != lsn:
                     p._log_mismatch(ticket, lsn)
                 p._assigned_lsn = lsn
@@ -170,4 +186,5 @@ cdef class SingleInsert:
                     self.unpin(f)
             finally:
                 self.wal_release()
-        return ticket, block, res[0]
+        ticket_out[0] = ticket
+        return block, res[0]

@@ -25,9 +25,11 @@ from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.object cimport PyObject
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
+from logtide._ext.pipelined_core cimport PipelinedCore
 from logtide._ext.small_insert cimport check_insert_keys, reserve_encode
+from logtide._ext.tso_window cimport TsoWindow
 from logtide.engine.logtail.column_batch import ColumnBatch
 from logtide.engine.logtail.logtail_format import COMMIT, HEADER, INSERT, MAGIC, Entry
 from logtide.engine.logtail.logtail_table import OneEntryHandle
@@ -99,10 +101,13 @@ cdef cnp.ndarray list_array(list v, int code):
 
 cdef class CommitPath:
     """What a small commit needs of its TN: its tables, commit lock, TSO and committer.
-    `enabled` False (or a committer that is not pipelined) sends every commit down the Python path."""
+    `enabled` False (or a committer that is not pipelined) sends every commit down the Python path.
+    A TSO that is a TsoWindow's `get` is called in C (else the callable `tso(1)`)."""
     cdef public bint enabled
     cdef dict tables
-    cdef object acquire, release, tso, enqueue, wait
+    cdef object acquire, release, tso
+    cdef TsoWindow tso_c
+    cdef PipelinedCore committer
     cdef int64_t block_rows
     cdef Py_ssize_t max_keys
 
@@ -112,11 +117,14 @@ cdef class CommitPath:
         self.acquire = lock.acquire
         self.release = lock.release
         self.tso = tso
-        self.enqueue = committer.enqueue
-        self.wait = committer.wait
+        owner = getattr(tso, "__self__", None)
+        if isinstance(owner, TsoWindow) and getattr(tso, "__name__", None) == "get":
+            self.tso_c = owner
         self.block_rows = block_rows
         self.max_keys = max_keys
-        self.enabled = enabled and committer.pipelined
+        self.enabled = enabled and isinstance(committer, PipelinedCore)
+        if self.enabled:
+            self.committer = committer
 
 
 cdef class TxnCore:
@@ -271,6 +279,7 @@ cdef class TxnCore:
         cdef CommitPath p = self.path
         cdef cnp.ndarray pks
         cdef Py_ssize_t n
+        cdef uint64_t ticket
         if not p.enabled:
             return None
         st = self.s_st
@@ -286,12 +295,12 @@ cdef class TxnCore:
             if st.cur_off + n > p.block_rows:
                 return None
             check_insert_keys(self.s_table, st.pk_ts, st.pk_index, keys, self.start_ts)
-            ts = p.tso(1)
+            ts = p.tso_c.take(1) if p.tso_c is not None else p.tso(1)
             payload, arrays = reserve_encode(st, layout, meta, st.json_name, pks, keys, self.s_cols, ts,
                                              p.block_rows, HEADER, MAGIC, COMMIT)
             # queued as the handle it publishes: no record object, no handle built at publication
-            ticket = p.enqueue(payload, published_handle(ts, self.s_table, layout, arrays))
+            ticket = p.committer.enqueue_c(payload, published_handle(ts, self.s_table, layout, arrays))
         finally:
             p.release()
-        p.wait(ticket)      # durable (and published) before it is acknowledged
+        p.committer.wait_c(ticket)      # durable (and published) before it is acknowledged
         return ts

@@ -280,10 +280,8 @@ class Primary:
 
     def insert(self, rel: int, data: bytes) -> tuple[int, int]:
         """Insert a tuple; returns its tid (block, slot). Durable in the log on return."""
-        if self._single is not None:
-            ticket, block, off = self._single.insert(rel, data)   # checks as _check does
-            self.committer.wait(ticket)   # durable: no lock held while the group's fsync runs
-            return block, off
+        if self._single is not None:   # checks as _check does; durable, no lock held during the fsync
+            return self._single.insert_durable(rel, data)
         data = self._check(rel, data)
         with self._wal_lock:
             block, init, f = self._target_frame(rel, len(data))   # pinned from here (f >= 0)

@@ -15,121 +15,39 @@ The log wakes a durable group's writers by handoff (`set_handoff(True)`, see __i
 no leader and no group boundary in Python: the log's flusher takes everything queued whenever it is
 free, and no writer waits for another writer's wake-up to hand its record over.
 
+Over the embedded log service the enqueue frames the record straight into the commit queue and the
+wait sleeps there, all in C (_ext/pipelined_core.pyx), and the TN's and the primary's C paths call
+both without a Python frame; the publication is the caller's Python, once per durable group.
+
 A failed log fails every writer waiting or coming, and the committer stays failed: the caller's
 in-memory state may be ahead of its log.
 """
 from __future__ import annotations
 
 import threading
-from collections import deque
-from typing import Callable, Generic, TypeVar
+from typing import Callable
 
-from logtide.errors import GroupCommitFailed, LogtideError
-
-T = TypeVar("T")
+from logtide._ext.pipelined_core import PipelinedCore
 
 
-class PipelinedCommitter(Generic[T]):
+class PipelinedCommitter(PipelinedCore):
     """Group commit over a log with `enqueue(payload) -> lsn` and `wait_durable(lsn) -> durable lsn`.
 
     `publish(items, lsns)` makes durable items visible, in LSN order; it runs under `lock` (the
     caller's, when publishing must exclude its writers; else the committer's own). Tickets are LSNs.
     `on_fail(exc)` is called once when the committer fails (the caller stops taking writes).
+    `enqueue`, `wait`, `fail`, `drain`, `pending`, `queued`, `failed`, `groups` and `items` are
+    PipelinedCore's (_ext/pipelined_core.pyx).
     """
 
     pipelined = True
 
-    def __init__(self, log, publish: Callable[[list[T], list[int]], None], lock=None,
+    def __init__(self, log, publish: Callable[[list, list[int]], None], lock=None,
                  on_fail: Callable[[BaseException], None] | None = None) -> None:
-        self._on_fail = on_fail   # told once, when the committer fails
-        self._log_enqueue = log.enqueue
-        self._log_wait = log.wait_durable
         # woken at once, a durable group's writers would each wake only to queue for the GIL behind
         # the others (about one context switch more per write, and more CPU, in paired runs of the
         # TN and the primary)
         set_handoff = getattr(log, "set_handoff", None)
         if callable(set_handoff):
             set_handoff(True)
-        self._publish = publish
-        self._lock = lock if lock is not None else threading.Lock()
-        # (lsn, item) queued and not yet published, in LSN order: appended under the caller's
-        # ordering lock, popped under the publication lock (deque ends are atomic under the GIL)
-        self._pending: deque = deque()
-        self._queued = 0          # the LSN of the newest item queued
-        self._published = 0       # the LSN of the newest item published
-        self._failed: BaseException | None = None
-        self.groups = 0           # publications (each one durable prefix at once)
-        self.items = 0
-
-    def enqueue(self, payload: bytes, item: T) -> int:
-        """Under the caller's ordering lock: queue `payload` in the log and `item` for publication;
-        its ticket (LSN) for `wait`."""
-        if self._failed is not None:
-            raise GroupCommitFailed(f"an earlier group failed ({self._failed!r})") from self._failed
-        try:
-            lsn = self._log_enqueue(payload)
-        except BaseException as exc:
-            # the caller changed its state for this item already: nothing may commit after it
-            self.fail(exc)
-            raise GroupCommitFailed(f"the log refused the record ({exc!r})") from exc
-        self._pending.append((lsn, item))
-        self._queued = lsn
-        return lsn
-
-    @property
-    def queued(self) -> int:
-        """The ticket of the newest item queued (0: none)."""
-        return self._queued
-
-    def pending(self) -> int:
-        """Items queued, not yet published."""
-        return len(self._pending)
-
-    def wait(self, ticket: int) -> None:
-        """Return once the item of `ticket` (and everything queued before it) is durable and published."""
-        if self._published >= ticket:
-            return
-        if self._failed is not None:
-            raise GroupCommitFailed(f"the group could not be flushed ({self._failed!r})") from self._failed
-        try:
-            durable = self._log_wait(ticket)
-        except LogtideError as exc:
-            self.fail(exc)
-            raise GroupCommitFailed(f"the group could not be flushed ({exc!r})") from exc
-        with self._lock:
-            if self._published >= ticket:
-                return
-            if self._failed is not None:    # a publication failed: its items and all after it fail
-                raise GroupCommitFailed(f"the group could not be published ({self._failed!r})") from self._failed
-            pending = self._pending
-            items, lsns = [], []
-            while pending and pending[0][0] <= durable:
-                lsn, item = pending.popleft()
-                lsns.append(lsn)
-                items.append(item)
-            if not items:
-                return            # a ticket of no item of ours (drain with nothing queued)
-            try:
-                self._publish(items, lsns)
-            except BaseException as exc:
-                self.fail(exc)
-                raise
-            self._published = lsns[-1]
-            self.groups += 1
-            self.items += len(items)
-
-    def fail(self, exc: BaseException) -> None:
-        """Fail the committer (the caller found its state and its log apart): every later enqueue
-        and every wait not yet published raise GroupCommitFailed."""
-        if self._failed is None:
-            self._failed = exc
-            if self._on_fail is not None:
-                self._on_fail(exc)
-
-    def drain(self) -> None:
-        """Return once everything queued so far is durable and published."""
-        self.wait(self._queued)
-
-    @property
-    def failed(self) -> BaseException | None:
-        return self._failed
+        super().__init__(log, publish, lock if lock is not None else threading.Lock(), on_fail)

@@ -12,6 +12,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide._ext import wal
+from logtide._ext.commit_queue import CommitQueue
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
@@ -91,6 +92,8 @@ class LogService(LogServiceClient):
                                       offset=self._segments[-1].size)
             self._watcher = DurabilityWatcher(self._writer.queue.wait_durable)
             self._tso = TSO(self._sm.tso_limit, lambda limit: self._propose(command("reserve_tso", limit=limit)))
+            if type(self).get_tso_timestamp is LogService.get_tso_timestamp:
+                self.get_tso_timestamp = self._tso.get   # one C call (it refuses once closed, as below)
             self._closed = False
             self._worker = (TruncationWorker(weakref.WeakMethod(self.run_truncation), truncation_interval)
                             if truncation_interval > 0 else None)
@@ -421,6 +424,7 @@ class LogService(LogServiceClient):
         if self._closed:
             return
         self._closed = True
+        self._tso.close()
         if self._worker is not None:
             self._worker.stop()
         try:
@@ -476,6 +480,14 @@ class LogService(LogServiceClient):
         if lsn_arg("lsn", lsn) >= q.next:
             raise InvalidArgument(f"LSN {lsn} was not handed out yet (the next is {q.next})")
         return q.wait_durable(lsn)
+
+    def pipelined_queue(self) -> tuple[CommitQueue, bytes, int] | None:
+        """What `enqueue` and `wait_durable` do, for a committer that frames user records into the
+        queue itself (_ext/pipelined_core.pyx): the commit queue, the data prefix of replica 0 and
+        the largest payload. None when a subclass changes either method."""
+        if type(self).enqueue is not LogService.enqueue or type(self).wait_durable is not LogService.wait_durable:
+            return None
+        return self._writer.queue, _PREFIXES[0], self._max_payload
 
     def set_handoff(self, on: bool) -> None:
         """How appenders whose records became durable are woken: one at a time, each as the one
