@@ -319,6 +319,9 @@ class _Conn(asyncio.Protocol):
             if self.write_paused:
                 return
         if r is None or r < 0:
+            if self.pump_timer is not None:     # nothing left to time: no wake-up in the next chain
+                self.pump_timer.cancel()
+                self.pump_timer = None
             return
         loop = asyncio.get_running_loop()
         due = loop.time() + r
