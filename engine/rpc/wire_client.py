@@ -5,9 +5,10 @@ call is packed into the connection's CallSlots (_ext/call_slots.pyx) and its cal
 in C with the GIL released; the loop sends every queued call as one CALLS frame when the batch rule
 lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake its
 callers one at a time, each when the one before gives up the GIL. Streams are OPEN/MSG/END frames
-on a stream id, with per-stream credit in both directions. Every call has a deadline (DeadlineExceededError); a connection that breaks
-(reset, bad frame, GOAWAY, no answer to a keepalive ping) fails every call and stream on it with
-RpcStreamBroken, and the next call opens a new connection.
+on a stream id, with per-stream credit in both directions. Every call has a deadline
+(DeadlineExceededError); a connection that breaks (reset, bad frame, GOAWAY, no answer to a
+keepalive ping) fails every call and stream on it with RpcStreamBroken, and the next call opens a
+new connection.
 """
 from __future__ import annotations
 
