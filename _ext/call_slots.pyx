@@ -7,17 +7,21 @@ sleeps on the waiter's futex with the GIL released. The sender `take()`s (or `po
 frames as one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
 called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
 `deliver()`s a REPLIES frame: one call splits the reply frames, settles the waiters by id and
-wakes them by handoff, one at a time: the first is woken at once, the others are *ready*, and
-each caller, as soon as its futex wait returns and before it takes the GIL, wakes the next ready
-one. The wake-ups so cascade one kernel wake-up apart and the callers reach the GIL one
-after another (not all at once), while each one's wake-up latency overlaps the GIL wait and Python
-work of those before it. (A defence only, since every woken caller passes the wake-up on: the
-sender thread, whenever it runs, wakes ready callers left unclaimed for `stall_s`, and a settled
-caller nobody woke claims its outcome itself after RECHECK_S.)
+wakes them, as `handoff` says:
+- HANDOFF_ALL: all at once (they then queue on the GIL: a wake-up and a GIL wait each).
+- HANDOFF_AT_WAKE: the first at once, the others are *ready*, and each caller, as soon as its futex
+  wait returns and before it takes the GIL, wakes the next ready one.
+- HANDOFF_AT_CALL: the first at once, and each caller wakes the next ready one when its next call
+  gives up the GIL, in the same GIL release as its own wait: each woken caller finds the GIL free,
+  one context switch per call. The next call of a woken caller may never come (it went on to other
+  work): the sender then wakes the next ready one after `stall_s`, counted from when the last
+  woken caller ran.
+(The stall wake-up is a defence only with HANDOFF_AT_WAKE. A settled caller nobody woke claims its
+outcome itself after RECHECK_S.)
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
 client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
 
-    s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=True)
+    s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=HANDOFF_AT_WAKE)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
                                         the failure (an exception) | False (already failed: not queued)
     s.take(timeout=-1) -> frames blob | b"" (timeout) | None (failed)
@@ -97,6 +101,11 @@ DEF S_REPLY = 1
 DEF S_FAILED = 2
 DEF RECHECK_S = 0.05      # a sleeping thread re-checks at least this often (a settled caller that
                           # nobody woke, the sender being busy, then claims its outcome itself)
+cdef enum:
+    H_ALL = 0         # deliver wakes every settled caller at once
+    H_AT_WAKE = 1     # a woken caller wakes the next ready one before it takes the GIL
+    H_AT_CALL = 2     # a caller wakes the next ready one when its next call gives up the GIL
+HANDOFF_ALL, HANDOFF_AT_WAKE, HANDOFF_AT_CALL = H_ALL, H_AT_WAKE, H_AT_CALL
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
 
 
@@ -153,16 +162,18 @@ cdef class CallSlots:
     cdef object broken
     cdef readonly double linger_s, linger_max_s, stall_s
     cdef readonly size_t max_batch_bytes
-    cdef readonly bint handoff
+    cdef readonly int handoff   # HANDOFF_ALL, HANDOFF_AT_WAKE or HANDOFF_AT_CALL (module doc)
     cdef readonly uint64_t batches, calls, stalls
 
     def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10,
-                  double stall_s=0.0002, bint handoff=True):
+                  double stall_s=0.0002, int handoff=H_AT_WAKE):
         lt_mutex_init(&self.mu)
         self.next_id = 1
         self.table = {}
         self.linger_s, self.linger_max_s, self.stall_s = linger_s, linger_max_s, stall_s
         self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
+        if handoff < H_ALL or handoff > H_AT_CALL:
+            raise ValueError(f"handoff must be 0, 1 or 2, got {handoff}")
         self.handoff = handoff
         self.broken = None
         self.notify_fd = -1
@@ -255,15 +266,21 @@ cdef class CallSlots:
         wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
         if wake_sender:
             self.snd_word += 1
+        hand = self._pop_ready() if self.handoff == H_AT_CALL else NULL
         lt_unlock(&self.mu)
         end = now + timeout
-        if wake_sender:
-            with nogil:
-                lt_futex_wake(&self.snd_word, 1)
-                if self.notify_fd >= 0:
-                    cs_notify(self.notify_fd)
         while True:
             with nogil:
+                # in the same GIL release as the sleep: a woken thread never waits for this one's GIL
+                if wake_sender:
+                    wake_sender = False
+                    lt_futex_wake(&self.snd_word, 1)
+                    if self.notify_fd >= 0:
+                        cs_notify(self.notify_fd)
+                if hand != NULL:       # this thread gives up the GIL now: the next one finds it free
+                    lt_store(&hand.word, 1)
+                    lt_futex_wake(&hand.word, 1)
+                    hand = NULL
                 while lt_load(&w.word) == 0:
                     left = end - lt_now()
                     if left <= 0:
@@ -271,7 +288,7 @@ cdef class CallSlots:
                     _futex_wait_s(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
                     if lt_load(&w.word) == 0 and lt_load(&w.state) != S_WAITING:
                         break                   # settled, and nobody woke it for RECHECK_S: claim it
-                if lt_load(&w.word) != 0:
+                if lt_load(&w.word) != 0 and self.handoff == H_AT_WAKE:
                     # woken: pass the wake-up on at once, before taking the GIL, so the next
                     # caller's wake-up latency overlaps this one's GIL wait and Python work
                     lt_lock(&self.mu)
@@ -280,6 +297,13 @@ cdef class CallSlots:
                     if hand != NULL:
                         lt_store(&hand.word, 1)
                         lt_futex_wake(&hand.word, 1)
+                elif lt_load(&w.word) != 0 and self.handoff == H_AT_CALL:
+                    # the stall clock runs from when the woken caller runs, not from its wake-up:
+                    # one still waiting for a CPU is late, not gone
+                    lt_lock(&self.mu)
+                    if self.ready != NULL:
+                        self.handed = lt_now()
+                    lt_unlock(&self.mu)
             if lt_load(&w.word) != 0:
                 break
             lt_lock(&self.mu)
@@ -377,13 +401,15 @@ cdef class CallSlots:
     cdef double _batch_due_locked(self, double now, cs_waiter** stalled) noexcept nogil:
         """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
         now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
-        list left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is
-        released (those callers did not come back)."""
+        list left unclaimed for stall_s gets its head detached onto *stalled, to wake once the mutex
+        is released (the caller woken before it did not come back): the chain goes on from there,
+        one caller at a time as before."""
         cdef double lend
+        cdef cs_waiter* r
         if self.ready != NULL and now - self.handed >= self.stall_s:
-            self.ready_tail.next = stalled[0]
-            stalled[0] = self.ready
-            self.ready = self.ready_tail = NULL
+            r = self._pop_ready()
+            r.next = stalled[0]
+            stalled[0] = r
             self.stalls += 1
         if self.pend_n and self.returning == 0:
             return 0
@@ -548,7 +574,7 @@ cdef class CallSlots:
         if head == NULL:
             return NULL
         self.returning += settled
-        if not self.handoff:
+        if self.handoff == H_ALL:
             return head
         if self.ready == NULL:
             now_wake = head

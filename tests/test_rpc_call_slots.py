@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide._ext.call_slots import CallSlots
+from logtide._ext.call_slots import HANDOFF_ALL, HANDOFF_AT_CALL, HANDOFF_AT_WAKE, CallSlots
 from logtide.engine.rpc.call_frames import MalformedFrames, pack_call, pack_reply, unpack_calls
 from logtide.errors import RpcStreamBroken
 
@@ -53,7 +53,8 @@ def _model_batches(frames: list[bytes], limit: int) -> list[bytes]:
 
 @scaled(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
-       st.integers(1, 200), st.randoms(use_true_random=False), st.booleans())
+       st.integers(1, 200), st.randoms(use_true_random=False),
+       st.sampled_from([HANDOFF_ALL, HANDOFF_AT_WAKE, HANDOFF_AT_CALL]))
 def test_calls_batches_and_replies_match_the_model(calls, limit, rnd, handoff):
     slots = CallSlots(0.001, 0.01, limit, 0.0002, handoff)
     results: dict = {}
@@ -137,9 +138,10 @@ def test_failure_ends_every_call_and_refuses_new_ones():
     assert slots.failure is boom
 
 
-def test_batch_waits_for_the_returning_callers_then_goes():
+@pytest.mark.parametrize("handoff", [HANDOFF_AT_WAKE, HANDOFF_AT_CALL])
+def test_batch_waits_for_the_returning_callers_then_goes(handoff):
     """After a batch of replies the next batch waits (up to the linger) for the callers that got them."""
-    slots = CallSlots(0.05, 0.5, 1 << 20, 0.0002, True)
+    slots = CallSlots(0.05, 0.5, 1 << 20, 0.0002, handoff)
     stop = threading.Event()
     per_thread = {}
 
@@ -171,6 +173,25 @@ def test_batch_waits_for_the_returning_callers_then_goes():
             slots.deliver(b"".join(pack_reply(i, b"r") for i, _, _ in unpack_calls(blob)))
     # once the callers are all in flight, each batch carries all eight of them
     assert sizes[5:30].count(8) >= 20, sizes
+
+
+def test_handoff_at_call_goes_on_when_a_woken_caller_does_not_call_again():
+    """HANDOFF_AT_CALL: a woken caller wakes the next one at its next call; callers that never call
+    again leave the next ready one to the sender, which wakes it after stall_s (not RECHECK_S)."""
+    slots = CallSlots(0.001, 0.01, 1 << 20, 0.002, HANDOFF_AT_CALL)
+    results: dict = {}
+    ths = [_start(slots, 0, b"c%d" % k, 20.0, results, k) for k in range(4)]
+    got = []
+    while sum(len(unpack_calls(b)) for b in got) < 4:
+        got.append(slots.take(5.0))
+    ids = [cid for b in got for cid, _, _ in unpack_calls(b)]
+    t0 = time.monotonic()
+    assert slots.deliver(b"".join(pack_reply(i, b"r%d" % i) for i in ids)) == 4
+    while any(th.is_alive() for th in ths):
+        assert time.monotonic() - t0 < 5
+        assert slots.take(0.01) == b""           # the sender's wait wakes the stalled ones
+    assert sorted(results.values()) == sorted(b"r%d" % i for i in ids)
+    assert slots.stalls == 3                      # each caller after the first, by the sender
 
 
 def _poll_sender(slots: CallSlots, n_calls: int, deadline: float = 10.0) -> list[bytes]:

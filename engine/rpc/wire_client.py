@@ -3,11 +3,12 @@
 One TCP connection per transport, on the process's WireLoop (engine/rpc/wire_loop.py). A unary
 call is packed into the connection's CallSlots (_ext/call_slots.pyx) and its caller sleeps there
 in C with the GIL released; the loop sends every queued call as one CALLS frame when the batch rule
-lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake all
-its callers at once. Streams are OPEN/MSG/END frames on a stream id, with per-stream credit
-in both directions. Every call has a deadline (DeadlineExceededError); a connection that breaks
-(reset, bad frame, GOAWAY, no answer to a keepalive ping) fails every call and stream on it with
-RpcStreamBroken, and the next call opens a new connection.
+lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake its
+callers one at a time, each when the one before gives up the GIL. Streams are OPEN/MSG/END frames
+on a stream id, with per-stream credit in both directions. Every call has a deadline
+(DeadlineExceededError); a connection that breaks (reset, bad frame, GOAWAY, no answer to a
+keepalive ping) fails every call and stream on it with RpcStreamBroken, and the next call opens a
+new connection.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from collections import namedtuple
 from typing import Any, Iterable
 
 from logtide._ext import wire_codec as wc
-from logtide._ext.call_slots import CallSlots
+from logtide._ext.call_slots import HANDOFF_AT_CALL, CallSlots
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
@@ -40,11 +41,13 @@ K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
 # whose replies just came to call again, LINGER_S after the last call, LINGER_MAX_S at most
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
-HANDOFF_STALL_S = 0.0002
-# a REPLIES frame wakes all its callers at once from the loop (CallSlots handoff=False), as the log's
-# flusher wakes a durable group's appenders: a chain of callers each waking the next costs every
-# caller one more scheduler wake-up latency behind the one before it
-HANDOFF = False
+# ready callers wait this long at most for a woken one that does not call again (not its GIL wait
+# or a late CPU: the clock starts when it runs); short would wake the loop thread within a chain
+HANDOFF_STALL_S = 0.001
+# a REPLIES frame wakes its first caller, and each caller wakes the next when its next call gives up
+# the GIL (as the log's group commit hands a durable group's appenders on): woken all at once they
+# would queue on the GIL, a context switch more each
+HANDOFF = HANDOFF_AT_CALL
 MAX_BATCH_BYTES = 256 << 10
 # messages a stream's receiver takes before the sender waits for credit (both directions)
 STREAM_WINDOW = 32
@@ -199,6 +202,8 @@ class _Conn(asyncio.Protocol):
         self.outbox = FrameOutbox(lambda: self.wl.call_soon(self._flush))   # frames from other threads
         self.write_paused = False
         self.timer = None
+        self.pump_timer: asyncio.TimerHandle | None = None   # the one armed linger/stall wake-up
+        self.pump_at = 0.0
         self.heard = time.monotonic()         # when a frame last came in
         self.ping_at = 0.0                    # when the unanswered ping went (0: none)
         self.broken: BaseException | None = None
@@ -314,10 +319,23 @@ class _Conn(asyncio.Protocol):
             self.tr.write(wc.encode_calls(r))
             if self.write_paused:
                 return
-        if r is None:
+        if r is None or r < 0:
+            if self.pump_timer is not None:     # nothing left to time: no wake-up in the next chain
+                self.pump_timer.cancel()
+                self.pump_timer = None
             return
-        if r >= 0:
-            asyncio.get_running_loop().call_later(r, self._pump)
+        loop = asyncio.get_running_loop()
+        due = loop.time() + r
+        if self.pump_timer is not None:
+            if self.pump_at <= due:
+                return                          # an earlier wake-up is already armed
+            self.pump_timer.cancel()
+        self.pump_at = due
+        self.pump_timer = loop.call_at(due, self._on_pump_timer)
+
+    def _on_pump_timer(self) -> None:
+        self.pump_timer = None
+        self._pump()
 
     def _flush(self) -> None:
         out = self.outbox.take()
