@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from frozen import freeze
 
 from logtide.errors import DeadlineExceededError, RpcError, RpcStreamBroken
 
@@ -181,7 +182,7 @@ def test_meta_client_under_a_stopped_server(tmp_path, carrier):
         assert line.startswith("meta-service listening on "), line
         with connect_meta(line.split()[-1], timeout=1.0, carrier=carrier) as c:
             c.upsert("k", b"v")
-            os.kill(p.pid, signal.SIGSTOP)
+            freeze(p.pid)      # every thread stopped: SIGSTOP takes effect per thread, not at os.kill's return
             t0 = time.monotonic()
             with pytest.raises(MetaUnavailableError):
                 c.get("k")
