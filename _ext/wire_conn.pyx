@@ -69,13 +69,14 @@ cdef class ConnCore:
             conn.goaway(exc)
             return
         out = self.out
-        if PyList_GET_SIZE(out):
+        if PyList_GET_SIZE(out) == 1:         # the list is kept: a transport's write takes the bytes
+            if not self.closed:
+                self.tr.write(<object>PyList_GET_ITEM(out, 0))
+            del out[:]
+        elif PyList_GET_SIZE(out):
             self.out = []
             if not self.closed:
-                if PyList_GET_SIZE(out) == 1:
-                    self.tr.write(<object>PyList_GET_ITEM(out, 0))
-                else:
-                    self.tr.writelines(out)
+                self.tr.writelines(out)
         if reader.buf_len:
             self.partial_since = _monotonic()
         elif self.partial_since:
