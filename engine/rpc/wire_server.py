@@ -6,7 +6,8 @@ C and handed, as one job, to a small worker pool, which runs them like the call 
 (engine/rpc/call_dispatch.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
 REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
-runs on the loop itself, without the two thread hand-offs; one whose calls all have `defer_<Method>`
+runs on the loop itself, without the two thread hand-offs (through `frames_<Method>` hooks, by the
+connection's C core, _ext/wire_conn.pyx, with no Python but the hooks); one whose calls all have `defer_<Method>`
 (or `defer_frames_<Method>`) hooks is started on the loop and answered when the servicer's `done` comes, from any thread
 (engine/rpc/deferred_calls.py), so no thread waits for it. A streaming call runs its servicer in a
 thread of its own, as gRPC's server does.
