@@ -49,6 +49,7 @@ cdef class ConnCore:
     def data_received(self, data) -> None:
         cdef list frames, out
         cdef tuple f
+        cdef FrameReader reader
         cdef object conn = self
         if self.closed:
             return
