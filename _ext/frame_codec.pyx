@@ -107,7 +107,7 @@ cdef list split_call_frames(const uint8_t* b, Py_ssize_t end):
     cdef uint32_t n
     cdef unsigned int m, last_m = 0x10000
     cdef list out = []
-    cdef dict by_method = {}
+    cdef dict by_method = None       # made when a second method appears (most frames have one)
     cdef list ids = None
     cdef list reqs = None
     while pos < end:
@@ -120,11 +120,17 @@ cdef list split_call_frames(const uint8_t* b, Py_ssize_t end):
             raise _malformed(f"call frame {cid} at offset {pos}: length {n} runs "
                                   f"{n - (end - pos - CALL_HEADER)} bytes past the end of the batch")
         if m != last_m:
-            g = by_method.get(m)
+            g = None
+            if last_m != 0x10000:
+                if by_method is None:
+                    by_method = {last_m: out[0]}
+                g = by_method.get(m)
             if g is None:
                 ids, reqs = [], []
-                g = by_method[m] = (m, ids, reqs)
+                g = (m, ids, reqs)
                 out.append(g)
+                if by_method is not None:
+                    by_method[m] = g
             else:
                 ids, reqs = g[1], g[2]
             last_m = m

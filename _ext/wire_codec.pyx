@@ -17,6 +17,7 @@ MalformedFrame) at the first bad byte; a frame's length is checked before its bo
 After an error the reader is spent (the connection is closed).
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
@@ -196,14 +197,8 @@ cdef tuple _decode(const uint8_t* body, Py_ssize_t length):
 
 
 cdef class FrameReader:
-    """Splits a connection's received bytes into verified, decoded frames (see the module doc)."""
-    cdef uint8_t* buf
-    cdef Py_ssize_t buf_len, buf_cap
-    cdef readonly Py_ssize_t max_frame
-    cdef bint want_magic
-    cdef bint spent
-    cdef readonly uint64_t frames, bytes_in
-    cdef readonly uint32_t peer_limit
+    """Splits a connection's received bytes into verified, decoded frames (see the module doc;
+    its fields are declared in wire_codec.pxd)."""
 
     def __cinit__(self, Py_ssize_t max_frame, bint preface=True):
         if max_frame < 1 or max_frame > 0xFFFFFFFF:
@@ -264,6 +259,9 @@ cdef class FrameReader:
 
     def feed(self, data) -> list:
         """The frames that `data` (the next bytes received) completes, decoded, in order."""
+        return self.decode_read(data)
+
+    cdef list decode_read(self, data):
         cdef const uint8_t* p
         cdef Py_ssize_t n, used, take, flen
         cdef list out = []
@@ -422,6 +420,24 @@ cdef Py_ssize_t _put_status(uint8_t* o, int code, bytes t, bytes d) except -1:
     memcpy(o + STATUS_HEADER, PyBytes_AS_STRING(t), len(t))
     memcpy(o + STATUS_HEADER + len(t), PyBytes_AS_STRING(d), len(d))
     return STATUS_HEADER + len(t) + len(d)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef bytes replies_frame(list parts, Py_ssize_t flen):
+    """The REPLIES frame of packed reply frames `parts` (bytes objects of flen bytes in all, flen
+    under 4 GiB) and no failed calls."""
+    cdef uint8_t* o
+    cdef Py_ssize_t k, n, pos = 4
+    out = _alloc(4 + flen, K_REPLIES, &o)
+    put32(o, <uint32_t>flen)
+    for k in range(PyList_GET_SIZE(parts)):
+        p = <bytes>PyList_GET_ITEM(parts, k)
+        n = PyBytes_GET_SIZE(p)
+        memcpy(o + pos, PyBytes_AS_STRING(p), n)
+        pos += n
+    _seal(out)
+    return out
 
 
 @cython.boundscheck(False)

@@ -6,7 +6,8 @@ C and handed, as one job, to a small worker pool, which runs them like the call 
 (engine/rpc/call_dispatch.py: `frames_<Method>` and `batch_<Method>` hooks, so the log service's
 appends of a batch are one group append and one fsync) and writes the batch's replies as one
 REPLIES frame. A frame whose calls are all of methods the servicer names in `nonblocking_methods`
-runs on the loop itself, without the two thread hand-offs; one whose calls all have `defer_<Method>`
+runs on the loop itself, without the two thread hand-offs (through `frames_<Method>` hooks, by the
+connection's C core, _ext/wire_conn.pyx, with no Python but the hooks); one whose calls all have `defer_<Method>`
 (or `defer_frames_<Method>`) hooks is started on the loop and answered when the servicer's `done` comes, from any thread
 (engine/rpc/deferred_calls.py), so no thread waits for it. A streaming call runs its servicer in a
 thread of its own, as gRPC's server does.
@@ -30,8 +31,9 @@ import time
 from typing import Any
 
 from logtide._ext import wire_codec as wc
+from logtide._ext.wire_conn import REPLY_ROOM, ConnCore
 from logtide.engine.rpc import deadlines
-from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies
+from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies, error_reply
 from logtide.engine.rpc.deferred_calls import DeferredBatch
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
@@ -62,7 +64,6 @@ FRAME_TIMEOUT_S = 10.0
 MAX_STREAMS = 256
 # a deferred call not answered within this gets DeadlineExceededError (its servicer is stuck)
 DEFERRED_TIMEOUT_S = 30.0
-_REPLY_ROOM = 64          # REPLIES frame and reply headers beside a reply's bytes
 _ON_WORKER, _ON_LOOP, _DEFERRED = 0, 1, 2     # how a method's calls run (_ServerConn.modes)
 _END = object()
 
@@ -157,8 +158,10 @@ class _ServerStream:
             self.conn.send(wc.encode_end(self.sid, code, etype, details))
 
 
-class _ServerConn(asyncio.Protocol):
-    """One client connection, on the WireLoop."""
+class _ServerConn(ConnCore, asyncio.Protocol):
+    """One client connection, on the WireLoop. Its reads go to ConnCore.data_received
+    (_ext/wire_conn.pyx), which answers the calls of on-loop `frames_<Method>` hooks in C and hands
+    everything else to the general path here."""
 
     def __init__(self, server: "WireServer") -> None:
         self.server = server
@@ -170,8 +173,9 @@ class _ServerConn(asyncio.Protocol):
         self.paths: list[str] = []
         self.units: list = []
         self.modes: list[int] = []             # per method index: _ON_LOOP, _DEFERRED or _ON_WORKER
+        self.hooks = []                        # per method index: its frames hook run on the loop in C, or None
         self.streams: dict[int, _ServerStream] = {}
-        self.out: list[bytes] = []             # replies made while a read is handled, written after it
+        self.out = []                          # replies made while a read is handled, written after it
         self.last_sid = 0
         self.inflight_calls = 0
         self.inflight_bytes = 0
@@ -179,7 +183,7 @@ class _ServerConn(asyncio.Protocol):
         self.write_paused = False
         self.outbox = FrameOutbox(lambda: server.wl.call_soon(self._flush))   # frames from other threads
         self.closed = False
-        self.partial_since = 0.0               # when the reader last held part of a frame (0: none)
+        self.partial_since = 0.0
         self.sniffing = False
         self.heard = time.monotonic()          # when the sweeper last saw bytes come in
         self.heard_bytes = 0                   # the reader's byte count then
@@ -220,37 +224,15 @@ class _ServerConn(asyncio.Protocol):
                 self.goaway(exc)
         return False
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if self.sniffing:
-            self.sniffing = False
-            if data[:1] == HTTP2_FIRST_BYTE:
-                self._to_grpc(data)
-                return
-            self.tr.write(wc.preface(self.server.max_frame))
-        reader = self.reader
-        try:
-            frames = reader.feed(data)
-            if not self.peer_limit:
-                self.peer_limit = reader.peer_limit
-            for f in frames:
-                if f[0] == K_CALLS:
-                    self._calls(f[1], f[2])
-                else:
-                    self._frame(f)
-        except WireProtocolError as exc:
-            self.goaway(exc)
-            return
-        out = self.out
-        if out:                 # the replies of every frame of this read, in one write
-            self.out = []
-            if not self.closed:
-                if len(out) == 1:
-                    self.tr.write(out[0])
-                else:
-                    self.tr.writelines(out)
-        self.partial_since = time.monotonic() if reader.pending else 0.0
+    def _sniffed(self, data: bytes) -> bool:
+        """The first bytes, with a gRPC backend: True when they are HTTP/2's (the connection is then
+        carried to the gRPC server), else the framed carrier's preface is answered."""
+        self.sniffing = False
+        if data[:1] == HTTP2_FIRST_BYTE:
+            self._to_grpc(data)
+            return True
+        self.tr.write(wc.preface(self.server.max_frame))
+        return False
 
     def _to_grpc(self, first: bytes) -> None:
         """A gRPC client: from now on its bytes go to the process's gRPC server and back."""
@@ -275,8 +257,7 @@ class _ServerConn(asyncio.Protocol):
             try:
                 self.out += self.server.run_calls(self, groups)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
-                log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
-                self.goaway(exc)
+                self._batch_failed(exc)
         elif mode == _DEFERRED:
             self._defer(groups, n, nbytes)
         else:
@@ -286,6 +267,26 @@ class _ServerConn(asyncio.Protocol):
             if self.inflight_calls > self.server.max_inflight_calls or \
                     self.inflight_bytes > self.server.max_inflight_bytes:
                 self._pause()
+
+    def _hooks_done(self, parts: list, fails: list | None) -> None:
+        """The end of a batch whose hooks ConnCore ran, when it has failed calls, replies past the
+        client's frame limit or a servicer's odd answer: as run_calls ends a batch."""
+        try:
+            r = Replies()
+            for frames in parts:
+                r.frames.append(frames)
+                r.size += len(frames)
+            for m, failed in fails or ():
+                path = self.paths[m]
+                for call_id, exc in failed:
+                    r.error(error_reply(call_id, exc, path))
+            self.out += self.server._reply_frames(r, self.peer_limit - REPLY_ROOM)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
+            self._batch_failed(exc)
+
+    def _batch_failed(self, exc: Exception) -> None:
+        log.error("wire: a batch from %s failed: %s", self.peer, exc, exc_info=exc)
+        self.goaway(exc)
 
     def _frame(self, f: tuple) -> None:
         """A frame other than CALLS."""
@@ -299,6 +300,7 @@ class _ServerConn(asyncio.Protocol):
                 self.units.append(u)
                 self.modes.append(_ON_LOOP if path in self.server.on_loop else
                                   _DEFERRED if u is not None and u.deferred else _ON_WORKER)
+                self.hooks.append(u.frames if self.modes[-1] == _ON_LOOP and self.server.hooks_in_c else None)
         elif k == K_MSG or k == K_END or k == K_CANCEL or k == K_CREDIT:
             sid = f[1]
             s = self.streams.get(sid)
@@ -434,6 +436,10 @@ class _ServerConn(asyncio.Protocol):
 class WireServer:
     """Serves services over the framed carrier on `address` ("127.0.0.1:0": a free port, see start())."""
 
+    # on-loop `frames_<Method>` hooks are run by the connection's C core (False: by run_calls, the
+    # general path, which the tests compare it with)
+    hooks_in_c = True
+
     def __init__(self, address: str = "127.0.0.1:0", *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  workers: int = 8, max_inflight_calls: int = MAX_INFLIGHT_CALLS,
                  max_inflight_bytes: int = MAX_INFLIGHT_BYTES, frame_timeout: float = FRAME_TIMEOUT_S,
@@ -562,7 +568,7 @@ class WireServer:
                 b.timer.cancel()
             conn = b.conn
             try:
-                room = conn.peer_limit - _REPLY_ROOM
+                room = conn.peer_limit - REPLY_ROOM
                 frames = self._reply_frames(self.dispatcher.deferred_replies(b, min(self.max_message_size, room)),
                                             room)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
@@ -573,7 +579,7 @@ class WireServer:
 
     def run_calls(self, conn: _ServerConn, groups: list) -> list[bytes]:
         """The REPLIES frames answering one CALLS frame (more than one only past the client's limit)."""
-        room = conn.peer_limit - _REPLY_ROOM
+        room = conn.peer_limit - REPLY_ROOM
         r: Replies = self.dispatcher.run_groups(groups, conn.paths, min(self.max_message_size, room),
                                                 conn.ctx, conn.units)
         return self._reply_frames(r, room)
