@@ -40,12 +40,13 @@ DEF T_BATCH_MESSAGES = 0x1a
 DEF T_BATCH_SEQ = 0x20
 
 
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
+
 cdef inline int _vlen(uint64_t v) noexcept nogil:
-    cdef int n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
+    """Bytes of v as a varint: 7 bits a byte over its significant bits (at least one byte)."""
+    return (70 - __builtin_clzll(v | 1)) // 7
 
 
 cdef inline Py_ssize_t _put_varint(uint8_t* o, uint64_t v) noexcept nogil:

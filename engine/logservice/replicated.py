@@ -101,7 +101,7 @@ class ReplicatedLogService:
         self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
         self.server = WireServer(listen, workers=SERVER_WORKERS, deferred_timeout=request_timeout)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
-        self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
+        self.server.add_service(REPLICATED_SERVICE, ReplicatedLogServicer(self))
         self.port = self.server.start()
         self.address = self.server.address
         self.grpc: RpcServer | None = None
@@ -109,7 +109,7 @@ class ReplicatedLogService:
         if grpc_listen is not None:
             try:
                 self.grpc = RpcServer(grpc_listen, max_workers=SERVER_WORKERS)
-                self.grpc.add_service(REPLICATED_SERVICE, _Servicer(self))
+                self.grpc.add_service(REPLICATED_SERVICE, ReplicatedLogServicer(self))
                 self.grpc.start()
                 self.grpc_address = self.grpc.address
             except BaseException:
@@ -285,7 +285,9 @@ class ReplicatedLogService:
         self.storage.close()
 
 
-class _Servicer:
+class ReplicatedLogServicer:
+    """The RPC methods of one replica (framed carrier and gRPC)."""
+
     def __init__(self, svc: ReplicatedLogService) -> None:
         self.s = svc
 
