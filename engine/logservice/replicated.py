@@ -18,6 +18,9 @@ import os
 import threading
 from typing import Any, Callable
 
+from google.protobuf.message import DecodeError
+
+from logtide._ext.frame_codec import pack_counter_replies, pack_replies
 from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.engine.logservice.log_format import DEFAULT_SEGMENT_SIZE, USER_RECORD
 from logtide.engine.logservice.record import LogRecord
@@ -31,7 +34,7 @@ from logtide.engine.nodehost.node import RaftNode
 from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef
 from logtide.engine.rpc.wire_server import WireServer
-from logtide.errors import InvalidArgument, InvalidRange
+from logtide.errors import InvalidArgument, InvalidRange, InvalidRequest
 
 log = logging.getLogger("logtide.logservice")
 
@@ -54,6 +57,15 @@ def parse_peers(text: str) -> dict[int, str]:
     if not out:
         raise InvalidArgument("no peers given")
     return out
+
+
+def lsn_reply_frames(ids: list, lsns: list) -> bytes:
+    """The RLsn reply frames of call ids[k] at lsns[k]: one C call when the LSNs run consecutively
+    (a retried append's earlier LSN breaks the run)."""
+    first = lsns[0]
+    if lsns == list(range(first, first + len(lsns))):
+        return pack_counter_replies(ids, first)
+    return pack_replies(ids, [pb.RLsn(lsn=x).SerializeToString() for x in lsns])
 
 
 class ReplicatedLogService:
@@ -89,7 +101,7 @@ class ReplicatedLogService:
         self._tso_window = (0, 0, 0)  # (next, end, term of the reserving entry): the leader's leased timestamps
         self.server = WireServer(listen, workers=SERVER_WORKERS, deferred_timeout=request_timeout)
         self.server.add_service(RAFT_SERVICE, self.node.transport.servicer)
-        self.server.add_service(REPLICATED_SERVICE, _Servicer(self))
+        self.server.add_service(REPLICATED_SERVICE, ReplicatedLogServicer(self))
         self.port = self.server.start()
         self.address = self.server.address
         self.grpc: RpcServer | None = None
@@ -97,7 +109,7 @@ class ReplicatedLogService:
         if grpc_listen is not None:
             try:
                 self.grpc = RpcServer(grpc_listen, max_workers=SERVER_WORKERS)
-                self.grpc.add_service(REPLICATED_SERVICE, _Servicer(self))
+                self.grpc.add_service(REPLICATED_SERVICE, ReplicatedLogServicer(self))
                 self.grpc.start()
                 self.grpc_address = self.grpc.address
             except BaseException:
@@ -273,7 +285,9 @@ class ReplicatedLogService:
         self.storage.close()
 
 
-class _Servicer:
+class ReplicatedLogServicer:
+    """The RPC methods of one replica (framed carrier and gRPC)."""
+
     def __init__(self, svc: ReplicatedLogService) -> None:
         self.s = svc
 
@@ -285,12 +299,35 @@ class _Servicer:
         out = self.s.append_each([(r.client, r.seq, r.type, r.data) for r in reqs])
         return [x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in out]
 
-    def defer_Append(self, reqs, ctx, done):
-        """The framed carrier's batch of Append calls: proposed together, answered when applied,
-        with no server thread waiting for them."""
-        def answer(results):
-            done([x if isinstance(x, BaseException) else pb.RLsn(lsn=x) for x in results])
-        self.s.append_deferred([(r.client, r.seq, r.type, r.data) for r in reqs], answer)
+    def defer_frames_Append(self, ids: list, datas: list, ctx, done) -> None:
+        """The framed carrier's batch of Append calls, as raw request bytes: proposed together and
+        answered when applied, with no server thread waiting for them, by `done(reply frames packed
+        in C, [(call id, error)])`: no response object per call."""
+        cmds, taken, failed = [], [], []
+        parse = pb.RAppendRequest.FromString
+        for cid, data in zip(ids, datas):
+            try:
+                r = parse(data)
+            except (DecodeError, ValueError, TypeError) as exc:
+                failed.append((cid, InvalidRequest(f"Append: malformed RAppendRequest: {exc}")))
+                continue
+            cmds.append(append_command(r.client, r.seq, r.type, r.data))
+            taken.append(cid)
+        if not cmds:
+            done(b"", failed)
+            return
+        leader_error = self.s._leader_error
+
+        def settled(results: list) -> None:
+            ok, lsns = [], []
+            for cid, r in zip(taken, results):
+                if isinstance(r, BaseException):
+                    failed.append((cid, leader_error(r) if isinstance(r, NotLeader) else r))
+                else:
+                    ok.append(cid)
+                    lsns.append(r)
+            done(lsn_reply_frames(ok, lsns) if ok else b"", failed)
+        self.s.node.submit_group(cmds, settled)
 
     def AppendMany(self, req, ctx):
         return pb.RLsns(lsns=self.s.append_many(req.client, req.first_seq, req.type, list(req.data)))

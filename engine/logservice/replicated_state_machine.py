@@ -84,10 +84,9 @@ class ReplicatedLogStateMachine(StateMachine):
         self.index = entry.index
         kind = cmd[:1]
         if kind == APPEND or kind == BATCH_APPEND:
-            got = parse_append(cmd)
-            if got is None:
+            if len(cmd) < (APPEND_HEADER_SIZE if kind == APPEND else BATCH_HEADER_SIZE):
                 raise InvalidArgument(f"truncated append command {cmd[:16]!r}")
-            client, seq = got[0], got[1]
+            client, seq, _rtype = APPEND_HEADER.unpack_from(cmd, 1)   # the record's data is not needed here
             last = self.sessions.get(client)
             if last is not None and seq <= last[0]:
                 self.duplicates.add(entry.index)

@@ -304,7 +304,11 @@ class DiskStorage:
         self._append_frames(ents)
 
     def _append_frames(self, ents: list[Entry]) -> None:
-        got = self._writer.append(RAFT_ENTRY, b"", [encode_entry(e) for e in ents])
+        term, etype = ents[0].term, ents[0].type
+        if all(e.term == term and e.type == etype for e in ents):   # a leader's batch: one shared header
+            got = self._writer.append(RAFT_ENTRY, ENTRY_HEADER.pack(term, etype), [e.data for e in ents])
+        else:
+            got = self._writer.append(RAFT_ENTRY, b"", [encode_entry(e) for e in ents])
         if got != ents[0].index:
             raise CorruptLogError(f"raft log wrote index {ents[0].index} at LSN {got}")
         self._terms.extend(e.term for e in ents)

@@ -10,12 +10,13 @@ from typing import Callable
 
 from logtide._ext.crc32c import crc32c
 from logtide._ext.raft_entry_crc import entry_crc
+from logtide._ext.raft_wire_bytes import entry_field, message_bytes
 from logtide.engine.raft import messages as M
 from logtide.engine.raft import raft_pb2 as pb
 from logtide.engine.raft.errors import CorruptRaftEntry, MalformedMessage
 from logtide.engine.raft.messages import ConfState, Entry, Message, Snapshot, SnapshotMeta
 
-__all__ = ["decode_message", "encode_entry", "encode_message", "entry_crc"]
+__all__ = ["decode_message", "encode_entry", "encode_message", "entry_crc", "entry_wire", "message_wire"]
 
 
 def encode_entry(e: Entry) -> pb.RaftEntry:
@@ -36,6 +37,22 @@ def encode_message(m: Message, entry_pb: Callable[[Entry], pb.RaftEntry] = encod
                                               learners=sorted(s.meta.conf.learners), data=s.data,
                                               crc=crc32c(s.data)))
     return out
+
+
+def entry_wire(e: Entry) -> bytes:
+    """An entry's serialized form as a RaftMessage `entries` field (what encode_entry serializes to)."""
+    d = e.data
+    return entry_field(e.term, e.index, e.type, d if d.__class__ is bytes else bytes(d))
+
+
+def message_wire(m: Message, entry_bytes: Callable[[Entry], bytes] = entry_wire) -> bytes:
+    """encode_message(m).SerializeToString(), written without protobuf objects (but for a
+    snapshot, which is rare and large); `entry_bytes` gives each entry's entry_wire form."""
+    if m.snapshot is not None:
+        return encode_message(m).SerializeToString()
+    ctx = m.context
+    return message_bytes(m.type, m.to, m.frm, m.term, m.log_term, m.index, m.commit, m.reject, m.reject_hint,
+                         ctx if ctx.__class__ is bytes else bytes(ctx), [entry_bytes(e) for e in m.entries])
 
 
 def decode_message(p: pb.RaftMessage) -> Message:
