@@ -36,6 +36,7 @@ cdef object _malformed(str msg):
     return MalformedFrames(msg)
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
+from logtide._ext.varint cimport get_varint, put_varint, varint_len
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER
 
 
@@ -62,35 +63,6 @@ cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
     p[1] = <uint8_t>(v >> 8)
     p[2] = <uint8_t>(v >> 16)
     p[3] = <uint8_t>(v >> 24)
-
-
-cdef inline int _varint_len(uint64_t v) noexcept nogil:
-    cdef int n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
-
-
-cdef inline Py_ssize_t _get_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, uint64_t* out) noexcept nogil:
-    """The position after the varint at pos, with its value in out; -1 when it is cut short or
-    longer than 10 bytes or past 64 bits."""
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef uint8_t b
-    while pos < end:
-        b = p[pos]
-        pos += 1
-        if shift == 63 and b > 1:
-            return -1
-        v |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            out[0] = v
-            return pos
-        shift += 7
-        if shift > 63:
-            return -1
-    return -1
 
 
 def split_calls(bytes blob):
@@ -179,7 +151,7 @@ def pack_counter_replies(list ids, uint64_t first):
         raise OverflowError("pack_counter_replies: first + len(ids) passes 2**64")
     for k in range(count):
         v = first + <uint64_t>k
-        total += REPLY_HEADER + (1 + _varint_len(v) if v else 0)
+        total += REPLY_HEADER + (1 + varint_len(v) if v else 0)
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     for k in range(count):
@@ -189,7 +161,7 @@ def pack_counter_replies(list ids, uint64_t first):
             _put32(o + pos + 8, 0)
             pos += REPLY_HEADER
             continue
-        vl = _varint_len(v)
+        vl = varint_len(v)
         _put32(o + pos + 8, <uint32_t>(1 + vl))
         pos += REPLY_HEADER
         o[pos] = 0x08                      # field 1, varint
@@ -232,12 +204,12 @@ def decode_appends(list ids, list requests, Py_ssize_t max_payload):
         plen = 0
         ok = True
         while pos < end:
-            pos = _get_varint(b, pos, end, &key)
+            pos = get_varint(b, pos, end, &key)
             if pos < 0:
                 ok = False
                 break
             if key == 0x0A and not (seen & 1):            # 1: payloads, length-delimited
-                pos = _get_varint(b, pos, end, &v)
+                pos = get_varint(b, pos, end, &v)
                 if pos < 0 or v > <uint64_t>(end - pos):
                     ok = False
                     break
@@ -245,19 +217,19 @@ def decode_appends(list ids, list requests, Py_ssize_t max_payload):
                 pos += plen
                 seen |= 1
             elif key == 0x10 and not (seen & 2):          # 2: replica_id, uint64
-                pos = _get_varint(b, pos, end, &rid)
+                pos = get_varint(b, pos, end, &rid)
                 if pos < 0:
                     ok = False
                     break
                 seen |= 2
             elif key == 0x18 and not (seen & 4):          # 3: type, uint32
-                pos = _get_varint(b, pos, end, &typ)
+                pos = get_varint(b, pos, end, &typ)
                 if pos < 0 or typ > 0xFFFFFFFF:
                     ok = False
                     break
                 seen |= 4
             elif key == 0x20 and not (seen & 8):          # 4: raw, bool: only false stays here
-                pos = _get_varint(b, pos, end, &v)
+                pos = get_varint(b, pos, end, &v)
                 if pos < 0 or v != 0:
                     ok = False
                     break
@@ -273,15 +245,6 @@ def decode_appends(list ids, list requests, Py_ssize_t max_payload):
         rids.append(rid)
         types.append(typ)
     return f_ids, payloads, rids, types, slow
-
-
-cdef inline Py_ssize_t _put_varint(uint8_t* o, Py_ssize_t pos, uint64_t v) noexcept nogil:
-    while v >= 0x80:
-        o[pos] = <uint8_t>(v & 0x7F) | 0x80
-        v >>= 7
-        pos += 1
-    o[pos] = <uint8_t>v
-    return pos + 1
 
 
 @cython.boundscheck(False)
@@ -300,23 +263,23 @@ def encode_append(payload, replica_id, rtype):
     rid = replica_id
     typ = rtype
     n = PyBytes_GET_SIZE(payload)
-    total = 1 + _varint_len(<uint64_t>n) + n
+    total = 1 + varint_len(<uint64_t>n) + n
     if rid:
-        total += 1 + _varint_len(rid)
+        total += 1 + varint_len(rid)
     if typ:
-        total += 1 + _varint_len(typ)
+        total += 1 + varint_len(typ)
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     o[0] = 0x0A                                       # 1: payloads, length-delimited
-    pos = _put_varint(o, 1, <uint64_t>n)
+    pos = put_varint(o, 1, <uint64_t>n)
     memcpy(o + pos, PyBytes_AS_STRING(payload), n)
     pos += n
     if rid:
         o[pos] = 0x10                                 # 2: replica_id
-        pos = _put_varint(o, pos + 1, rid)
+        pos = put_varint(o, pos + 1, rid)
     if typ:
         o[pos] = 0x18                                 # 3: type
-        pos = _put_varint(o, pos + 1, typ)
+        pos = put_varint(o, pos + 1, typ)
     return out
 
 
@@ -333,7 +296,7 @@ def decode_counter(bytes reply):
         return 0
     if b[0] != 0x08:
         return -1
-    pos = _get_varint(b, 1, end, &v)
+    pos = get_varint(b, 1, end, &v)
     if pos != end:
         return -1
     return v

@@ -13,6 +13,8 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+from logtide._ext.varint cimport put_varint, varint_len
 from libc.string cimport memcpy
 
 from logtide._ext.crc32c cimport crc32c_update
@@ -40,35 +42,16 @@ DEF T_BATCH_MESSAGES = 0x1a
 DEF T_BATCH_SEQ = 0x20
 
 
-cdef extern from *:
-    int __builtin_clzll(unsigned long long) nogil
-
-
-cdef inline int _vlen(uint64_t v) noexcept nogil:
-    """Bytes of v as a varint: 7 bits a byte over its significant bits (at least one byte)."""
-    return (70 - __builtin_clzll(v | 1)) // 7
-
-
-cdef inline Py_ssize_t _put_varint(uint8_t* o, uint64_t v) noexcept nogil:
-    cdef Py_ssize_t n = 0
-    while v >= 0x80:
-        o[n] = <uint8_t>(v & 0x7f) | 0x80
-        v >>= 7
-        n += 1
-    o[n] = <uint8_t>v
-    return n + 1
-
-
 cdef inline Py_ssize_t _field_len(uint64_t v) noexcept nogil:
     """Bytes of a varint field (tag + value); 0 when v is the default."""
-    return 1 + _vlen(v) if v else 0
+    return 1 + varint_len(v) if v else 0
 
 
 cdef inline Py_ssize_t _put_field(uint8_t* o, uint8_t tag, uint64_t v) noexcept nogil:
     if not v:
         return 0
     o[0] = tag
-    return 1 + _put_varint(o + 1, v)
+    return 1 + put_varint(o + 1, 0, v)
 
 
 cdef inline void _put_be64(uint8_t* p, uint64_t v) noexcept nogil:
@@ -94,17 +77,17 @@ def entry_field(uint64_t term, uint64_t index, uint32_t etype, bytes data) -> by
     crc = crc32c_update(crc32c_update(0, key, 17), dp, <size_t>dn)
     body = _field_len(term) + _field_len(index) + _field_len(etype) + _field_len(crc)
     if dn:
-        body += 1 + _vlen(<uint64_t>dn) + dn
-    out = PyBytes_FromStringAndSize(NULL, 1 + _vlen(<uint64_t>body) + body)
+        body += 1 + varint_len(<uint64_t>dn) + dn
+    out = PyBytes_FromStringAndSize(NULL, 1 + varint_len(<uint64_t>body) + body)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     o[0] = T_MSG_ENTRIES
-    pos = 1 + _put_varint(o + 1, <uint64_t>body)
+    pos = 1 + put_varint(o + 1, 0, <uint64_t>body)
     pos += _put_field(o + pos, T_ENTRY_TERM, term)
     pos += _put_field(o + pos, T_ENTRY_INDEX, index)
     pos += _put_field(o + pos, T_ENTRY_TYPE, etype)
     if dn:
         o[pos] = T_ENTRY_DATA
-        pos += 1 + _put_varint(o + pos + 1, <uint64_t>dn)
+        pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>dn)
         memcpy(o + pos, dp, dn)
         pos += dn
     pos += _put_field(o + pos, T_ENTRY_CRC, crc)
@@ -123,7 +106,7 @@ def message_bytes(uint32_t mtype, uint64_t to, uint64_t frm, uint64_t term, uint
     total = (_field_len(mtype) + _field_len(to) + _field_len(frm) + _field_len(term) + _field_len(log_term)
              + _field_len(index) + _field_len(commit) + (2 if reject else 0) + _field_len(reject_hint))
     if cn:
-        total += 1 + _vlen(<uint64_t>cn) + cn
+        total += 1 + varint_len(<uint64_t>cn) + cn
     for k in range(n):
         f = <object>PyList_GET_ITEM(entry_fields, k)
         if type(f) is not bytes:
@@ -147,7 +130,7 @@ def message_bytes(uint32_t mtype, uint64_t to, uint64_t frm, uint64_t term, uint
     pos += _put_field(o + pos, T_MSG_REJECT_HINT, reject_hint)
     if cn:
         o[pos] = T_MSG_CONTEXT
-        pos += 1 + _put_varint(o + pos + 1, <uint64_t>cn)
+        pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>cn)
         memcpy(o + pos, PyBytes_AS_STRING(context), cn)
         pos += cn
     return out
@@ -166,7 +149,7 @@ def batch_bytes(uint64_t cluster, uint64_t frm, list messages, uint64_t seq=0) -
         if type(m) is not bytes:
             raise TypeError(f"a message must be bytes, not {type(m).__name__}")
         mn = PyBytes_GET_SIZE(m)
-        total += 1 + _vlen(<uint64_t>mn) + mn
+        total += 1 + varint_len(<uint64_t>mn) + mn
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     pos = _put_field(o, T_BATCH_CLUSTER, cluster)
@@ -175,7 +158,7 @@ def batch_bytes(uint64_t cluster, uint64_t frm, list messages, uint64_t seq=0) -
         m = <object>PyList_GET_ITEM(messages, k)
         mn = PyBytes_GET_SIZE(m)
         o[pos] = T_BATCH_MESSAGES
-        pos += 1 + _put_varint(o + pos + 1, <uint64_t>mn)
+        pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>mn)
         memcpy(o + pos, PyBytes_AS_STRING(m), mn)
         pos += mn
     pos += _put_field(o + pos, T_BATCH_SEQ, seq)
