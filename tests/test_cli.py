@@ -2,7 +2,6 @@
 import subprocess
 import sys
 
-import pytest
 from logtide_cli import logtide_cmd
 
 
