@@ -6,17 +6,15 @@ does not stall the process's other clients."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from frozen import freeze
+from logtide_cli import logtide_cmd
 
 from logtide.errors import DeadlineExceededError, RpcError, RpcStreamBroken
 
@@ -24,10 +22,6 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("carrier", ["wir
 
 
 # --- a real server process, SIGSTOPped and SIGKILLed under concurrent callers ------------------
-
-def _logtide():
-    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
 
 
 def _free_port() -> int:
@@ -40,7 +34,7 @@ def _serve(path, port, carrier):
     """The log service on `port`: its framed carrier there, or its gRPC port there."""
     where = (["--listen", f"127.0.0.1:{port}"] if carrier == "wire" else
              ["--listen", "127.0.0.1:0", "--grpc-listen", f"127.0.0.1:{port}"])
-    p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", str(path), *where, "--stats-interval", "0"],
+    p = subprocess.Popen(logtide_cmd() + ["logservice", "serve", "--dir", str(path), *where, "--stats-interval", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()
     assert " on " in line, line
@@ -175,7 +169,7 @@ def test_sigkill_mid_batch_under_32_callers(tmp_path, carrier):
 def test_meta_client_under_a_stopped_server(tmp_path, carrier):
     from logtide import connect_meta
     from logtide.errors import MetaUnavailableError
-    p = subprocess.Popen(_logtide() + ["meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", "127.0.0.1:0"],
+    p = subprocess.Popen(logtide_cmd() + ["meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", "127.0.0.1:0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = p.stdout.readline()

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,6 +24,7 @@ from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import (BadWireMagic, DeadlineExceededError, FrameChecksumError, FrameTimeout, FrameTooLarge,
                             InvalidRange, InvalidRequest, MalformedFrame, MessageTooLarge, RemoteError, RpcError,
                             UnknownWireId)
+from logtide_cli import logtide_cmd
 
 pytestmark = pytest.mark.timeout(120)
 K = wc.KINDS
@@ -326,14 +324,10 @@ def test_connect_errors():
 
 # --- a SIGSTOPped server process -------------------------------------------------------------------
 
-def _logtide():
-    exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "logtide"]
-
 
 def test_deadlines_against_a_stopped_server_process(tmp_path):
     from logtide import connect_logservice
-    p = subprocess.Popen(_logtide() + ["logservice", "serve", "--dir", str(tmp_path / "log"), "--stats-interval", "0"],
+    p = subprocess.Popen(logtide_cmd() + ["logservice", "serve", "--dir", str(tmp_path / "log"), "--stats-interval", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          env=dict(os.environ, LOGTIDE_RPC_KEEPALIVE="1", LOGTIDE_RPC_KEEPALIVE_TIMEOUT="1"))
     try:
