@@ -14,8 +14,8 @@ wakes them, as `handoff` says:
 - HANDOFF_AT_CALL: the first at once, and each caller wakes the next ready one when its next call
   gives up the GIL, in the same GIL release as its own wait: each woken caller finds the GIL free,
   one context switch per call. The next call of a woken caller may never come (it went on to other
-  work): the sender then wakes the next ready one after `stall_s`, counted from when the last
-  woken caller ran.
+  work): the sender then wakes every ready one left after `stall_s`, counted from when the last
+  woken caller ran (all at once: one by one, each would wait a stall_s more than the one before).
 (The stall wake-up is a defence only with HANDOFF_AT_WAKE. A settled caller nobody woke claims its
 outcome itself after RECHECK_S.)
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
@@ -401,15 +401,14 @@ cdef class CallSlots:
     cdef double _batch_due_locked(self, double now, cs_waiter** stalled) noexcept nogil:
         """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
         now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
-        list left unclaimed for stall_s gets its head detached onto *stalled, to wake once the mutex
-        is released (the caller woken before it did not come back): the chain goes on from there,
-        one caller at a time as before."""
+        list left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is released
+        (the caller woken before them did not come back): all of them at once, so a caller that goes
+        on to other work delays the others of its frame by one stall_s, not one each."""
         cdef double lend
-        cdef cs_waiter* r
         if self.ready != NULL and now - self.handed >= self.stall_s:
-            r = self._pop_ready()
-            r.next = stalled[0]
-            stalled[0] = r
+            self.ready_tail.next = stalled[0]
+            stalled[0] = self.ready
+            self.ready = self.ready_tail = NULL
             self.stalls += 1
         if self.pend_n and self.returning == 0:
             return 0

@@ -42,7 +42,8 @@ K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
 # ready callers wait this long at most for a woken one that does not call again (not its GIL wait
-# or a late CPU: the clock starts when it runs); short would wake the loop thread within a chain
+# or a late CPU: the clock starts when it runs), then are woken together; short would wake the
+# loop thread within a chain
 HANDOFF_STALL_S = 0.001
 # a REPLIES frame wakes its first caller, and each caller wakes the next when its next call gives up
 # the GIL (as the log's group commit hands a durable group's appenders on): woken all at once they
