@@ -8,6 +8,8 @@ Each system runs for the same time (10 s at full scale) with 1, 4, 16 and 32 cli
 state: PostgreSQL's figure is the tps pgbench reports without initial connection time; logtide's
 client threads are started and its service opened before the clock starts (bench/sustained.py).
 The ratios use those steady rates, not a round's wall time (which holds pgbench's process start).
+At 16 clients each side also runs confined to one CPU (logtide.cpu_affinity; PostgreSQL's server
+and pgbench together), and the one-CPU ratios take PostgreSQL's faster run of the two placements.
 The plot shows throughput second by second at 16 clients (a decay shows) and against client count.
 Figures: writes per fsync (group-commit factor), process CPU us per write (all threads; the GIL
 lets about one core of it run at a time, so it bounds the throughput near 1e6 / that figure) and
@@ -32,6 +34,14 @@ RATIOS = [
           "test_pg_insert_txn[16]", 1.5, 27),
     Ratio("replication primary: single-tuple inserts, 16 backends, durable, sustained vs the same PostgreSQL run",
           "test_primary_insert[16]", "test_pg_insert_txn[16]", 1.5, 27),
+    # each side in the placement it does best in: logtide confined to one CPU (logtide.cpu_affinity),
+    # PostgreSQL's faster run of two CPUs and one (its server and pgbench confined the same way)
+    Ratio("TN confined to one CPU: single-row insert transactions, 16 client threads vs PostgreSQL's best run "
+          "(2 CPUs, or server and pgbench confined to one CPU)", "test_tn_insert_txn_one_cpu",
+          ("test_pg_insert_txn[16]", "test_pg_insert_txn_one_cpu"), 1.5, 27),
+    Ratio("replication primary confined to one CPU: single-tuple inserts, 16 backends vs PostgreSQL's best run "
+          "(2 CPUs, or one)", "test_primary_insert_one_cpu",
+          ("test_pg_insert_txn[16]", "test_pg_insert_txn_one_cpu"), 1.5, 27),
 ] + [
     # the other client counts of the plot, as ratios: the issue sets its goal at 16
     Ratio(f"TN: single-row insert transactions, {c} client thread{'s' if c > 1 else ''} vs PostgreSQL, {c} "
@@ -76,18 +86,17 @@ def pg():
         yield peer
 
 
-@pytest.mark.benchmark(group="durable-writes")
-def test_pg_insert_txn(benchmark, pg, clients):
+def _pg_run(benchmark, pg, clients: int, cpus=None) -> None:
     runs = []
-    benchmark.pedantic(lambda: runs.append(pg.pgbench(PG_SCRIPT, clients, SECONDS)), rounds=1, iterations=1)
+    benchmark.pedantic(lambda: runs.append(pg.pgbench(PG_SCRIPT, clients, SECONDS, cpus=cpus)), rounds=1,
+                       iterations=1)
     run = runs[0]
     assert run.ops > 0
     benchmark.extra_info.update(items=run.ops, clients=clients, rate=run.rate, per_second=run.per_second,
-                                seconds=run.seconds)
+                                seconds=run.seconds, cpus=sorted(cpus) if cpus else "all")
 
 
-@pytest.mark.benchmark(group="durable-writes")
-def test_tn_insert_txn(benchmark, tmp_path, clients):
+def _tn_run(benchmark, tmp_path, clients: int) -> None:
     from logtide import LogService
     from logtide.engine.logtail import TransactionNode
     from logtide.engine.objectstore import ObjectStore
@@ -111,8 +120,7 @@ def test_tn_insert_txn(benchmark, tmp_path, clients):
         log.close()
 
 
-@pytest.mark.benchmark(group="durable-writes")
-def test_primary_insert(benchmark, tmp_path, clients):
+def _primary_run(benchmark, tmp_path, clients: int) -> None:
     from logtide.replay.primary import Primary
     primary = Primary(tmp_path, pool_pages=8192)
     try:
@@ -124,6 +132,53 @@ def test_primary_insert(benchmark, tmp_path, clients):
                 records_per_fsync=(primary.committer.items - n0) / max(1, log.stats()["groups"] - g0))
     finally:
         primary.close()
+
+
+@pytest.mark.benchmark(group="durable-writes")
+def test_pg_insert_txn(benchmark, pg, clients):
+    _pg_run(benchmark, pg, clients)
+
+
+@pytest.mark.benchmark(group="durable-writes")
+def test_tn_insert_txn(benchmark, tmp_path, clients):
+    _tn_run(benchmark, tmp_path, clients)
+
+
+@pytest.mark.benchmark(group="durable-writes")
+def test_primary_insert(benchmark, tmp_path, clients):
+    _primary_run(benchmark, tmp_path, clients)
+
+
+# The same runs at 16 clients with each side confined to one CPU (after every client count above,
+# one after another). logtide's Python runs on one CPU at a time (the GIL); its threads then wake
+# each other without waking a second CPU (bench/bench_wake_cost.py). The TN, the primary and their
+# log are opened inside the confinement, so every thread they start shares it.
+
+def _one_cpu() -> frozenset[int]:
+    from logtide.cpu_affinity import allowed_cpus
+    cpus = sorted(allowed_cpus())
+    if len(cpus) < 2:
+        pytest.skip("one CPU available: the runs above are already confined to it")
+    return frozenset(cpus[:1])
+
+
+@pytest.mark.benchmark(group="durable-writes-one-cpu")
+def test_pg_insert_txn_one_cpu(benchmark, pg):
+    _pg_run(benchmark, pg, 16, cpus=_one_cpu())
+
+
+@pytest.mark.benchmark(group="durable-writes-one-cpu")
+def test_tn_insert_txn_one_cpu(benchmark, tmp_path):
+    from logtide.cpu_affinity import confined
+    with confined(_one_cpu()):
+        _tn_run(benchmark, tmp_path, 16)
+
+
+@pytest.mark.benchmark(group="durable-writes-one-cpu")
+def test_primary_insert_one_cpu(benchmark, tmp_path):
+    from logtide.cpu_affinity import confined
+    with confined(_one_cpu()):
+        _primary_run(benchmark, tmp_path, 16)
 
 
 LINES = {"TN insert transactions": "test_tn_insert_txn", "primary tuple inserts": "test_primary_insert",

@@ -3,11 +3,14 @@
 Appenders wait for durability in Cython (engine/logservice/log_writer.py, _ext/commit_queue.pyx).
 Each benchmark reports, over all its rounds, the appends per fdatasync and the process CPU time per
 append (time.process_time: every thread of the process, the flusher and the kernel's fsync work
-included). The issue's goal: 32 appenders >= 10x one appender, at <= 8 us CPU per append.
+included) and the context switches per append. The issue's goal: 32 appenders >= 10x one appender,
+at <= 6 us CPU per append. The same two runs confined to one CPU (logtide.cpu_affinity, both sides)
+show what the wake-ups across CPUs cost (bench/bench_wake_cost.py).
 """
 from __future__ import annotations
 
 import os
+import resource
 import time
 
 import pytest
@@ -19,6 +22,8 @@ from bench.client_threads import Threads
 RATIOS = [
     Ratio("log group commit: 32 appenders vs 1 appender, fsync=always, 256 B (Cython waiters)",
           "test_group_commit_appenders[32]", "test_group_commit_appenders[1]", 10.0, 13),
+    Ratio("log group commit confined to one CPU: 32 appenders vs 1 appender, fsync=always, 256 B",
+          "test_group_commit_one_cpu[32]", "test_group_commit_one_cpu[1]", 10.0, 27),
 ]
 
 CLIENTS = (1, 4, 16, 32)
@@ -29,12 +34,27 @@ PAYLOAD = b"\xa5" * 256
 @pytest.mark.benchmark(group="logservice-group-commit")
 @pytest.mark.parametrize("clients", CLIENTS)
 def test_group_commit_appenders(benchmark, items, tmp_path, clients):
+    _appenders(benchmark, items, tmp_path, clients)
+
+
+@pytest.mark.benchmark(group="logservice-group-commit-one-cpu")
+@pytest.mark.parametrize("clients", (1, 32))
+def test_group_commit_one_cpu(benchmark, items, tmp_path, clients):
+    from logtide.cpu_affinity import allowed_cpus, confined
+    cpus = sorted(allowed_cpus())
+    if len(cpus) < 2:
+        pytest.skip("one CPU available: the runs above are already confined to it")
+    with confined(cpus[:1]):   # the service's flusher and the appenders alike
+        _appenders(benchmark, items, tmp_path, clients)
+
+
+def _appenders(benchmark, items, tmp_path, clients: int) -> None:
     from logtide import LogService
     # one appender: 400 appends a round; concurrent ones: 3200 shared out
     per = scaled(400, minimum=20) if clients == 1 else max(4, scaled(3200, minimum=128) // clients)
     n = items(per * clients, clients=clients)
     pool = Threads(clients)
-    totals = {"cpu": 0.0, "appends": 0}
+    totals = {"cpu": 0.0, "switches": 0, "appends": 0}
     try:
         with LogService.open(tmp_path / "log", fsync="always") as svc:
             def body(t):
@@ -43,9 +63,11 @@ def test_group_commit_appenders(benchmark, items, tmp_path, clients):
                     append(PAYLOAD, replica_id=t)
 
             def run():
-                c0 = time.process_time()
+                c0, r0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
                 pool.run(body)
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
                 totals["cpu"] += time.process_time() - c0
+                totals["switches"] += (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw)
                 totals["appends"] += n
 
             g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
@@ -55,6 +77,7 @@ def test_group_commit_appenders(benchmark, items, tmp_path, clients):
             benchmark.extra_info["figures"] = {
                 "appends_per_fsync": totals["appends"] / max(1, st["groups"] - g0),
                 "cpu_us_per_append": 1e6 * totals["cpu"] / max(1, totals["appends"]),
+                "switches_per_append": totals["switches"] / max(1, totals["appends"]),
                 "goal_cpu_us_per_append": GOAL_CPU_US,
                 "load_avg_1m": os.getloadavg()[0],
             }

@@ -75,17 +75,39 @@ class PgPeer:
         return _run([str(PG_BIN / "psql"), *self._common(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", statement,
                      "postgres"], 60)
 
-    def pgbench(self, script: str, clients: int, seconds: int) -> SustainedRun:
+    def server_pids(self) -> list[int]:
+        """The postmaster and every process it has started (backends, walwriter, checkpointer...)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+        return [postmaster, *map(int, children)]
+
+    def confine(self, cpus) -> None:
+        """Run the server on `cpus` (every process of it; backends forked later inherit it)."""
+        for pid in self.server_pids():
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except ProcessLookupError:
+                pass
+
+    def pgbench(self, script: str, clients: int, seconds: int, cpus=None) -> SustainedRun:
         """Run `script` (pgbench syntax) with `clients` connections for `seconds` (pgbench -T, whole
         seconds); its steady rate is the tps pgbench reports without initial connection time, its
-        per-second series the -P 1 progress lines. pgbench fails on any error."""
+        per-second series the -P 1 progress lines. pgbench fails on any error. With `cpus`, the
+        server and pgbench run on those CPUs only (the server is given all of them back after)."""
         path = self.dir / f"script-{clients}.sql"
         path.write_text(script)
         os.chmod(path, 0o644)
         seconds = max(1, int(round(seconds)))
-        out, err = _run([str(PG_BIN / "pgbench"), *self._common(), "-n", "-c", str(clients),
-                         "-j", str(min(clients, 4)), "-T", str(seconds), "-P", "1", "-f", str(path), "postgres"],
-                        seconds + 600, both=True)
+        cmd = [str(PG_BIN / "pgbench"), *self._common(), "-n", "-c", str(clients), "-j", str(min(clients, 4)),
+               "-T", str(seconds), "-P", "1", "-f", str(path), "postgres"]
+        if cpus:
+            self.confine(cpus)
+            cmd = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *cmd]
+        try:
+            out, err = _run(cmd, seconds + 600, both=True)
+        finally:
+            if cpus:
+                self.confine(os.sched_getaffinity(0))
         tps, done = _TPS.search(out), _DONE.search(out)
         if not tps or not done:
             raise RuntimeError(f"pgbench printed no tps or transaction count:\n{out[-2000:]}")
