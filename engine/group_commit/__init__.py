@@ -14,7 +14,10 @@ Two mechanisms, one per kind of log, chosen by `open_committer`:
   replicated log, which cannot queue a record without waiting for it).
 
 Both wake a durable group's writers by handoff: one at a time, each as the writer before it gives
-up the GIL, so a woken writer finds the GIL free instead of queueing for it behind its group.
+up the GIL, so a woken writer finds the GIL free instead of queueing for it behind its group. A
+pipelined committer made on a thread confined to one CPU (logtide.cpu_affinity) wakes them all at
+once instead: the scheduler then runs them one after another, which is the same order without the
+chain.
 """
 from __future__ import annotations
 
