@@ -237,3 +237,35 @@ def test_a_stopped_primary_still_closes_and_a_new_one_recovers(tmp_path):
     finally:
         again.close()
         log2.close()
+
+
+def test_the_wake_mode_follows_the_cpus_the_committer_is_made_on(tmp_path):
+    """Across CPUs a durable group's writers are handed on one at a time; made on a thread confined to
+    one CPU, the committer has them woken at once. Either way every writer gets its own durable LSN."""
+    from logtide.cpu_affinity import allowed_cpus, confined
+    from logtide.engine.group_commit import open_committer
+    cpus = sorted(allowed_cpus())
+    for place, want in ((cpus, len(cpus) > 1), (cpus[:1], False)):
+        log = LogService.open(tmp_path / f"log-{len(place)}", fsync="always", truncation_interval=0)
+        published: list[int] = []
+        try:
+            with confined(place):
+                c = open_committer(log, publish=lambda items, lsns: published.extend(lsns), write_group=None)
+                assert log.handoff is want
+                lsns: list[int] = []
+
+                def writer():
+                    for _ in range(25):
+                        lsn = c.enqueue(b"w", None)
+                        c.wait(lsn)
+                        lsns.append(lsn)
+                ths = [threading.Thread(target=writer) for _ in range(8)]
+                for th in ths:
+                    th.start()
+                for th in ths:
+                    th.join(60)
+            assert not any(th.is_alive() for th in ths)
+            assert sorted(lsns) == sorted(set(lsns)) and len(lsns) == 200
+            assert published == sorted(published) and set(lsns) <= set(published)
+        finally:
+            log.close()

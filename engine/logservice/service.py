@@ -489,6 +489,11 @@ class LogService(LogServiceClient):
             return None
         return self._writer.queue, _PREFIXES[0], self._max_payload
 
+    @property
+    def handoff(self) -> bool:
+        """Whether durable appenders are woken one at a time (see set_handoff)."""
+        return self._writer.queue.handoff
+
     def set_handoff(self, on: bool) -> None:
         """How appenders whose records became durable are woken: one at a time, each as the one
         before gives up the GIL (True; for writers with much Python work per record, such as the TN
