@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from logtide._ext import wal
 from logtide._ext.commit_queue import CommitQueue
 from logtide.engine.logservice.segment import Segment
 
@@ -48,10 +49,22 @@ class QueueFlusher:
             self._bind()
         return got
 
-    def read(self) -> bytes:
-        """The segment file's bytes."""
+    def assert_holds(self, last_lsn: int, size: int, frame_of) -> None:
+        """The file (size bytes) and the segment's index hold exactly the frames of the segment's
+        first LSN to last_lsn, frame_of(lsn) giving each one's (type, data), and the queue's durable
+        LSN is last_lsn."""
         with open(self.seg.path, "rb") as f:
-            return f.read()
+            buf = f.read()
+        seg = self.seg
+        assert len(buf) == size == seg.size
+        assert seg.count == last_lsn - seg.first_lsn + 1 and self.q.durable_lsn == last_lsn
+        if not size:
+            return
+        starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn)
+        assert status == wal.OK and end == size
+        assert starts.tolist() == seg.starts[:-1].tolist()
+        recs = wal.decode(buf, starts, types, lengths, seg.first_lsn, lambda lsn, t, data: (lsn, (t, data)))
+        assert all(frame == frame_of(lsn) for lsn, frame in recs)
 
     def close(self) -> None:
         os.close(self.fd)
