@@ -4,24 +4,23 @@
 It is group commit's pipelined mechanism (engine/group_commit) for every appender of the embedded
 log. Appenders frame their records straight into the queue's fill buffer (frame_buffer.pxd; LSNs
 are assigned there, under a C mutex), register a waiter for their last LSN and sleep, with the GIL
-released (waiter_handoff.pxd). One flusher thread takes the whole fill buffer at once (`flush`),
-writes it with one write() (segment_prealloc.pxd) and, with fsync="always", one fdatasync(), then
-`publish(lsn)` settles exactly the waiters whose LSN is <= lsn, by handoff or all at once.
-`fail(exc)` wakes every waiter with LogServiceFailed; `close()` refuses new appends and lets the
-flusher drain what is queued.
-
-With a segment bound (`bind_index`: its fd, offset array and count cell), `run` is the flusher's
-whole loop without the GIL (write, sync, index, publish, group after group), returning only what
-needs Python; and with `configure(direct=True)` (fsync="batch"/"never") an appender that finds the
-log idle writes and indexes its own record, without a thread hand-over.
+released (waiter_handoff.pxd). One flusher thread, in `run`, takes the whole fill buffer at once,
+writes it with one write() (segment_prealloc.pxd) at the end of the bound segment (`bind_index`: its
+fd, offset array and count cell) and, with fsync="always", one fdatasync(), indexes it and publishes
+it: exactly the waiters whose LSN is <= the group's last are settled, by handoff or all at once.
+All of it runs without the GIL, group after group; `run` returns only what needs Python (a group
+that rolls the segment, reaches the pre-allocation `mark` or fills the index, which the caller
+indexes and then publishes with `publish(lsn)`). `fail(exc)` wakes every waiter with
+LogServiceFailed; `close()` refuses new appends and lets the flusher drain what is queued. With
+`configure(direct=True)` (fsync="batch"/"never") an appender that finds the log idle writes and
+indexes its own record, without a thread hand-over.
 
     q = CommitQueue(next_lsn)
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
-    q.flush(fd, sync, base, timeout) -> (first, last, starts, nbytes) | CLOSED | KICKED | TIMEOUT
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
-    q.run(timeout, publish) -> a group for Python (as flush) | CLOSED | KICKED | TIMEOUT
+    q.run(timeout, publish) -> (first, last, starts, nbytes) for Python | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
 
 See docs/wal_format.md ("Durability") for the protocol.
@@ -41,14 +40,14 @@ from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_loc
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
 from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_waiter,
-                                          wl_count, wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
+                                          wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
                                           wl_settle, wl_sleep, wl_take_all, wl_take_ready, wl_take_stalled)
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 cnp.import_array()
 
-# flush() outcomes other than a group
+# run() outcomes other than a group
 CLOSED = "closed"
 KICKED = "kicked"
 TIMEOUT = "timeout"
@@ -90,11 +89,6 @@ cdef class CommitQueue:
     def handoff(self) -> bool:
         """Whether publish wakes durable waiters by handoff (see set_handoff)."""
         return self.waiters.handoff
-
-    @property
-    def handoff_stall(self) -> float:
-        """Seconds after which the flusher wakes ready waiters nobody handed off to."""
-        return self.waiters.stall
 
     @property
     def stalls(self) -> int:
@@ -140,15 +134,6 @@ cdef class CommitQueue:
             self.fl_word += 1
             return True
         return False
-
-    def wake_stalled(self) -> None:
-        """What the flusher does whenever it waits: wake the durable waiters left unclaimed."""
-        cdef lt_waiter* r
-        with nogil:
-            lt_lock(&self.mu)
-            r = wl_take_stalled(&self.waiters, lt_now())
-            lt_unlock(&self.mu)
-            wl_settle(r, W_DURABLE)
 
     cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
         with nogil:
@@ -482,7 +467,8 @@ cdef class CommitQueue:
         return err
 
     cdef object _group(self, uint64_t base):
-        """The group in `out` as flush() returns it; counts it and frees a huge buffer."""
+        """The group in `out` as run() hands it to Python: (first LSN, last LSN, absolute frame starts
+        u64[n], bytes written); counts it and frees a huge buffer."""
         cdef Py_ssize_t n = self.out.n, i
         cdef cnp.ndarray[cnp.uint64_t, ndim=1] starts = np.empty(n, dtype=np.uint64)
         cdef uint64_t* sp = <uint64_t*>starts.data
@@ -493,31 +479,6 @@ cdef class CommitQueue:
         nbytes = self.out.len
         fb_trim(&self.out, KEEP_BYTES)
         return self.out_first, self.out_first + <uint64_t>n - 1, starts, nbytes
-
-    def flush(self, int fd, bint sync, uint64_t base, double timeout, uint64_t publish=0):
-        """Take everything queued, write it to fd at file offset `base` (its logical end), fdatasync when
-        sync. Returns (first LSN, last LSN, absolute frame starts u64[n], bytes written), or CLOSED
-        (closing and nothing queued), KICKED (kick() and nothing queued; a group taken after a kick
-        absorbs it), TIMEOUT. OSError when the write or sync fails (the group's waiters are still
-        queued: fail() settles them). The caller indexes the group and publishes it.
-
-        publish: an LSN to publish first, once the GIL is released (the flusher's previous group):
-        the appender woken then finds the GIL free instead of waiting for the flusher's Python."""
-        cdef int outcome, err = 0
-        with nogil:
-            if publish:
-                self._publish_now(publish)
-            outcome = self._take(timeout, sync)
-            if outcome == 0:
-                lt_lock(&self.mu)
-                self.kicked = False  # the caller checks for sync requests after every group too
-                lt_unlock(&self.mu)
-                err = self._write_at(fd, self.out.data, self.out.len, base, sync)
-        if outcome != 0:
-            return KICKED if outcome == 1 else CLOSED if outcome == 2 else TIMEOUT
-        if err:
-            raise OSError(err, os.strerror(err))
-        return self._group(base)
 
     cdef void _publish_now(self, uint64_t lsn) noexcept nogil:
         """Publish the flusher's last group, which it no longer holds: in the same step, so that an
@@ -611,7 +572,7 @@ cdef class CommitQueue:
     def run(self, double timeout, uint64_t publish=0):
         """The flusher's loop (bind_index first): take each group, write it to the bound segment at its
         end, fdatasync it (sync_always), index it, publish it and wake its waiters, all with the GIL
-        released. Returns what needs the flusher's Python: a group as flush() returns it, not yet
+        released. Returns what needs the flusher's Python: a group (see _group), written but not yet
         indexed nor published (it reaches the roll size or the pre-allocation mark, or the index is
         full), or KICKED (a kick(), once the groups queued with it are published), CLOSED, TIMEOUT
         (idle for `timeout`, or a batch sync due). OSError when a write or sync fails."""
@@ -753,14 +714,6 @@ cdef class CommitQueue:
             self.fl_word += 1
             lt_unlock(&self.mu)
             lt_futex_wake(&self.fl_word, 1)
-
-    def waiting(self) -> int:
-        """Appends registered and not yet settled (for tests)."""
-        cdef Py_ssize_t n
-        lt_lock(&self.mu)
-        n = wl_count(&self.waiters)
-        lt_unlock(&self.mu)
-        return n
 
     # -- queue now, wait for durability later: the pipelined committer's appends (the TN's and the
     # primary's; they queue under their own ordering lock and wait without it) --

@@ -165,16 +165,6 @@ cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
     return w
 
 
-cdef inline Py_ssize_t wl_count(WaitList* l) noexcept nogil:
-    """Registered waiters not yet durable."""
-    cdef Py_ssize_t n = 0
-    cdef lt_waiter* w = l.head
-    while w != NULL:
-        n += 1
-        w = w.next
-    return n
-
-
 cdef inline void wake_word(int* word) noexcept nogil:
     """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
     lt_bump(word)

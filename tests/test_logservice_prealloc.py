@@ -19,6 +19,7 @@ from logtide import CorruptLogError, LogService
 from logtide._ext import wal
 from logtide.engine.logservice.log_format import PREALLOC_FILE, PREFILL_MIN
 from child_output import rest_of_output
+from queue_flusher import QueueFlusher
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -306,15 +307,16 @@ def test_prefill_never_overwrites_frames_and_skips_a_replaced_segment(tmp_path):
     import threading
     from logtide._ext.commit_queue import CommitQueue
     q = CommitQueue(1)
-    fd = os.open(tmp_path / "a.log", os.O_RDWR | os.O_CREAT, 0o644)
+    fl = QueueFlusher(q, tmp_path, 1)
+    fd = fl.fd
     fd2 = os.open(tmp_path / "b.log", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        q.set_segment(fd, 0)
+        q.mark = 0  # the group comes back unpublished: the fills below run while its appender waits
         gen = q.generation
         got = []
         t = threading.Thread(target=lambda: got.append(q.append_many(0, b"", [b"x" * 50, b"y" * 70])))
         t.start()
-        first, last, starts, nbytes = q.flush(fd, False, 0, 5.0)
+        first, last, starts, nbytes = fl.run(5.0)
         assert (first, last, nbytes) == (1, 2, 160) and q.zeroed == 160  # the group grew the file
         assert q.prefill(gen, 4096, True) == 4096 - 160
         assert q.prefill(gen, 1000, True) == 0  # already that long
@@ -326,9 +328,9 @@ def test_prefill_never_overwrites_frames_and_skips_a_replaced_segment(tmp_path):
         assert wal.scan(raw, 0, 1)[3:] == (160, wal.OK)
         q.set_segment(fd2, 0)
         assert q.generation == gen + 1
-        assert q.prefill(gen, 8192, True) == 0 and os.fstat(fd2).st_size == 0  # meant for a.log
+        assert q.prefill(gen, 8192, True) == 0 and os.fstat(fd2).st_size == 0  # meant for the first file
         assert q.prefill(gen + 1, 100, False) == 100 and os.fstat(fd2).st_size == 100
     finally:
         q.close()
-        os.close(fd)
+        fl.close()
         os.close(fd2)
