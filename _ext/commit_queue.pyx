@@ -362,7 +362,7 @@ cdef class CommitQueue:
     cdef int _take(self, double timeout, bint sync) noexcept nogil:
         """Wait (mu not held) for a group and swap it into `out`: 0, or 1 KICKED, 2 CLOSED, 3 TIMEOUT
         (also: a batch sync is due). The flusher's previous group is no longer in hand (busy ends)."""
-        cdef double now, wait_until, delay, deadline = -1.0
+        cdef double now, until, wait_until, delay, deadline = -1.0
         cdef int seen
         cdef int outcome = 0
         cdef bint napped = False, timed
@@ -371,9 +371,13 @@ cdef class CommitQueue:
         cdef lt_waiter* stalled
         lt_lock(&self.mu)
         self.busy = False
-        wait_until = lt_now() + timeout
+        until = lt_now() + timeout
         while True:
             now = lt_now()
+            # when to look again; a nap, a due batch sync or unclaimed hand-offs may bring it
+            # nearer, but only `until` ends the wait with TIMEOUT (else an ended nap would return
+            # before it ends the expectation, and every later call would nap again)
+            wait_until = until
             stalled = wl_take_stalled(&self.waiters, now)
             if stalled != NULL:
                 lt_unlock(&self.mu)
@@ -404,7 +408,7 @@ cdef class CommitQueue:
                 wl_settle(stalled, W_DURABLE)
                 lt_lock(&self.mu)
                 break
-            elif now >= wait_until:
+            elif now >= until:
                 outcome = 3
                 break
             if self.batch_interval > 0 and self.unsynced_since > 0 and not self.solo:

@@ -308,9 +308,6 @@ def test_flusher_naps_once_for_an_expected_group(tmp_path):
         fl.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a nap that ends with nothing queued ends _take with TIMEOUT (the nap "
-                   "shortened its deadline) before it ends the expectation: every later run() naps again and "
-                   "returns TIMEOUT after the commit delay, so an idle flusher comes back to Python each delay")
 @pytest.mark.timeout(60)
 def test_flusher_naps_once_then_sleeps_until_woken(tmp_path):
     """A nap that ends with nothing queued ends the expectation (docs/wal_format.md, "Commit
