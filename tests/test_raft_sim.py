@@ -10,6 +10,8 @@ import pytest
 
 from logtide.engine.raft.sim import Simulation, run_seed
 
+from seed_pool import run_seeds
+
 SEEDS = 1000
 # (fault ticks, fixed seeds, fresh random seeds) of the longer sweeps: about a minute in CI together;
 # `logtide raft sim --soak MINUTES` and docs/raft.md's ranges are the proof
@@ -25,10 +27,9 @@ CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 13
 def test_1000_seeds_keep_every_safety_property_and_heal():
     failures, heal = [], []
     totals = {"acks": 0, "reads": 0, "crashes": 0, "snapshots": 0, "conf_changes": 0, "elections": 0}
-    for seed in range(SEEDS):
-        res = run_seed(seed)
+    for res in run_seeds(run_seed, [(seed, 150) for seed in range(SEEDS)]):
         if not res.ok:
-            failures.append(f"seed {seed}: {res.error}\n  replay: {res.replay}")
+            failures.append(f"seed {res.seed}: {res.error}\n  replay: {res.replay}")
             continue
         heal.append(res.heal_ticks)
         for k in totals:
@@ -68,12 +69,8 @@ def test_acknowledging_before_sync_is_caught(tmp_path):
 
 
 def _failures(jobs) -> list[str]:
-    out = []
-    for seed, ticks in jobs:
-        res = run_seed(seed, fault_ticks=ticks)
-        if not res.ok:
-            out.append(f"seed {seed} ({ticks} fault ticks): {res.error}\n  replay: {res.replay}")
-    return out
+    return [f"seed {res.seed} ({ticks} fault ticks): {res.error}\n  replay: {res.replay}"
+            for (_seed, ticks), res in zip(jobs, run_seeds(run_seed, jobs)) if not res.ok]
 
 
 @pytest.mark.parametrize("ticks,fixed,fresh", SWEEPS, ids=[f"{t}-ticks" for t, _f, _n in SWEEPS])
