@@ -23,8 +23,8 @@ SECONDS = max(1, round(10 * SCALE))
 # pgbench's side at small scales runs 2 s, the least in which pgbench -P 1 prints a progress line
 PGBENCH_SECONDS = max(2, SECONDS)
 # how long each etcd set-up is probed before the timed run (bench/etcd_cluster.py)
-PROBE_SECONDS = max(0.2, 3 * SCALE)
-WARMUP_SECONDS = 1.0 if SCALE >= 1 else 0.2
+PROBE_SECONDS = max(0.1, 3 * SCALE)
+WARMUP_SECONDS = 1.0 if SCALE >= 1 else 0.1
 
 
 @dataclass
