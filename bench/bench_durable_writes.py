@@ -22,7 +22,7 @@ import itertools
 import pytest
 
 from bench.ratios import Ratio
-from bench.sustained import SECONDS, run_sustained
+from bench.sustained import PGBENCH_SECONDS, SECONDS, run_sustained
 
 CLIENTS = (1, 4, 16, 32)
 REL = 16384
@@ -88,7 +88,7 @@ def pg():
 
 def _pg_run(benchmark, pg, clients: int, cpus=None) -> None:
     runs = []
-    benchmark.pedantic(lambda: runs.append(pg.pgbench(PG_SCRIPT, clients, SECONDS, cpus=cpus)), rounds=1,
+    benchmark.pedantic(lambda: runs.append(pg.pgbench(PG_SCRIPT, clients, PGBENCH_SECONDS, cpus=cpus)), rounds=1,
                        iterations=1)
     run = runs[0]
     assert run.ops > 0

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.conftest import SCALE, scaled
+from bench.conftest import scaled
 from bench.etcd_kv_client import etcd_kv
 from bench.ratios import Ratio
-from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
+from bench.sustained import PROBE_SECONDS, WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
     Ratio("meta-service over the framed carrier: upsert vs etcd put (16 client threads, 64-byte values, sustained, after warm-up)", "test_meta_net_upsert[16]",
@@ -291,7 +291,7 @@ def _etcd_bench(benchmark, etcd, call, clients: int):
     def op(c, t):
         counts[t] += 1
         call(pb, c, _key((t * 7919 + counts[t]) % N_KEYS).encode())
-    conns, info = fastest_connections([addr], pb, clients, op, max(0.5, 3 * SCALE))
+    conns, info = fastest_connections([addr], pb, clients, op, PROBE_SECONDS)
     try:
         sustained_benchmark(benchmark, clients, lambda t: op(conns[t], t), **info)
     finally:

@@ -21,9 +21,8 @@ import shutil
 
 import pytest
 
-from bench.conftest import SCALE
 from bench.ratios import Ratio
-from bench.sustained import sustained_benchmark
+from bench.sustained import PROBE_SECONDS, SECONDS, sustained_benchmark
 
 RATIOS = [
     Ratio("meta-service 3 Raft replicas upsert vs etcd 3-member put (16 clients, 64 B, sustained)",
@@ -35,7 +34,8 @@ RATIOS = [
 ]
 
 CLIENTS = 16
-PROBE_SECONDS = max(0.5, 3 * SCALE)   # each etcd set-up is probed this long before the timed run
+# the sustained runs: two per-second samples at least at small scales (the smoke test checks the series)
+RUN_SECONDS = max(2, SECONDS)
 N_KEYS = 1000
 VALUE = b"v" * 64
 
@@ -81,7 +81,7 @@ def test_meta_raft_upsert(benchmark, meta_group):
     from logtide.engine.meta.client import connect_meta
     keys = _keys()
     with connect_meta(meta_group.addresses) as m:
-        sustained_benchmark(benchmark, CLIENTS, lambda t: m.upsert(next(keys[t]), VALUE))
+        sustained_benchmark(benchmark, CLIENTS, lambda t: m.upsert(next(keys[t]), VALUE), seconds=RUN_SECONDS)
 
 
 @pytest.mark.benchmark(group="meta-raft-get")
@@ -91,7 +91,7 @@ def test_meta_raft_get_linearizable(benchmark, meta_group):
     with connect_meta(meta_group.addresses) as m:
         def get(t):
             assert m.get(next(keys[t])) is not None
-        sustained_benchmark(benchmark, CLIENTS, get)
+        sustained_benchmark(benchmark, CLIENTS, get, seconds=RUN_SECONDS)
 
 
 @pytest.mark.benchmark(group="meta-raft-get-stale")
@@ -103,7 +103,7 @@ def test_meta_raft_get_stale(benchmark, meta_group):
     try:
         def get(t):
             assert clients[t % len(clients)].get(next(keys[t]), consistency="stale") is not None
-        sustained_benchmark(benchmark, CLIENTS, get)
+        sustained_benchmark(benchmark, CLIENTS, get, seconds=RUN_SECONDS)
     finally:
         for c in clients:
             c.close()
@@ -117,7 +117,7 @@ def _etcd(benchmark, etcd_group, call) -> None:
     op = lambda c, t: call(etcd_group.pb, c, next(keys[t]).encode())      # noqa: E731
     conns, info = fastest_connections(etcd_group.addresses, etcd_group.pb, CLIENTS, op, PROBE_SECONDS)
     try:
-        sustained_benchmark(benchmark, CLIENTS, lambda t: op(conns[t], t), **info)
+        sustained_benchmark(benchmark, CLIENTS, lambda t: op(conns[t], t), **info, seconds=RUN_SECONDS)
     finally:
         close_connections(conns)
 

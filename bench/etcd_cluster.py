@@ -63,13 +63,12 @@ class EtcdCluster:
             c.close()
 
     def stop(self) -> None:
+        # killed, not terminated: the data directory is deleted next, and a graceful stop of all the
+        # members at once spends ~7 s trying to hand leadership over to a member that is stopping too
         for p in self.procs:
-            p.terminate()
+            p.kill()
         for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            p.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -18,9 +18,13 @@ from typing import Callable
 from bench.conftest import SCALE
 
 # how long each side of a peer comparison runs: 10 s at full scale (the floor); at small
-# scales 2 s, the least in which pgbench -P 1 prints a progress line
-SECONDS = max(2, round(10 * SCALE))
-WARMUP_SECONDS = 1.0 if SCALE >= 1 else 0.2
+# scales (the test suite's smoke runs) 1 s, one per-second sample
+SECONDS = max(1, round(10 * SCALE))
+# pgbench's side at small scales runs 2 s, the least in which pgbench -P 1 prints a progress line
+PGBENCH_SECONDS = max(2, SECONDS)
+# how long each etcd set-up is probed before the timed run (bench/etcd_cluster.py)
+PROBE_SECONDS = max(0.1, 3 * SCALE)
+WARMUP_SECONDS = 1.0 if SCALE >= 1 else 0.1
 
 
 @dataclass

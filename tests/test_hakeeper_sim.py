@@ -13,15 +13,15 @@ from logtide.engine.hakeeper.sim import HAKeeperSimulation, run_hakeeper_seed
 from logtide.engine.hakeeper.sim.sim_state_machine import HAKeeperSimStateMachine
 from logtide.engine.raft.sim import run_seed
 
-# (fault ticks, fixed seeds, fresh random seeds): ~40 s together on one core
+from seed_pool import run_seeds
+
+# (fault ticks, fixed seeds, fresh random seeds): ~40 s together on one core, ~20 s on two
 SWEEPS = [(150, range(150), 50), (600, range(40), 20), (3000, range(4), 2)]
 
 
 def _sweep(jobs):
-    failures, results = [], []
-    for seed, ticks in jobs:
-        res = run_hakeeper_seed(seed, fault_ticks=ticks)
-        results.append(res)
+    failures, results = [], run_seeds(run_hakeeper_seed, jobs)
+    for (seed, ticks), res in zip(jobs, results):
         if not res.ok:
             failures.append(f"seed {seed} ({ticks} fault ticks): {res.error}\n  replay: {res.replay}")
     return failures, results
