@@ -21,6 +21,7 @@ import itertools
 
 import pytest
 
+from bench.conftest import cpu_pair_or_skip
 from bench.ratios import Ratio
 from bench.sustained import PGBENCH_SECONDS, SECONDS, run_sustained
 
@@ -154,30 +155,22 @@ def test_primary_insert(benchmark, tmp_path, clients):
 # each other without waking a second CPU (bench/bench_wake_cost.py). The TN, the primary and their
 # log are opened inside the confinement, so every thread they start shares it.
 
-def _one_cpu() -> frozenset[int]:
-    from logtide.cpu_affinity import allowed_cpus
-    cpus = sorted(allowed_cpus())
-    if len(cpus) < 2:
-        pytest.skip("one CPU available: the runs above are already confined to it")
-    return frozenset(cpus[:1])
-
-
 @pytest.mark.benchmark(group="durable-writes-one-cpu")
 def test_pg_insert_txn_one_cpu(benchmark, pg):
-    _pg_run(benchmark, pg, 16, cpus=_one_cpu())
+    _pg_run(benchmark, pg, 16, cpus=cpu_pair_or_skip()[0])
 
 
 @pytest.mark.benchmark(group="durable-writes-one-cpu")
 def test_tn_insert_txn_one_cpu(benchmark, tmp_path):
     from logtide.cpu_affinity import confined
-    with confined(_one_cpu()):
+    with confined(cpu_pair_or_skip()[0]):
         _tn_run(benchmark, tmp_path, 16)
 
 
 @pytest.mark.benchmark(group="durable-writes-one-cpu")
 def test_primary_insert_one_cpu(benchmark, tmp_path):
     from logtide.cpu_affinity import confined
-    with confined(_one_cpu()):
+    with confined(cpu_pair_or_skip()[0]):
         _primary_run(benchmark, tmp_path, 16)
 
 

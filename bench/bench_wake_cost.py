@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from bench.conftest import scaled
+from bench.conftest import cpu_pair_or_skip, scaled
 from bench.ratios import Ratio
-from logtide.cpu_affinity import allowed_cpus, confined
+from logtide.cpu_affinity import confined
 
 RATIOS = [
     Ratio("a thread hand-over (sleep in read, woken by the other thread's write): on one CPU vs across two CPUs",
@@ -60,10 +60,7 @@ def _ping_pong(n: int, mine: frozenset[int], theirs: frozenset[int]) -> tuple[fl
 @pytest.mark.benchmark(group="wake-cost")
 @pytest.mark.parametrize("placement", ["one-cpu", "two-cpus"])
 def test_handover(benchmark, items, placement):
-    cpus = sorted(allowed_cpus())
-    if len(cpus) < 2:
-        pytest.skip("one CPU available: nothing to compare")
-    a, b = frozenset(cpus[:1]), frozenset(cpus[1:2])
+    a, b = cpu_pair_or_skip()
     n = scaled(20000, minimum=500)
     items(2 * n)
     totals = {"cpu": 0.0, "switches": 0, "rounds": 0}

@@ -11,6 +11,16 @@ def scaled(n: int, minimum: int = 1000) -> int:
     return max(minimum, int(n * SCALE))
 
 
+def cpu_pair_or_skip() -> tuple[frozenset[int], frozenset[int]]:
+    """Two CPUs this process may use, one set each, for a one-CPU run beside a two-CPU one; a
+    machine with one CPU has no second placement, so the benchmark is skipped there."""
+    from logtide.cpu_affinity import allowed_cpus
+    cpus = sorted(allowed_cpus())
+    if len(cpus) < 2:
+        pytest.skip("one CPU available: there is no second placement to compare")
+    return frozenset(cpus[:1]), frozenset(cpus[1:2])
+
+
 @pytest.fixture
 def items(benchmark):
     """Record how many work items one round of a benchmark processes."""
