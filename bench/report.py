@@ -81,9 +81,9 @@ def compute(benchmarks: dict[str, dict], ratios: list[Ratio]) -> list[dict]:
                "baseline": best or (r.baseline if isinstance(r.baseline, str) else r.baseline[0]),
                "ratio": None, "met": None}
         if c and b and per_item(c) and per_item(b):
-            row["ratio"] = per_item(b) / per_item(c)
+            row["ratio"] = per_item(b) / per_item(c) / r.cores
             row["met"] = None if r.target is None else row["ratio"] >= r.target
-            row["candidate_items_per_s"] = 1 / per_item(c)
+            row["candidate_items_per_s"] = 1 / per_item(c) / r.cores
             row["baseline_items_per_s"] = 1 / per_item(b)
         rows.append(row)
     return rows
