@@ -56,9 +56,6 @@ def _repair(hk, d, victim: int, newcomer: str) -> tuple[dict, dict]:
             time.sleep(0.2)
             continue
         now = time.monotonic() - t0
-        if "1" not in st["shards"]:  # seen once under load, mid-repair: the next status has it again
-            time.sleep(0.2)
-            continue
         sh = st["shards"]["1"]
         if st["stores"][f"log-{victim}"]["down"]:
             timeline.setdefault("down detected", now)

@@ -254,3 +254,22 @@ def test_a_frozen_leader_is_replaced_and_steps_down_when_thawed(group):
             raise AssertionError("the thawed leader did not step down and catch up\n" + group.logs_tail())
         leader, _ = group.leader()
         assert leader != old or c.status()["term"] > st["term"]
+
+
+@pytest.mark.parametrize("survivor_leads", [True, False])
+def test_status_is_never_a_replica_without_a_quorum(group, survivor_leads):
+    """Two of three replicas SIGKILLed: the survivor (the leader, or a follower) can confirm no
+    leadership, so `status()` (the leader's state after a ReadIndex barrier) ends in a typed error
+    within its deadline instead of answering with the survivor's possibly stale state; the survivor's
+    own `replica_status` still answers, as a replica's view."""
+    lead, _ = group.leader()
+    survivor = lead if survivor_leads else next(i for i in group.ports if i != lead)
+    for i in [i for i in group.ports if i != survivor]:
+        group.kill(i)
+    with HAKeeperClient([group.addr(survivor)], timeout=2.0, call_timeout=1.0) as c:
+        for _ in range(3):
+            t0 = time.monotonic()
+            with pytest.raises(HAKeeperUnavailable):
+                c.status()
+            assert time.monotonic() - t0 < 2.0 + 1.5
+        assert c.replica_status(group.addr(survivor))["replica"] == survivor

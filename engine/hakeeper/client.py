@@ -71,7 +71,8 @@ class HAKeeperClient:
         return decode_result(rep.result)
 
     def status(self) -> dict:
-        """HAKeeper's status from the leader (its applied state: tick, stores, shards, commands)."""
+        """HAKeeper's status from the leader, read after a ReadIndex barrier (its applied state: tick,
+        stores, shards, commands): linearizable, never a follower's or a lagging new leader's."""
         rep = self._call("Status", pb.StatusRequest(), leader_only=True)
         return json.loads(rep.json)
 
@@ -122,8 +123,12 @@ class HAKeeperClient:
                                           f"{self.timeout:g} s (last: {type(last).__name__}: {last})")
             try:
                 rep = self._client(addr).invoke(name, req, timeout=min(self.call_timeout, left))
-                if leader_only and rep.leader and rep.leader != addr:
-                    addr = rep.leader   # a follower's status is stale: ask the leader it names
+                if leader_only and rep.leader != addr:
+                    # a follower's status is stale: ask the leader it names; none named: an
+                    # election, so give it a moment and ask the next replica
+                    if not rep.leader:
+                        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+                    addr = rep.leader or self._next(addr)
                     continue
                 self._leader = addr
                 return rep

@@ -86,7 +86,16 @@ class HAKeeperHost:
         return HAKeeperNotLeader(f"HAKeeper replica {self.id} is not the leader ({where})")
 
     def status(self) -> dict:
-        """This replica's applied state (stale on a follower) with its Raft role, term and leader."""
+        """This replica's applied state with its Raft role, term and leader. On the leader it is
+        read after a ReadIndex barrier, so it holds every command committed before the call (a new
+        leader may not have applied them yet); a follower's is stale. HAKeeperNotLeader when this
+        replica believes it leads but a heartbeat quorum does not confirm it."""
+        if self.node.is_leader():
+            try:
+                self.node.leader_read_index(timeout=self.request_timeout)
+            except (NotLeader, RaftTimeout, RaftStopped) as exc:
+                raise HAKeeperNotLeader(f"HAKeeper replica {self.id} could not confirm its leadership: "
+                                        f"{type(exc).__name__}: {exc}") from None
         raft = self.node.status()
         out = status_view(self.sm.lookup("state"), self.config)
         out.update({"replica": self.id, "address": self.address, "role": raft.get("role", ""),
