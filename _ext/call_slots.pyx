@@ -36,6 +36,7 @@ Frames are those of engine/rpc/call_frames.py (little-endian):
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.math cimport INFINITY
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
 from posix.unistd cimport close
@@ -50,22 +51,9 @@ cdef object _malformed(str msg):
 
 cdef extern from *:
     """
-    #include <pthread.h>
-    #include <time.h>
     #include <unistd.h>
     #include <stdint.h>
     #include <sys/eventfd.h>
-    #ifdef __linux__
-    #include <linux/futex.h>
-    #include <sys/syscall.h>
-    #else
-    #error "the call pipeline's slots wait on Linux futexes"
-    #endif
-
-    /* One waiting call, on its caller's stack: the futex word it sleeps on (0 waiting, 1 woken),
-       whether its outcome is set (0 no, 1 a reply, 2 the stream failed), the outcome (a new
-       reference) and its link in the ready list (the callers the handoff wakes next). */
-    typedef struct cs_waiter { int word; int state; uint64_t id; PyObject* result; struct cs_waiter* next; } cs_waiter;
 
     /* the notify eventfd (see CallSlots.poll): it lives as long as the slots, so a write never hits another file */
     static inline void cs_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
@@ -80,12 +68,6 @@ cdef extern from *:
     static inline void cs_set_last(void* s, uint64_t epoch) { cs_last_slots = s; cs_last_epoch = epoch; }
 
     """
-    ctypedef struct cs_waiter:
-        int word
-        int state
-        uint64_t id
-        PyObject* result
-        cs_waiter* next
     void cs_notify(int fd) nogil
     void cs_drain(int fd) nogil
     int cs_eventfd() nogil
@@ -95,7 +77,9 @@ cdef extern from *:
 # the call and reply frames' layout is the framed carrier's (one format, one place)
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load, lt_lock, lt_mutex, lt_mutex_destroy,
-                                 lt_mutex_init, lt_now, lt_store, lt_unlock)
+                                 lt_mutex_init, lt_now, lt_unlock)
+from logtide._ext.ready_list cimport (ReadyList, rl_node, rl_pop, rl_push, rl_remove, rl_stall_at, rl_take,
+                                      rl_take_stalled, rl_wake, rl_wake_all)
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
@@ -107,6 +91,15 @@ cdef enum:
     H_AT_CALL = 2     # a caller wakes the next ready one when its next call gives up the GIL
 HANDOFF_ALL, HANDOFF_AT_WAKE, HANDOFF_AT_CALL = H_ALL, H_AT_WAKE, H_AT_CALL
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
+DEF WOKEN = 1             # a waiter's word once it is woken (0 while it waits)
+
+
+cdef struct cs_waiter:
+    # one waiting call, on its caller's stack
+    rl_node r             # first: the futex word it sleeps on (0 waiting, WOKEN), its link in the ready list
+    int state             # S_WAITING, S_REPLY or S_FAILED: whether its outcome is set and which
+    uint64_t id
+    PyObject* result      # the outcome (a new reference)
 
 
 cdef inline void _futex_wait_s(int* w, int val, double s) noexcept nogil:
@@ -114,29 +107,18 @@ cdef inline void _futex_wait_s(int* w, int val, double s) noexcept nogil:
     lt_futex_wait(w, val, <long long>((s if s > 0 else 0.0) * 1e9))
 
 
-cdef inline void _wake_list(cs_waiter* w) noexcept nogil:
-    """Wake every waiter of a detached list. Read next before the store: once its word is set a waiter may return
-    and its stack frame be reused (a late futex wake there is only spurious)."""
-    cdef cs_waiter* nxt
-    while w != NULL:
-        nxt = w.next
-        lt_store(&w.word, 1)
-        lt_futex_wake(&w.word, 1)
-        w = nxt
-
-
-cdef inline void _settle(cs_waiter* w, object result, cs_waiter** head, cs_waiter** tail):
-    """Give waiter `w` its outcome (a new reference to `result`) and append it to the ready list
+cdef inline void _settle(cs_waiter* w, object result, rl_node** head, rl_node** tail):
+    """Give waiter `w` its outcome (a new reference to `result`) and append it to the list
     head..tail of callers to wake."""
     Py_INCREF(result)
     w.result = <PyObject*>result
     w.state = S_REPLY
-    w.next = NULL
+    w.r.next = NULL
     if tail[0] == NULL:
-        head[0] = w
+        head[0] = &w.r
     else:
-        tail[0].next = w
-    tail[0] = w
+        tail[0].next = &w.r
+    tail[0] = &w.r
 
 
 cdef class CallSlots:
@@ -149,9 +131,7 @@ cdef class CallSlots:
     cdef size_t out_cap
     cdef uint64_t next_id
     cdef dict table             # call id -> address of its waiter (GIL and mutex held)
-    cdef cs_waiter* ready       # settled callers not woken yet, in delivery order
-    cdef cs_waiter* ready_tail
-    cdef double handed          # when a ready caller was last woken
+    cdef ReadyList ready        # settled callers not woken yet (handoff), in delivery order; stall_s its stall
     cdef Py_ssize_t returning   # callers whose reply was handed over and that have not called again
     cdef uint64_t epoch         # bumped when the batch rule stops waiting for the returning callers
     cdef double first_at, last_call
@@ -160,17 +140,17 @@ cdef class CallSlots:
     cdef int notify_fd          # an eventfd also written to wake the sender (-1: none; see poll)
     cdef bint cbroken
     cdef object broken
-    cdef readonly double linger_s, linger_max_s, stall_s
+    cdef readonly double linger_s, linger_max_s
     cdef readonly size_t max_batch_bytes
     cdef readonly int handoff   # HANDOFF_ALL, HANDOFF_AT_WAKE or HANDOFF_AT_CALL (module doc)
-    cdef readonly uint64_t batches, calls, stalls
+    cdef readonly uint64_t batches, calls
 
     def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10,
                   double stall_s=0.0002, int handoff=H_AT_WAKE):
         lt_mutex_init(&self.mu)
         self.next_id = 1
         self.table = {}
-        self.linger_s, self.linger_max_s, self.stall_s = linger_s, linger_max_s, stall_s
+        self.linger_s, self.linger_max_s, self.ready.stall = linger_s, linger_max_s, stall_s
         self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
         if handoff < H_ALL or handoff > H_AT_CALL:
             raise ValueError(f"handoff must be 0, 1 or 2, got {handoff}")
@@ -200,16 +180,15 @@ cdef class CallSlots:
         """Call frames queued and not taken by the sender yet."""
         return self.pend_n
 
-    cdef cs_waiter* _pop_ready(self) noexcept nogil:
-        """Under the mutex: the next ready caller to wake (detached), or NULL."""
-        cdef cs_waiter* r = self.ready
-        if r != NULL:
-            self.ready = r.next
-            if self.ready == NULL:
-                self.ready_tail = NULL
-            r.next = NULL
-            self.handed = lt_now()
-        return r
+    @property
+    def stall_s(self) -> float:
+        """Seconds after which the sender wakes the ready callers nobody handed off to."""
+        return self.ready.stall
+
+    @property
+    def stalls(self) -> int:
+        """Times the sender did that."""
+        return self.ready.stalls
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -222,15 +201,15 @@ cdef class CallSlots:
         cdef uint8_t* f
         cdef uint64_t ep
         cdef bint wake_sender
-        cdef cs_waiter* hand
-        cdef cs_waiter* q
+        cdef rl_node* hand
+        cdef int where
         cdef double now, end, left
         if method > 0xFFFF or n > 0xFFFFFFFF:
             raise ValueError("call frame: method index or request too large")
-        w.word = 0
+        w.r.word = 0
+        w.r.next = NULL
         w.state = S_WAITING
         w.result = NULL
-        w.next = NULL
         lt_lock(&self.mu)
         if self.cbroken:
             lt_unlock(&self.mu)
@@ -266,7 +245,7 @@ cdef class CallSlots:
         wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
         if wake_sender:
             self.snd_word += 1
-        hand = self._pop_ready() if self.handoff == H_AT_CALL else NULL
+        hand = rl_pop(&self.ready) if self.handoff == H_AT_CALL else NULL
         lt_unlock(&self.mu)
         end = now + timeout
         while True:
@@ -278,33 +257,31 @@ cdef class CallSlots:
                     if self.notify_fd >= 0:
                         cs_notify(self.notify_fd)
                 if hand != NULL:       # this thread gives up the GIL now: the next one finds it free
-                    lt_store(&hand.word, 1)
-                    lt_futex_wake(&hand.word, 1)
+                    rl_wake(hand, WOKEN)
                     hand = NULL
-                while lt_load(&w.word) == 0:
+                while lt_load(&w.r.word) == 0:
                     left = end - lt_now()
                     if left <= 0:
                         break
-                    _futex_wait_s(&w.word, 0, left if left < RECHECK_S else RECHECK_S)
-                    if lt_load(&w.word) == 0 and lt_load(&w.state) != S_WAITING:
+                    _futex_wait_s(&w.r.word, 0, left if left < RECHECK_S else RECHECK_S)
+                    if lt_load(&w.r.word) == 0 and lt_load(&w.state) != S_WAITING:
                         break                   # settled, and nobody woke it for RECHECK_S: claim it
-                if lt_load(&w.word) != 0 and self.handoff == H_AT_WAKE:
+                if lt_load(&w.r.word) != 0 and self.handoff == H_AT_WAKE:
                     # woken: pass the wake-up on at once, before taking the GIL, so the next
                     # caller's wake-up latency overlaps this one's GIL wait and Python work
                     lt_lock(&self.mu)
-                    hand = self._pop_ready()
+                    hand = rl_pop(&self.ready)
                     lt_unlock(&self.mu)
                     if hand != NULL:
-                        lt_store(&hand.word, 1)
-                        lt_futex_wake(&hand.word, 1)
-                elif lt_load(&w.word) != 0 and self.handoff == H_AT_CALL:
+                        rl_wake(hand, WOKEN)
+                elif lt_load(&w.r.word) != 0 and self.handoff == H_AT_CALL:
                     # the stall clock runs from when the woken caller runs, not from its wake-up:
                     # one still waiting for a CPU is late, not gone
                     lt_lock(&self.mu)
-                    if self.ready != NULL:
-                        self.handed = lt_now()
+                    if self.ready.head != NULL:
+                        self.ready.handed = lt_now()
                     lt_unlock(&self.mu)
-            if lt_load(&w.word) != 0:
+            if lt_load(&w.r.word) != 0:
                 break
             lt_lock(&self.mu)
             if w.state == S_WAITING:
@@ -316,30 +293,19 @@ cdef class CallSlots:
                 return None
             # settled: if it is still in the ready list, take it out; else someone detached it
             # and is waking it right now
-            if self.ready == &w:
-                self.ready = w.next
-                if self.ready == NULL:
-                    self.ready_tail = NULL
-                hand = self._pop_ready()        # it headed a stalled list: pass the wake-up on
+            where = rl_remove(&self.ready, &w.r)
+            if where == 1:
+                hand = rl_pop(&self.ready)      # it headed a stalled list: pass the wake-up on
                 lt_unlock(&self.mu)
                 if hand != NULL:
                     with nogil:
-                        lt_store(&hand.word, 1)
-                        lt_futex_wake(&hand.word, 1)
+                        rl_wake(hand, WOKEN)
             else:
-                q = self.ready
-                while q != NULL and q.next != &w:
-                    q = q.next
-                if q != NULL:
-                    q.next = w.next
-                    if self.ready_tail == &w:
-                        self.ready_tail = q
-                    lt_unlock(&self.mu)
-                else:
-                    lt_unlock(&self.mu)
+                lt_unlock(&self.mu)
+                if where == 0:
                     with nogil:
-                        while lt_load(&w.word) == 0:
-                            _futex_wait_s(&w.word, 0, RECHECK_S)
+                        while lt_load(&w.r.word) == 0:
+                            _futex_wait_s(&w.r.word, 0, RECHECK_S)
             break
         r = <object>w.result
         Py_XDECREF(w.result)
@@ -357,7 +323,7 @@ cdef class CallSlots:
         cdef int word
         cdef size_t cut = 0
         cdef bint broken = False, empty = False
-        cdef cs_waiter* stalled = NULL
+        cdef rl_node* stalled = NULL
         give_up = lt_now() + timeout if timeout >= 0 else -1.0
         with nogil:
             lt_lock(&self.mu)
@@ -378,12 +344,11 @@ cdef class CallSlots:
                     until = give_up
                 else:
                     until = now + RECHECK_S
-                if self.ready != NULL and self.handed + self.stall_s < until:
-                    until = self.handed + self.stall_s
+                until = rl_stall_at(&self.ready, until)
                 self.snd_sleeping = True
                 word = self.snd_word
                 lt_unlock(&self.mu)
-                _wake_list(stalled)
+                rl_wake_all(stalled, WOKEN)
                 stalled = NULL
                 _futex_wait_s(&self.snd_word, word, until - now)
                 lt_lock(&self.mu)
@@ -391,25 +356,21 @@ cdef class CallSlots:
             if not broken and not empty:
                 cut = self._cut_locked()
             lt_unlock(&self.mu)
-            _wake_list(stalled)
+            rl_wake_all(stalled, WOKEN)
         if broken:
             return None
         if empty:
             return b""
         return self._out_blob(cut)
 
-    cdef double _batch_due_locked(self, double now, cs_waiter** stalled) noexcept nogil:
+    cdef double _batch_due_locked(self, double now, rl_node** stalled) noexcept nogil:
         """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
         now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
-        list left unclaimed for stall_s is detached onto *stalled, to wake once the mutex is released
+        list left unclaimed for stall_s is detached into *stalled, to wake once the mutex is released
         (the caller woken before them did not come back): all of them at once, so a caller that goes
         on to other work delays the others of its frame by one stall_s, not one each."""
         cdef double lend
-        if self.ready != NULL and now - self.handed >= self.stall_s:
-            self.ready_tail.next = stalled[0]
-            stalled[0] = self.ready
-            self.ready = self.ready_tail = NULL
-            self.stalls += 1
+        stalled[0] = rl_take_stalled(&self.ready, now)
         if self.pend_n and self.returning == 0:
             return 0
         if self.pend_n:
@@ -485,7 +446,7 @@ cdef class CallSlots:
         cdef double now, due, wait = -1.0
         cdef size_t cut = 0
         cdef bint broken = False, send = False
-        cdef cs_waiter* stalled = NULL
+        cdef rl_node* stalled = NULL
         with nogil:
             lt_lock(&self.mu)
             self.snd_sleeping = False
@@ -498,12 +459,11 @@ cdef class CallSlots:
                     send = True
                     cut = self._cut_locked()
                 else:
-                    wait = due - now if due > 0 else -1.0
-                    if self.ready != NULL and (wait < 0 or self.handed + self.stall_s - now < wait):
-                        wait = max(0.0, self.handed + self.stall_s - now)
+                    due = rl_stall_at(&self.ready, due if due > 0 else INFINITY)
+                    wait = max(0.0, due - now) if due < INFINITY else -1.0
                     self.snd_sleeping = True
             lt_unlock(&self.mu)
-            _wake_list(stalled)
+            rl_wake_all(stalled, WOKEN)
         if broken:
             return None
         if not send:
@@ -521,9 +481,9 @@ cdef class CallSlots:
         cdef size_t pos = 0
         cdef uint64_t cid
         cdef uint32_t n
-        cdef cs_waiter* head = NULL
-        cdef cs_waiter* tail = NULL
-        cdef cs_waiter* now_wake = NULL
+        cdef rl_node* head = NULL
+        cdef rl_node* tail = NULL
+        cdef rl_node* now_wake = NULL
         cdef Py_ssize_t settled = 0
         while pos < end:                   # check first: a blob that does not split settles nothing
             if end - pos < REPLY_HEADER:
@@ -559,39 +519,29 @@ cdef class CallSlots:
             now_wake = self._settle_locked(head, tail, settled)
             lt_unlock(&self.mu)
             with nogil:
-                _wake_list(now_wake)
+                rl_wake_all(now_wake, WOKEN)
             raise
         now_wake = self._settle_locked(head, tail, settled)
         lt_unlock(&self.mu)
         with nogil:
-            _wake_list(now_wake)
+            rl_wake_all(now_wake, WOKEN)
         return settled
 
-    cdef cs_waiter* _settle_locked(self, cs_waiter* head, cs_waiter* tail, Py_ssize_t settled) noexcept nogil:
+    cdef rl_node* _settle_locked(self, rl_node* head, rl_node* tail, Py_ssize_t settled) noexcept nogil:
         """Under the mutex: queue the settled list head..tail; returns what to wake now."""
-        cdef cs_waiter* now_wake = NULL
         if head == NULL:
             return NULL
         self.returning += settled
         if self.handoff == H_ALL:
             return head
-        if self.ready == NULL:
-            now_wake = head
-            self.ready = head.next
-            self.ready_tail = tail if head.next != NULL else NULL
-            head.next = NULL
-            self.handed = lt_now()
-        else:
-            self.ready_tail.next = head
-            self.ready_tail = tail
-        return now_wake
+        return rl_push(&self.ready, head, tail)
 
     def fail(self, exc):
         """End every call queued or in flight with `exc` (the first failure sticks); later calls
         return False without being queued."""
-        cdef cs_waiter* head
+        cdef rl_node* head
         cdef cs_waiter* w
-        cdef cs_waiter* ready
+        cdef rl_node* ready
         lt_lock(&self.mu)
         if not self.cbroken:
             self.cbroken = True
@@ -603,11 +553,10 @@ cdef class CallSlots:
             Py_INCREF(exc)
             w.result = <PyObject*>exc
             w.state = S_FAILED
-            w.next = head
-            head = w
+            w.r.next = head
+            head = &w.r
         self.table.clear()
-        ready = self.ready                 # settled with their replies before the failure
-        self.ready = self.ready_tail = NULL
+        ready = rl_take(&self.ready)       # settled with their replies before the failure
         self.pend_len = 0
         self.pend_n = 0
         self.returning = 0
@@ -615,5 +564,5 @@ cdef class CallSlots:
         lt_unlock(&self.mu)
         with nogil:
             lt_futex_wake(&self.snd_word, 1)
-            _wake_list(ready)
-            _wake_list(head)
+            rl_wake_all(ready, WOKEN)
+            rl_wake_all(head, WOKEN)

@@ -37,6 +37,7 @@ cimport numpy as cnp
 from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_reserve, fb_trim
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy,
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
+from logtide._ext.ready_list cimport rl_stall_at
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
 from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_waiter,
@@ -68,7 +69,7 @@ cdef class CommitQueue:
         self.user_max = -1
         lt_mutex_init(&self.zero.mu)
         self.zero.fd = -1
-        self.waiters.stall = handoff_stall
+        self.waiters.ready.stall = handoff_stall
         self.waiters.handoff = handoff
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
@@ -93,7 +94,7 @@ cdef class CommitQueue:
     @property
     def stalls(self) -> int:
         """Times the flusher had to wake ready waiters nobody handed off to."""
-        return self.waiters.stalls
+        return self.waiters.ready.stalls
 
     @property
     def generation(self) -> int:
@@ -147,7 +148,7 @@ cdef class CommitQueue:
             # finds another on its way into Python waits a moment for it to be back in a wait (a
             # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
             lt_py_enter(PY_SPIN)
-        if w.word == W_FAILED:
+        if w.r.word == W_FAILED:
             self._refuse()
         return w.lsn
 
@@ -427,8 +428,7 @@ cdef class CommitQueue:
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
-            if self.waiters.ready != NULL:
-                wait_until = min(wait_until, self.waiters.handed + self.waiters.stall)
+            wait_until = rl_stall_at(&self.waiters.ready, wait_until)
             lt_unlock(&self.mu)
             lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)

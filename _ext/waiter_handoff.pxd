@@ -1,25 +1,21 @@
 # The commit queue's waiters and how durable ones are woken: by handoff (one at a time, each when an
-# appender gives up the GIL through the queue) or all at once. Every wl_* function but wl_settle and
-# wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
+# appender gives up the GIL through the queue: ready_list.pxd) or all at once. Every wl_* function
+# but wl_settle and wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
 #
 # A waiter lives on its waiting thread's stack. It sleeps on a futex: its group's shared word (one
 # FUTEX_WAKE wakes the group) or, with shared == NULL, its own outcome word. Registered waiters are
 # kept in LSN order, so making records durable detaches a prefix of the list.
 from libc.stdint cimport uint64_t
 
-from logtide._ext.futex cimport lt_bump, lt_futex_wait_forever, lt_futex_wake, lt_load, lt_now, lt_store
+from logtide._ext.futex cimport lt_bump, lt_futex_wait_forever, lt_futex_wake, lt_load, lt_store
+from logtide._ext.ready_list cimport ReadyList, rl_node, rl_pop, rl_push, rl_take, rl_take_stalled, rl_wake
 
 cdef extern from *:
     """
     /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
        cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
        for at most `spin` seconds for it to clear before taking the GIL. */
-    #include <time.h>
     static int lt_py_busy;
-    static inline double lt_py_clock(void) {
-        struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    }
     static inline void lt_cpu_relax(void) {
     #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -30,7 +26,7 @@ cdef extern from *:
     static inline void lt_py_enter(double spin) {
         double until = -1.0, now;
         while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
-            now = lt_py_clock();
+            now = lt_now();  /* futex.pxd's */
             if (until < 0) until = now + spin;
             else if (now >= until) break;
             lt_cpu_relax();
@@ -49,33 +45,32 @@ cdef enum:
 
 
 cdef struct lt_waiter:
-    int word              # the outcome: W_WAITING, W_DURABLE or W_FAILED
+    rl_node r             # first: its outcome word (W_WAITING, W_DURABLE or W_FAILED) and its link
     int* shared           # the group word it sleeps on, or NULL: its own word
     uint64_t lsn          # settled once every record up to it is durable
-    lt_waiter* next
 
 
 cdef struct WaitList:
     lt_waiter* head       # registered and not yet durable, in LSN order
     lt_waiter* tail
-    lt_waiter* ready      # durable and not woken yet (handoff), in LSN order
-    lt_waiter* ready_tail
-    double handed         # when a ready waiter was last woken
-    double stall          # seconds: ready waiters left unclaimed this long are woken by the flusher
-    uint64_t stalls       # times that happened
+    ReadyList ready       # durable and not woken yet (handoff), in LSN order; its stall clock the flusher's
     bint handoff          # durable waiters are woken by handoff (else all at once)
+
+
+cdef inline lt_waiter* wl_next(lt_waiter* w) noexcept nogil:
+    return <lt_waiter*>w.r.next
 
 
 cdef inline void wl_link(WaitList* l, lt_waiter* w, int* group_word) noexcept nogil:
     """Register w at the tail (its LSN is the newest handed out). Handoff wakes waiters one at a
     time, so each then sleeps on its own word; else on `group_word`, its group's."""
-    w.word = W_WAITING
-    w.next = NULL
+    w.r.word = W_WAITING
+    w.r.next = NULL
     w.shared = NULL if l.handoff else group_word
     if l.tail == NULL:
         l.head = w
     else:
-        l.tail.next = w
+        l.tail.r.next = &w.r
     l.tail = w
 
 
@@ -83,20 +78,20 @@ cdef inline void wl_insert(WaitList* l, lt_waiter* w) noexcept nogil:
     """Register w where its LSN belongs (it waits for a record queued earlier). It sleeps on its own
     word: its LSN may be in a group the flusher already holds."""
     cdef lt_waiter* p
-    w.word = W_WAITING
+    w.r.word = W_WAITING
     w.shared = NULL
     if l.head == NULL or l.head.lsn > w.lsn:
-        w.next = l.head
+        w.r.next = <rl_node*>l.head
         l.head = w
         if l.tail == NULL:
             l.tail = w
         return
     p = l.head
-    while p.next != NULL and p.next.lsn <= w.lsn:
-        p = p.next
-    w.next = p.next
-    p.next = w
-    if w.next == NULL:
+    while wl_next(p) != NULL and wl_next(p).lsn <= w.lsn:
+        p = wl_next(p)
+    w.r.next = p.r.next
+    p.r.next = &w.r
+    if w.r.next == NULL:
         l.tail = w
 
 
@@ -109,53 +104,33 @@ cdef inline lt_waiter* wl_detach_durable(WaitList* l, uint64_t lsn) noexcept nog
     cdef lt_waiter* last = NULL
     while w != NULL and w.lsn <= lsn:
         last = w
-        w = w.next
+        w = wl_next(w)
     if last == NULL:
         return NULL
     first = l.head
     l.head = w
     if w == NULL:
         l.tail = NULL
-    last.next = NULL
+    last.r.next = NULL
     if not l.handoff:
         return first
-    if l.ready == NULL:
-        l.ready = first.next
-        l.ready_tail = last if first.next != NULL else NULL
-        first.next = NULL
-        l.handed = lt_now()
-        return first
-    l.ready_tail.next = first
-    l.ready_tail = last
-    return NULL
+    return <lt_waiter*>rl_push(&l.ready, &first.r, &last.r)
 
 
 cdef inline lt_waiter* wl_pop_ready(WaitList* l) noexcept nogil:
     """The next ready waiter, detached (NULL: none): an appender about to give up the GIL wakes it."""
-    cdef lt_waiter* r = l.ready
-    if r != NULL:
-        l.ready = r.next
-        if l.ready == NULL:
-            l.ready_tail = NULL
-        r.next = NULL
-        l.handed = lt_now()
-    return r
+    return <lt_waiter*>rl_pop(&l.ready)
 
 
 cdef inline lt_waiter* wl_take_ready(WaitList* l) noexcept nogil:
     """Every ready waiter, detached."""
-    cdef lt_waiter* r = l.ready
-    l.ready = l.ready_tail = NULL
-    return r
+    return <lt_waiter*>rl_take(&l.ready)
 
 
 cdef inline lt_waiter* wl_take_stalled(WaitList* l, double now) noexcept nogil:
     """The ready waiters, when none was woken for `stall` seconds (an appender that did not come
     back to hand off): the flusher then wakes them all."""
-    if l.ready != NULL and now - l.handed >= l.stall:
-        l.stalls += 1
-        return wl_take_ready(l)
-    return NULL
+    return <lt_waiter*>rl_take_stalled(&l.ready, now)
 
 
 cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
@@ -181,18 +156,19 @@ cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
     cdef int* w0 = NULL
     cdef int* w1 = NULL
     while w != NULL:
-        nxt = w.next
+        nxt = wl_next(w)
         sh = w.shared
-        lt_store(&w.word, outcome)
         if sh == NULL:
-            lt_futex_wake(&w.word, 1)
-        elif sh != w0 and sh != w1:
-            if w0 == NULL:
-                w0 = sh
-            elif w1 == NULL:
-                w1 = sh
-            else:  # (a queue has two group words) wake it now rather than lose it
-                wake_word(sh)
+            rl_wake(&w.r, outcome)
+        else:
+            lt_store(&w.r.word, outcome)
+            if sh != w0 and sh != w1:
+                if w0 == NULL:
+                    w0 = sh
+                elif w1 == NULL:
+                    w1 = sh
+                else:  # (a queue has two group words) wake it now rather than lose it
+                    wake_word(sh)
         w = nxt
     if w0 != NULL:
         wake_word(w0)
@@ -205,12 +181,12 @@ cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:
     and a timed wait arms and cancels a timer at every append."""
     cdef int seen
     if w.shared == NULL:
-        while lt_load(&w.word) == W_WAITING:
-            lt_futex_wait_forever(&w.word, W_WAITING)
+        while lt_load(&w.r.word) == W_WAITING:
+            lt_futex_wait_forever(&w.r.word, W_WAITING)
         return
     # the group's word: read it before the outcome, so that a bump after that read fails the wait
     while True:
         seen = lt_load(w.shared)
-        if lt_load(&w.word) != W_WAITING:
+        if lt_load(&w.r.word) != W_WAITING:
             return
         lt_futex_wait_forever(w.shared, seen)

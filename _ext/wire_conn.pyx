@@ -13,8 +13,8 @@ replies of a read are written after it, in one write, and a bad frame closes the
 GOAWAY (`goaway`), exactly as on the general path.
 """
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
+from logtide._ext.futex cimport lt_now
 from logtide._ext.wire_codec cimport FrameReader, replies_frame
 from logtide._ext.wire_format cimport K_CALLS
 
@@ -22,13 +22,6 @@ from logtide.errors import WireProtocolError
 
 # the REPLIES frame and reply headers beside a reply's bytes
 REPLY_ROOM = 64
-
-
-cdef inline double _monotonic() noexcept nogil:
-    """time.monotonic()'s clock (the server's sweeper compares partial_since with it)."""
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef class ConnCore:
@@ -79,7 +72,7 @@ cdef class ConnCore:
             if not self.closed:
                 self.tr.writelines(out)
         if reader.buf_len:
-            self.partial_since = _monotonic()
+            self.partial_since = lt_now()   # time.monotonic()'s clock: the server's sweeper compares with it
         elif self.partial_since:
             self.partial_since = 0.0
 
