@@ -130,7 +130,7 @@ def test_isolated_leader_and_a_split_follower(tmp_path):
         _wait_more(writers, "minority", 20, 30, "no write on the leader before the partition")
         cluster.isolate(old)
         t_cut = time.monotonic()
-        new = _new_leader(cluster, rest)
+        _new_leader(cluster, rest)
         elected = time.monotonic() - t_cut
         _wait_more(writers, "majority", 20, 30, "the majority side acknowledged nothing")
         stuck = writers.count("minority")

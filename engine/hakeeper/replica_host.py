@@ -81,7 +81,7 @@ class HAKeeperHost:
             raise HAKeeperUnavailable(f"HAKeeper replica {self.id}: {exc}") from None
 
     def _not_leader(self) -> HAKeeperNotLeader:
-        lead, addr = self.node.leader, self.leader_address()
+        addr = self.leader_address()
         where = f"leader at {addr}" if addr else "leader unknown"
         return HAKeeperNotLeader(f"HAKeeper replica {self.id} is not the leader ({where})")
 
