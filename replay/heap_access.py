@@ -3,8 +3,8 @@
 Inserts, updates and deletes change the page(s) under the WAL insert lock and the page lock(s),
 stamp them with the record's LSN and queue the record (wal_insert.py); each returns once its record
 is durable. A new tuple goes to its relation's last block when it fits there, else to a new block
-(the relation grows by one). Pages newer than the write LSN are never flushed, and reads of such a
-page on the primary wait until it is durable: no read sees a record that is not.
+(the relation grows by one). A page may carry a change whose record is not durable yet: a read of
+such a page on the primary waits until it is, so no read sees a record that is not durable.
 """
 from __future__ import annotations
 
