@@ -69,7 +69,7 @@ class InProcessLink:
             self.ro._send_feedback = None   # nothing to report to any more
         if self._thread is not None and threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
-        if not self.primary._closed:
+        if not self.primary.stopped:
             self.primary.unsubscribe(self.ro.node_id)
 
 

@@ -21,7 +21,7 @@ def meta_frames(primary, start_lsn: int, stop: threading.Event, batch: int = BAT
                 heartbeat: float = HEARTBEAT_S) -> Iterator[bytes]:
     """Stream messages for LSNs >= start_lsn until `stop` is set."""
     pos = start_lsn
-    while not stop.is_set() and not primary._closed:
+    while not stop.is_set() and not primary.stopped:
         first = primary.queue.first_lsn()
         if pos <= primary.write_lsn and (first == 0 or pos < first):
             end = primary.write_lsn if first == 0 else min(primary.write_lsn, first - 1)
