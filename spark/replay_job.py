@@ -8,10 +8,9 @@ by each page's owner to that page only. Two plans:
   `sortWithinPartitions(tag, lsn)` bring each page's records together in LSN order, and
   `mapInArrow` applies them with the Cython redo.
 * pages: no Spark shuffle. Task p finds its pages' LSNs in the LogIndex (its saved tables); the
-  WAL meta of the segments the LogIndex does not cover is scanned once per job, in ranges of
-  segments whose rows reach their owners through files (ref_exchange.py): by the redo tasks
-  themselves when they all run at once, else by a first job of scan tasks. Then task p applies
-  its pages' records.
+  WAL meta of the segments the LogIndex does not cover is scanned once, by a first job of scan
+  tasks over ranges of segments that write each owner's rows to files (ref_exchange.py), which
+  task p then reads, before it applies its pages' records.
 
 Output: a page store in out_dir, written to a temporary sibling and committed by rename with a
 manifest (page_output.py).
@@ -23,7 +22,6 @@ import re
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -176,78 +174,19 @@ def _ref_scan_fn(segments, indexes: list[int], ranges, refs_dir: str, target_lsn
     return run
 
 
-class ScanReport(NamedTuple):
-    """What a redo task that scanned its own range of segments reports with its pages."""
-    task: int
-    rows: int          # block references found in its range (every owner's)
-    seconds: float
-
-
-@dataclass(frozen=True)
-class ScanFiles:
-    """The scanned segments' rows, from the files an earlier scan job wrote."""
-    refs_dir: str
-    counts: dict       # counts[part][task]: rows scan task `task` reported for owner `part`
-
-    def rows(self, part: int) -> tuple[list, ScanReport | None]:
-        from logtide.spark.ref_exchange import read_refs
-        return read_refs(self.refs_dir, part, self.counts[part]), None
-
-
-@dataclass(frozen=True)
-class PeerScan:
-    """The scanned segments' rows, in the redo job itself: task p scans ranges[p], writes every
-    owner's rows, and takes its own from its peers' files as they appear (ref_exchange.py)."""
-    refs_dir: str
-    segments: list
-    indexes: list
-    ranges: list
-    target_lsn: int
-    upto: int
-    first_needed: int
-    partitions: int
-
-    def _scan(self, t: int) -> tuple:
-        from logtide.spark.page_lsns import scan_rows
-        a, z = self.ranges[t]
-        return scan_rows(self.segments, self.indexes[a:z], self.target_lsn, self.upto, self.first_needed)
-
-    def rows(self, part: int) -> tuple[list, ScanReport | None]:
-        from logtide.spark.page_lsns import select_rows
-        from logtide.spark.page_owner import owners
-        from logtide.spark.ref_exchange import gather_refs, write_refs
-        own, report, took = [], None, 0.0
-        if part < len(self.ranges):
-            t0 = time.perf_counter()
-            rows = self._scan(part)
-            counts = write_refs(self.refs_dir, part, rows, self.partitions)
-            took = time.perf_counter() - t0
-            own = [select_rows(rows, owners(rows[0], self.partitions) == part)]
-            report = ScanReport(part, int(counts.sum()), took)
-        # a peer's range takes about as long as this one: past a few times that, scan it here
-        wait = max(PEER_WAIT_MIN_S, PEER_WAIT_FACTOR * took)
-        return own + gather_refs(self.refs_dir, part, self.partitions, len(self.ranges), self._scan, wait), report
-
-
-PEER_WAIT_MIN_S = 2.0
-PEER_WAIT_FACTOR = 3.0
-
-
-def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, upto: int, base_tags_fn, exchange):
-    """Redo task p: its rows from the LogIndex, from the scanned segments (`exchange`, None when
-    the LogIndex covers them all) and the stored pages it owns, sorted by page then LSN, applied
-    and written; returns a PageChunk per chunk of pages, and its ScanReport if it scanned."""
+def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, upto: int, base_tags_fn,
+              refs_dir: str | None, counts: dict):
+    """Redo task p: its rows from the LogIndex, from the scan tasks' files and the stored pages it
+    owns, sorted by page then LSN, applied and written; returns a PageChunk per chunk of pages."""
     def run(parts):
         from logtide.spark.page_lsns import base_rows, index_rows, sorted_rows
         from logtide.spark.redo_task import PartitionReplayer
+        from logtide.spark.ref_exchange import read_refs
         P = ctx.partitions
         for part in parts:
             found = [index_rows(segments, index_dir, first_needed, upto, part, P), base_rows(base_tags_fn(), part, P)]
-            if exchange is not None:
-                scanned, report = exchange.rows(part)
-                found += scanned
-                if report is not None:
-                    yield report
+            if refs_dir is not None:
+                found += read_refs(refs_dir, part, counts[part])
             rp = PartitionReplayer(ctx)
             try:
                 yield from rp.chunks(*sorted_rows(found))
@@ -328,64 +267,44 @@ def _pages_plan(spark, ctx: ReplayContext, inp, segs, tmp: str, base_tags):
     """Run the pages plan; returns its PageChunks and the scan stage's stats (None when the
     LogIndex covers every segment).
 
-    The segments the LogIndex does not cover are scanned once per job, in contiguous ranges of
-    about equal bytes, whose rows reach their owners through files (ref_exchange.py). With no more
-    partitions than executor slots, the redo tasks scan the ranges themselves, one job in all
-    (PeerScan); otherwise a first job of scan tasks writes the files and redo task p reads its own
-    (ScanFiles): a redo task must not wait for a peer that cannot run until it ends. Every job is
-    an RDD job of a few Python objects per task (task ids in, row counts and per-chunk numpy arrays
-    out): no DataFrame plan is compiled and no row passes through the JVM."""
+    The segments the LogIndex does not cover are scanned first, once: a Spark job of scan tasks
+    over contiguous ranges of them, of about equal bytes, writes each owner's rows to files
+    (ref_exchange.py); then redo task p reads its files. Both jobs are RDD jobs of a few Python
+    objects per task (task ids in, row counts and per-chunk numpy arrays out): no DataFrame plan
+    is compiled and no row passes through the JVM."""
     from logtide.spark.page_lsns import index_coverage, scanned_segments
-    from logtide.spark.redo_task import PageChunk
     sc = spark.sparkContext
     P, target = ctx.partitions, ctx.target_lsn
     first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
     upto = min(index_coverage(inp.index_dir, first_needed), target)
     indexes = scanned_segments(segs, upto)
-    exchange, stage, ranges = None, None, []
+    refs_dir, counts, stage = None, {}, None
     if indexes:
+        t0 = time.perf_counter()
         refs_dir = os.path.join(tmp, REFS_DIR)
         os.mkdir(refs_dir)
         ranges = balanced_ranges([os.path.getsize(segs[k].path) for k in indexes], P)
-        if P <= sc.defaultParallelism:
-            exchange = PeerScan(refs_dir, segs, indexes, ranges, target, upto, first_needed, P)
-        else:
-            exchange, stage = _scan_job(sc, segs, indexes, ranges, refs_dir, target, upto, first_needed, P)
+        scan = sc.parallelize(range(len(ranges)), len(ranges))
+        try:
+            listing = scan.mapPartitions(_ref_scan_fn(segs, indexes, ranges, refs_dir, target, upto, first_needed,
+                                                      P)).collect()
+        except Exception as exc:
+            raise _typed(exc) from None
+        counts = {p: {task: int(c[p]) for task, c in listing} for p in range(P)}
+        if sorted(task for task, _ in listing) != list(range(len(ranges))):
+            raise ReplayInputError(f"the scan stage reported tasks {sorted(t for t, _ in listing)}, not one "
+                                   f"result from each of its {len(ranges)} tasks")
+        rows = sum(int(c.sum()) for _, c in listing)
+        # its records are the block references found (a record touching two pages counts twice)
+        stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments, block references)",
+                           rows, 0, time.perf_counter() - t0)
     redo = sc.parallelize(range(P), P)
     try:
-        out = redo.mapPartitions(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags,
-                                           exchange)).collect()
+        chunks = redo.mapPartitions(_pages_fn(ctx, segs, inp.index_dir, first_needed, upto, base_tags, refs_dir,
+                                              counts)).collect()
     except Exception as exc:
         raise _typed(exc) from None
-    reports = [r for r in out if isinstance(r, ScanReport)]
-    if isinstance(exchange, PeerScan):
-        _check_tasks(sorted(r.task for r in reports), len(ranges))
-        stage = StageStats(f"scan (pages, {len(ranges)} redo tasks over {len(indexes)} segments, block references)",
-                           sum(r.rows for r in reports), 0, max(r.seconds for r in reports))
-    return [c for c in out if isinstance(c, PageChunk)], stage
-
-
-def _check_tasks(tasks: list[int], expected: int) -> None:
-    if tasks != list(range(expected)):
-        raise ReplayInputError(f"the scan reported tasks {tasks}, not one result from each of its {expected} tasks")
-
-
-def _scan_job(sc, segs, indexes, ranges, refs_dir, target, upto, first_needed, P) -> tuple[ScanFiles, StageStats]:
-    """The scan tasks' job: every range's rows written to files, and the row counts they reported."""
-    t0 = time.perf_counter()
-    scan = sc.parallelize(range(len(ranges)), len(ranges))
-    try:
-        listing = scan.mapPartitions(_ref_scan_fn(segs, indexes, ranges, refs_dir, target, upto, first_needed,
-                                                  P)).collect()
-    except Exception as exc:
-        raise _typed(exc) from None
-    _check_tasks(sorted(task for task, _ in listing), len(ranges))
-    counts = {p: {task: int(c[p]) for task, c in listing} for p in range(P)}
-    rows = sum(int(c.sum()) for _, c in listing)
-    # its records are the block references found (a record touching two pages counts twice)
-    stage = StageStats(f"scan (pages, {len(ranges)} tasks over {len(indexes)} segments, block references)",
-                       rows, 0, time.perf_counter() - t0)
-    return ScanFiles(refs_dir, counts), stage
+    return chunks, stage
 
 
 def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions: int | None = None,

@@ -7,7 +7,7 @@ from hypothesis_profiles import scaled
 
 from logtide.spark.errors import ReplayInputError
 from logtide.spark.page_owner import owners
-from logtide.spark.ref_exchange import gather_refs, read_refs, refs_path, write_refs
+from logtide.spark.ref_exchange import read_refs, refs_path, write_refs
 
 
 def _rows(n: int, seed: int) -> tuple:
@@ -63,51 +63,3 @@ def test_balanced_ranges_split_equal_segments_evenly():
     assert balanced_ranges([8] * 618 + [1], 2) == [(0, 309), (309, 619)]
     assert balanced_ranges([100, 1, 1, 1, 1, 100], 2) == [(0, 3), (3, 6)]
     assert balanced_ranges([5, 5, 5], 7) == [(0, 1), (1, 2), (2, 3)]
-
-
-def _mine(rows, part, partitions):
-    m = owners(rows[0], partitions) == part
-    return tuple(a[m] for a in rows)
-
-
-def _same(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        for a, b in zip(g, w):
-            assert np.array_equal(a, b) and a.dtype == b.dtype
-
-
-def test_gather_takes_peer_files_and_scans_a_missing_peer_itself(tmp_path):
-    """Task 1 of 3 ranges: range 0's file is there, range 2's never appears, so task 1 scans range
-    2 itself after the wait, and only range 2."""
-    ranges = [_rows(300, 5), _rows(400, 6), _rows(250, 7)]
-    write_refs(str(tmp_path), 0, ranges[0], 3)
-    scanned = []
-
-    def scan(t):
-        scanned.append(t)
-        return ranges[t]
-    got = gather_refs(str(tmp_path), 1, 3, 3, scan, wait_s=0.05)
-    assert scanned == [2]
-    _same(got, [_mine(ranges[0], 1, 3), _mine(ranges[2], 1, 3)])
-
-
-def test_gather_waits_for_a_peer_file_that_appears_later(tmp_path):
-    import threading
-    rows = _rows(500, 8)
-    t = threading.Timer(0.2, lambda: write_refs(str(tmp_path), 0, rows, 2))
-    t.start()
-    try:
-        got = gather_refs(str(tmp_path), 1, 2, 2, lambda k: pytest.fail(f"scanned range {k}"), wait_s=30)
-    finally:
-        t.join()
-    _same(got, [_mine(rows, 1, 2)])
-
-
-def test_gather_refuses_a_file_of_unequal_columns(tmp_path):
-    rows = _rows(50, 9)
-    with open(refs_path(str(tmp_path), 0, 1), "wb") as f:
-        for c in rows[:4] + (rows[4][:-1],):
-            np.save(f, c, allow_pickle=False)
-    with pytest.raises(ReplayInputError, match="unequal"):
-        gather_refs(str(tmp_path), 1, 2, 2, lambda k: rows, wait_s=5)
