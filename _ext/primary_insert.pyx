@@ -1,16 +1,16 @@
 # cython: language_level=3
 """SingleInsert: the primary's single-tuple insert, from page choice to queued record, in one call.
 
-    path = SingleInsert(primary)
-    ticket, block, offnum = path.insert(rel, tup)    # then primary.committer.wait(ticket)
+    path = SingleInsert(heap)                        # the primary's HeapAccess (replay/heap_access.py)
+    ticket, block, offnum = path.insert(rel, tup)    # then heap.committer.wait(ticket)
     block, offnum = path.insert_durable(rel, tup)    # the same, and that wait, in one call
 
 Under the primary's WAL insert lock: the relation's last block if the tuple fits there (pinned on a
 buffer-pool hit without leaving C), else a new block; under the page's stripe lock the tuple and its
 WAL record (_ext/heap_insert.pyx), the frame marked dirty, the record queued with the pipelined
 committer (from C: pipelined_core.pxd). The same locks, in the same order, and the same page and
-record bytes as Primary's Python steps; a buffer-pool miss, a waiting pin and every error go
-through the pool's and the primary's own Python code.
+record bytes as HeapAccess's Python steps; a buffer-pool miss, a waiting pin and every error go
+through the pool's and HeapAccess's own Python code.
 """
 cimport cython
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
