@@ -362,3 +362,24 @@ def test_a_leader_gone_hint_about_another_node_or_on_a_leader_changes_nothing():
     t = net.nodes[follower].raft.term
     net.nodes[follower].step(Message(M.VOTE, to=follower, frm=other, term=t + 3, index=1000, log_term=1000))
     assert net.nodes[follower].raft.term == t
+
+
+def test_a_probe_rejected_below_match_never_sends_next_at_or_under_match():
+    """Probe state: a rejection whose hint lies under the follower's acknowledged match (a reordered,
+    older reply) moves next back only to match + 1, as etcd does; it used to go to hint + 1, at or
+    under match, and a slow follower then spent its round trips on entries it already held."""
+    from logtide.engine.raft.progress import PROBE, REPLICATE, Progress
+    pr = Progress(next_index=1, max_inflight=8)
+    pr.maybe_update(293)
+    pr.become_probe()
+    assert (pr.state, pr.match, pr.next) == (PROBE, 293, 294)
+    assert not pr.maybe_decr_to(300, 291)            # not the probe in flight: stale
+    assert pr.maybe_decr_to(293, 291) and pr.next == 294
+    pr.next = 320                                    # a probe far ahead, refused with the follower's end
+    assert pr.maybe_decr_to(319, 296) and pr.next == 297
+    assert pr.match < pr.next
+    pr.become_replicate()
+    pr.next = 310
+    assert not pr.maybe_decr_to(293, 291)            # replicate: at or under match is stale
+    assert pr.maybe_decr_to(300, 291) and (pr.match, pr.next) == (293, 294)
+    assert pr.state == REPLICATE                     # the caller turns it to probe

@@ -19,9 +19,11 @@ SWEEPS = [(150, range(0), 300), (600, range(150), 150), (3000, range(20), 20)]
 # seeds that failed before the fixes of docs/raft.md (issue 22): each must pass for good
 ONCE_FAILED = [(801416, 600), (800393, 600), (801120, 600), (900133, 3000), (900224, 3000), (900383, 3000),
                (900421, 3000), (900470, 3000), (900819, 3000), (900830, 3000), (900849, 3000), (901713, 3000),
-               (901824, 3000), (900711, 3000), (901561, 3000), (910148, 3000), (2003904, 3000)]
+               (901824, 3000), (900711, 3000), (901561, 3000), (910148, 3000), (2003904, 3000),
+               # a probe rejected below match sent next under match: slow disks never caught up (27 Nov)
+               (277850131105, 3000)]
 # (bug switch, fault ticks, a seed on which the checker catches it)
-CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 1390)]
+CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 1851)]
 
 
 def test_1000_seeds_keep_every_safety_property_and_heal():

@@ -68,7 +68,9 @@ class Progress:
             return True
         if self.next - 1 != rejected:  # stale: not the probe we sent
             return False
-        self.next = max(min(rejected, match_hint + 1), 1)
+        # never at or below match: the follower holds those entries durably (it acknowledged
+        # them), and a probe there only spends a round trip to learn it again
+        self.next = max(min(rejected, match_hint + 1), self.match + 1)
         self.probe_sent = False
         return True
 
