@@ -273,3 +273,13 @@ def test_status_is_never_a_replica_without_a_quorum(group, survivor_leads):
                 c.status()
             assert time.monotonic() - t0 < 2.0 + 1.5
         assert c.replica_status(group.addr(survivor))["replica"] == survivor
+    if survivor_leads:
+        # its own periodic status line (every 10 s) reads the local view: no barrier that could fail
+        # and end the process
+        log = group.tmp / f"hakeeper{survivor}.log"
+        lines = log.read_text().count("hakeeper: replica")
+        end = time.monotonic() + 15
+        while log.read_text().count("hakeeper: replica") == lines and time.monotonic() < end:
+            time.sleep(0.2)
+        assert log.read_text().count("hakeeper: replica") > lines, group.logs_tail()
+        assert group.procs[survivor].poll() is None, group.logs_tail()

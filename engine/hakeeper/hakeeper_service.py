@@ -36,4 +36,6 @@ class HAKeeperServicer:
         return pb.ProposeReply(result=encode_result(value), leader=self.host.leader_address())
 
     def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
-        return pb.StatusReply(json=json.dumps(self.host.status(), sort_keys=True), leader=self.host.leader_address())
+        # the leader's answer is linearizable: the client takes a status only from the leader
+        return pb.StatusReply(json=json.dumps(self.host.status(linearizable=True), sort_keys=True),
+                              leader=self.host.leader_address())

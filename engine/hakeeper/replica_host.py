@@ -85,12 +85,13 @@ class HAKeeperHost:
         where = f"leader at {addr}" if addr else "leader unknown"
         return HAKeeperNotLeader(f"HAKeeper replica {self.id} is not the leader ({where})")
 
-    def status(self) -> dict:
-        """This replica's applied state with its Raft role, term and leader. On the leader it is
-        read after a ReadIndex barrier, so it holds every command committed before the call (a new
-        leader may not have applied them yet); a follower's is stale. HAKeeperNotLeader when this
-        replica believes it leads but a heartbeat quorum does not confirm it."""
-        if self.node.is_leader():
+    def status(self, linearizable: bool = False) -> dict:
+        """This replica's applied state with its Raft role, term and leader; stale on a follower,
+        and on a leader too unless `linearizable`. With it, a leader reads after a ReadIndex barrier,
+        so the state holds every command committed before the call (a new leader may not have
+        applied them yet), and raises HAKeeperNotLeader when a heartbeat quorum does not confirm
+        its leadership. The Status RPC asks for it; this process's own periodic line does not."""
+        if linearizable and self.node.is_leader():
             try:
                 self.node.leader_read_index(timeout=self.request_timeout)
             except (NotLeader, RaftTimeout, RaftStopped) as exc:
