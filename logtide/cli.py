@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 
@@ -38,6 +39,17 @@ def _apply_tls(args: argparse.Namespace) -> None:
         set_default(TlsConfig(*given))
 
 
+def _log_role_changes() -> None:
+    """A replica's Raft role changes go to stderr, one timestamped line each: its log then shows
+    when and how it lost or won leadership."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    role = logging.getLogger("logtide.raft.role")
+    role.setLevel(logging.INFO)
+    role.addHandler(handler)
+    role.propagate = False
+
+
 def _version() -> str:
     import logtide
     return logtide.__version__
@@ -47,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _apply_tls(args)
+        _log_role_changes()
         if args.cpus is not None:
             from logtide.cpu_affinity import confine_process, parse_cpus
             confine_process(parse_cpus(args.cpus))

@@ -31,6 +31,8 @@ from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
 
 log = logging.getLogger("logtide.raft")
+# one line per role change: a leader lost to check-quorum shows as "follower, leader 0" in the same term
+role_log = logging.getLogger("logtide.raft.role")
 
 TICK_INTERVAL = 0.1      # seconds per tick
 ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaigns
@@ -408,6 +410,8 @@ class RaftNode:
         self.readies += 1
         if rd.soft_state is not None:
             self._status_dirty = True
+            role_log.info("raft node %d: %s, term %d, leader %d", self.id, M.ROLE_NAMES[rd.soft_state.role],
+                          raw.raft.term, rd.soft_state.lead)
         self.ready_entries += len(rd.entries)
         if rd.send_now:  # the leader's appends: replicated while its own write is under way
             self.transport.send(rd.send_now)
