@@ -38,8 +38,9 @@ demo: EXTRAS = spark
 demo: install
 	$(VENV)/bin/logtide demo
 
+# --durations: the slowest tests are listed, since CI must stay under 30 minutes
 test: install
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=20
 
 # every property (hypothesis) test with 20x its examples and no deadlines (tests/hypothesis_profiles.py);
 # tens of minutes, not run by CI. Each test's name is printed as it finishes; the slowest are listed at the end.

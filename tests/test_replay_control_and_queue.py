@@ -3,6 +3,9 @@ import threading
 import time
 
 import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis_profiles import scaled
 
 from logtide.errors import CorruptionError
 from logtide.replay.control_file import Control, read_control, write_control
@@ -49,3 +52,71 @@ def test_meta_queue_positions_trim_and_wait():
     for l in range(52, 300):
         q.push(l, b"x")
     assert len(q) == 100 and q.first_lsn() == 200  # bounded
+
+
+class MetaQueueMachine(RuleBasedStateMachine):
+    """MetaQueue against a list of its live (LSN, meta) entries: pushes (some long enough to compact
+    the dropped prefix), the capacity bound, trims and reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.cap = None
+        self.q = None
+        self.model = []
+        self.next = 1
+
+    @initialize(cap=st.sampled_from([5, 100, 6000]))
+    def make(self, cap):
+        self.cap, self.q = cap, MetaQueue(capacity=cap)
+
+    def _bound(self):
+        del self.model[:max(0, len(self.model) - self.cap)]
+
+    @rule(gap=st.integers(1, 3))
+    def push(self, gap):
+        lsn, self.next = self.next + gap - 1, self.next + gap
+        self.q.push(lsn, b"m%d" % lsn)
+        self.model.append((lsn, b"m%d" % lsn))
+        self._bound()
+
+    @rule(n=st.one_of(st.integers(1, 20), st.integers(4000, 9000)))
+    def push_many(self, n):
+        lsns = range(self.next, self.next + n)
+        self.next += n
+        self.q.push_many(lsns, [b"m%d" % l for l in lsns])
+        self.model.extend((l, b"m%d" % l) for l in lsns)
+        self._bound()
+
+    @rule(back=st.integers(0, 12000))
+    def trim(self, back):
+        below = max(0, self.next - back)
+        self.q.trim(below)
+        self.model = [e for e in self.model if e[0] >= below]
+
+    @rule(back=st.integers(-2, 12000), max_n=st.integers(1, 50))
+    def read(self, back, max_n):
+        self._read(self.next - back, max_n)
+
+    @rule(off=st.integers(-2, 2), max_n=st.integers(1, 50))
+    def read_at_the_oldest(self, off, max_n):
+        self._read((self.model[0][0] if self.model else self.next) + off, max_n)
+
+    def _read(self, frm, max_n):
+        got = self.q.read(frm, max_n, 0)
+        if not self.model or self.model[-1][0] < frm:
+            assert got == ([], [])
+        elif self.model[0][0] > frm:
+            assert got is None
+        else:
+            live = [e for e in self.model if e[0] >= frm][:max_n]
+            assert got == ([l for l, _ in live], [m for _, m in live])
+
+    @invariant()
+    def agrees(self):
+        if self.q is not None:
+            assert len(self.q) == len(self.model)
+            assert self.q.first_lsn() == (self.model[0][0] if self.model else 0)
+
+
+TestMetaQueueMachine = MetaQueueMachine.TestCase
+TestMetaQueueMachine.settings = scaled(60, stateful_step_count=30)

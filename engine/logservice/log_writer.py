@@ -61,7 +61,6 @@ class LogWriter:
         self._mu = cv._lock  # the condition's own lock, taken without the Python wrapper on the flush path
         self.fsync = fsync
         self.segment_size = segment_size
-        self._batch_interval = batch_sync_interval
         last = segments[-1]
         last.wfd = os.open(last.path, os.O_WRONLY | os.O_CREAT, 0o644)
         next_lsn = last.first_lsn + last.count
