@@ -42,9 +42,11 @@ def _apply_tls(args: argparse.Namespace) -> None:
 def _log_role_changes() -> None:
     """A replica's Raft role changes go to stderr, one timestamped line each: its log then shows
     when and how it lost or won leadership."""
+    role = logging.getLogger("logtide.raft.role")
+    if role.handlers:         # main() ran before in this process
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    role = logging.getLogger("logtide.raft.role")
     role.setLevel(logging.INFO)
     role.addHandler(handler)
     role.propagate = False

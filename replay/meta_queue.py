@@ -5,7 +5,8 @@ entries every subscriber has read (and keeps at most `capacity` entries: a sende
 behind rebuilds the meta it missed from the log).
 
 The entries live in two lists from `_head` on; dropping moves `_head`, and the dropped prefix is
-deleted in one slice once it is half the lists. A checkpoint trims about a second of inserts (tens
+deleted in one slice once it is a quarter of the live entries (so dropped metas stay referenced at
+most that long, and each live entry is moved a bounded number of times per entry dropped). A checkpoint trims about a second of inserts (tens
 of thousands of entries) while holding the GIL, so dropping one entry at a time cost the writers
 tens of milliseconds a second; reads are slices and bisections for the same reason.
 """
@@ -93,7 +94,7 @@ class MetaQueue:
 
     def _drop_to(self, k: int) -> None:
         self._head = k
-        if k >= COMPACT_MIN and 2 * k >= len(self._lsns):
+        if k >= COMPACT_MIN and 4 * k >= len(self._lsns) - k:
             del self._lsns[:k]
             del self._metas[:k]
             self._head = 0
