@@ -83,7 +83,9 @@ def test_one_stream_carries_everything_in_order_under_load():
             assert mine == sorted(mine), f"writer {w}'s messages were reordered"
         st = a.peer_stats(2)
         assert st["streams"] == 1 and st["stalls"] == 0 and a.dropped == 0
-        assert st["batches"] < n // 4, f"{st['batches']} batches for {n} messages: not batched"
+        # one batch per message without batching; 15 runs on this 2-core machine gave 1,168-3,263
+        # batches for 8,000 (the idle sender's direct writes carry one message), so n // 4 failed often
+        assert st["batches"] < n // 2, f"{st['batches']} batches for {n} messages: not batched"
     finally:
         a.close()
         b.close()
