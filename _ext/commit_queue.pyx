@@ -19,6 +19,7 @@ indexes its own record, without a thread hand-over.
     q.append_one(rtype, prefix, payload) -> lsn           # blocks until published
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
+    q.enqueue_many(rtype, prefixes, payloads) -> first lsn                # a batch, one group
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
     q.run(timeout, publish) -> (first, last, starts, nbytes) for Python | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
@@ -760,6 +761,46 @@ cdef class CommitQueue:
         if wake:
             lt_futex_wake(&self.fl_word, 1)
         return lsn
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def enqueue_many(self, uint32_t rtype, list prefixes not None, list payloads not None) -> int:
+        """enqueue_one of each (prefix, payload), all of them bytes, in one hold of the queue: their
+        LSNs are consecutive from the one returned. A server's batch of calls is then one group for
+        the flusher: queued one by one, the flusher would start on the first records and leave the
+        rest to a second write and fsync."""
+        cdef Py_ssize_t n = len(payloads), i
+        cdef size_t total = 0, plen, dlen
+        cdef uint64_t first
+        cdef bint wake
+        if n == 0 or len(prefixes) != n:
+            raise ValueError("enqueue_many needs as many prefixes as payloads, and at least one")
+        for i in range(n):
+            pre, p = prefixes[i], payloads[i]
+            if not PyBytes_CheckExact(pre) or not PyBytes_CheckExact(p):
+                raise TypeError(f"record {i}: prefix and payload must be bytes")
+            plen, dlen = PyBytes_GET_SIZE(pre), PyBytes_GET_SIZE(p)
+            if plen + dlen > 0xFFFFFFFF:
+                raise ValueError(f"record {i}: its data does not fit a u32 length")
+            total += WAL_HEADER_SIZE + plen + dlen
+        lt_lock(&self.mu)
+        if self.state != Q_OPEN:
+            lt_unlock(&self.mu)
+            self._refuse()
+        if fb_reserve(&self.fill, total, n) < 0:
+            lt_unlock(&self.mu)
+            raise MemoryError()
+        first = self.next_lsn
+        self.next_lsn += n
+        for i in range(n):
+            pre, p = <bytes>prefixes[i], <bytes>payloads[i]
+            fb_put(&self.fill, first + i, rtype, <const uint8_t*>PyBytes_AS_STRING(pre), PyBytes_GET_SIZE(pre),
+                   <const uint8_t*>PyBytes_AS_STRING(p), PyBytes_GET_SIZE(p))
+        wake = self._count_append_locked()
+        lt_unlock(&self.mu)
+        if wake:
+            lt_futex_wake(&self.fl_word, 1)
+        return first
 
     def wait_durable(self, uint64_t lsn) -> int:
         """Return once every record up to lsn is published (written, and synced with sync_always),

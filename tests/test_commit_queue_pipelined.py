@@ -1,4 +1,4 @@
-"""CommitQueue's pipelined appends (enqueue_one + wait_durable) against a model of the durable LSN.
+"""CommitQueue's pipelined appends (enqueue_one, enqueue_many + wait_durable) against a model of the durable LSN.
 
 Records are queued without waiting (in any mix with blocking appends); waiter threads then wait
 for LSNs in any order, late or early. The test plays the flusher through the calls the log writer's
@@ -96,6 +96,20 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         assert lsn == self.next
         self.payloads[lsn] = p
         self.next += 1
+
+    @rule(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6))
+    def enqueue_many(self, sizes):
+        """A server's batch: consecutive LSNs, queued in one hold of the queue."""
+        ps = [os.urandom(n) for n in sizes]
+        if self.failed or self.closed:
+            with pytest.raises(LogServiceFailed if self.failed else LogServiceClosed):
+                self.q.enqueue_many(7, [b"PF"] * len(ps), ps)
+            return
+        first = self.q.enqueue_many(7, [b"PF"] * len(ps), ps)
+        assert first == self.next
+        for i, p in enumerate(ps):
+            self.payloads[first + i] = p
+        self.next += len(ps)
 
     @precondition(lambda self: not self.failed and not self.closed)
     @rule(size=st.integers(0, 40))
@@ -231,3 +245,28 @@ def test_wait_durable_of_a_published_lsn_returns_at_once(tmp_path):
         fl.close()
     with pytest.raises(TypeError):
         q.enqueue_one(0, b"", 3)
+
+
+def test_enqueue_many_is_one_group_with_consecutive_lsns(tmp_path):
+    """A batch queued with enqueue_many is taken whole by one flusher run (one write, one fsync),
+    however the flusher's wake-up falls; bad arguments are refused before anything is queued."""
+    q = CommitQueue(5)
+    fl = QueueFlusher(q, tmp_path, 5, sync_always=True)
+    try:
+        with pytest.raises(ValueError):
+            q.enqueue_many(7, [b"PF"], [b"a", b"b"])
+        with pytest.raises(ValueError):
+            q.enqueue_many(7, [], [])
+        with pytest.raises(TypeError):
+            q.enqueue_many(7, [b"PF", b"PF"], [b"a", memoryview(b"b")])
+        assert q.next == 5                                    # nothing was queued
+        payloads = [os.urandom(n) for n in (0, 1, 200, 17)]
+        assert q.enqueue_many(7, [b"PF"] * 4, payloads) == 5
+        groups = q.groups
+        fl.run(0.01)
+        assert q.groups == groups + 1 and q.published_lsn == 8
+        assert q.wait_durable(8) == 8
+        fl.assert_holds(8, sum(wal.HEADER_SIZE + 2 + len(p) for p in payloads),
+                        lambda lsn: (7, b"PF" + payloads[lsn - 5]))
+    finally:
+        fl.close()

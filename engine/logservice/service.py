@@ -233,8 +233,8 @@ class LogService(LogServiceClient):
                 raise RecordTooLarge(f"payload {i} of {len(p)} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size} (with the 12-byte header)")
             prefixes.append(prefix)
-        enqueue = self._writer.queue.enqueue_one
-        return [enqueue(rtype, prefix, p) for prefix, p in zip(prefixes, payloads)]
+        first = self._writer.queue.enqueue_many(rtype, prefixes, payloads)   # one group for the flusher
+        return list(range(first, first + len(payloads)))
 
     def when_durable(self, lsn: int, callback) -> None:
         """callback(None) from the service's durability watcher once every record up to `lsn` (one
