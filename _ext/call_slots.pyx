@@ -55,8 +55,7 @@ cdef extern from *:
     #include <stdint.h>
     #include <sys/eventfd.h>
 
-    /* the notify eventfd (see CallSlots.poll): it lives as long as the slots, so a write never hits another file */
-    static inline void cs_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
+    /* the notify eventfd (see CallSlots.poll) lives as long as the slots, so a write never hits another file */
     static inline void cs_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, 8); (void)r; }
     static inline int cs_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 
@@ -68,7 +67,6 @@ cdef extern from *:
     static inline void cs_set_last(void* s, uint64_t epoch) { cs_last_slots = s; cs_last_epoch = epoch; }
 
     """
-    void cs_notify(int fd) nogil
     void cs_drain(int fd) nogil
     int cs_eventfd() nogil
     void* cs_get_last(uint64_t* epoch) nogil
@@ -77,7 +75,7 @@ cdef extern from *:
 # the call and reply frames' layout is the framed carrier's (one format, one place)
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load, lt_lock, lt_mutex, lt_mutex_destroy,
-                                 lt_mutex_init, lt_now, lt_unlock)
+                                 lt_mutex_init, lt_notify, lt_now, lt_unlock)
 from logtide._ext.ready_list cimport (ReadyList, rl_node, rl_pop, rl_push, rl_remove, rl_stall_at, rl_take,
                                       rl_take_stalled, rl_wake, rl_wake_all)
 DEF S_WAITING = 0
@@ -255,7 +253,7 @@ cdef class CallSlots:
                     wake_sender = False
                     lt_futex_wake(&self.snd_word, 1)
                     if self.notify_fd >= 0:
-                        cs_notify(self.notify_fd)
+                        lt_notify(self.notify_fd)
                 if hand != NULL:       # this thread gives up the GIL now: the next one finds it free
                     rl_wake(hand, WOKEN)
                     hand = NULL

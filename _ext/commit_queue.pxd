@@ -57,6 +57,9 @@ cdef class CommitQueue:
     cdef double batch_interval, unsynced_since
     cdef FrameBuf solo_buf
     cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
+    # notify_durable: an eventfd written once `published` reaches dur_at (0: none armed), or on a failure
+    cdef int dur_fd
+    cdef uint64_t dur_at
 
     # queue now, wait later (the pipelined committer's calls)
     cdef uint64_t enqueue_record(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
@@ -66,6 +69,7 @@ cdef class CommitQueue:
     cdef int _refuse(self) except -1
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil
     cdef bint _count_append_locked(self) noexcept nogil
+    cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0
     cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0
     cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                           size_t dlen) except? 0

@@ -20,6 +20,7 @@ indexes its own record, without a thread hand-over.
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
     q.enqueue_many(rtype, prefixes, payloads) -> first lsn                # a batch, one group
+    q.notify_durable(lsn, eventfd) -> already?                            # an event loop's wake-up
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
     q.run(timeout, publish) -> (first, last, starts, nbytes) for Python | CLOSED | KICKED | TIMEOUT
     q.publish(lsn); q.fail(exc); q.close(); q.kick()
@@ -36,7 +37,7 @@ import numpy as np
 cimport numpy as cnp
 
 from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_reserve, fb_trim
-from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy,
+from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy, lt_notify,
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
 from logtide._ext.ready_list cimport rl_stall_at
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
@@ -48,6 +49,7 @@ from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 cnp.import_array()
+
 
 # run() outcomes other than a group
 CLOSED = "closed"
@@ -76,6 +78,7 @@ cdef class CommitQueue:
         self.published = next_lsn - 1
         self.durable = self.synced = next_lsn - 1
         self.wfd = -1
+        self.dur_fd = -1
         self.mark_at = self.roll_at = 1ULL << 63
         self.max_commit_delay = max_commit_delay
 
@@ -136,6 +139,21 @@ cdef class CommitQueue:
             self.fl_word += 1
             return True
         return False
+
+    cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0:
+        """Take mu, check the queue is open and make room in `fill` for n frames of `total` bytes:
+        the first of the n LSNs handed out now. mu stays held, unless this raises."""
+        cdef uint64_t first
+        lt_lock(&self.mu)
+        if self.state != Q_OPEN:
+            lt_unlock(&self.mu)
+            self._refuse()
+        if fb_reserve(&self.fill, total, n) < 0:
+            lt_unlock(&self.mu)
+            raise MemoryError()
+        first = self.next_lsn
+        self.next_lsn += n
+        return first
 
     cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
         with nogil:
@@ -335,15 +353,7 @@ cdef class CommitQueue:
                     if plen + lens[i] > 0xFFFFFFFF:
                         raise ValueError(f"payload {i} does not fit a u32 length")
                     total += WAL_HEADER_SIZE + plen + lens[i]
-            lt_lock(&self.mu)
-            if self.state != Q_OPEN:
-                lt_unlock(&self.mu)
-                self._refuse()
-            if fb_reserve(&self.fill, total, n) < 0:
-                lt_unlock(&self.mu)
-                raise MemoryError()
-            first = self.next_lsn
-            self.next_lsn += n
+            first = self._lock_reserve(total, n)
             for i in range(n):
                 if is_rows:
                     fb_put(&self.fill, first + i, rtype, pre, plen, &rows[i, 0] if width else NULL, width)
@@ -680,7 +690,28 @@ cdef class CommitQueue:
         """publish under mu: the waiters to wake now (after unlocking)."""
         if lsn > self.published:
             self.published = lsn
+        if self.dur_at and self.published >= self.dur_at:
+            self.dur_at = 0
+            lt_notify(self.dur_fd)
         return wl_detach_durable(&self.waiters, lsn)
+
+    def notify_durable(self, uint64_t lsn, int fd) -> bool:
+        """Arm eventfd `fd` to be written once every record up to `lsn` is published, or when the
+        queue fails: False when armed, True when that is already so (nothing is written then). Once
+        written it is disarmed; arming again replaces the LSN and the fd. (0, -1) disarms. What an
+        event loop watches so that a server's batch is answered with no thread between the flusher
+        and the loop."""
+        cdef bint now
+        lt_lock(&self.mu)
+        if lsn == 0 or fd < 0:
+            self.dur_at, self.dur_fd = 0, -1
+            lt_unlock(&self.mu)
+            return False
+        now = self.state == Q_FAILED or lsn <= self.published
+        if not now:
+            self.dur_at, self.dur_fd = lsn, fd
+        lt_unlock(&self.mu)
+        return now
 
     def fail(self, exc) -> None:
         """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""
@@ -690,6 +721,9 @@ cdef class CommitQueue:
         if self.state != Q_FAILED:
             self.failure = exc
         self.state = Q_FAILED
+        if self.dur_at:
+            self.dur_at = 0
+            lt_notify(self.dur_fd)
         all_ = wl_take_all(&self.waiters)
         ready = wl_take_ready(&self.waiters)
         fb_clear(&self.fill)
@@ -746,15 +780,7 @@ cdef class CommitQueue:
         if plen + dlen > 0xFFFFFFFF:
             raise ValueError("a record's data does not fit a u32 length")
         size = WAL_HEADER_SIZE + plen + dlen
-        lt_lock(&self.mu)
-        if self.state != Q_OPEN:
-            lt_unlock(&self.mu)
-            self._refuse()
-        if fb_reserve(&self.fill, size, 1) < 0:
-            lt_unlock(&self.mu)
-            raise MemoryError()
-        lsn = self.next_lsn
-        self.next_lsn += 1
+        lsn = self._lock_reserve(size, 1)
         fb_put(&self.fill, lsn, rtype, pre, plen, src, dlen)
         wake = self._count_append_locked()
         lt_unlock(&self.mu)
@@ -783,15 +809,7 @@ cdef class CommitQueue:
             if plen + dlen > 0xFFFFFFFF:
                 raise ValueError(f"record {i}: its data does not fit a u32 length")
             total += WAL_HEADER_SIZE + plen + dlen
-        lt_lock(&self.mu)
-        if self.state != Q_OPEN:
-            lt_unlock(&self.mu)
-            self._refuse()
-        if fb_reserve(&self.fill, total, n) < 0:
-            lt_unlock(&self.mu)
-            raise MemoryError()
-        first = self.next_lsn
-        self.next_lsn += n
+        first = self._lock_reserve(total, n)
         for i in range(n):
             pre, p = <bytes>prefixes[i], <bytes>payloads[i]
             fb_put(&self.fill, first + i, rtype, <const uint8_t*>PyBytes_AS_STRING(pre), PyBytes_GET_SIZE(pre),

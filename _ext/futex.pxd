@@ -1,6 +1,6 @@
 # Thread synchronisation without Python, for code that runs with the GIL released: atomic loads and
 # stores, futex words (sleep until a word changes, wake its sleepers), a pthread mutex and the
-# monotonic clock. Linux only: the commit queue's waiters sleep on futexes.
+# monotonic clock, and an eventfd's wake-up. Linux only: the commit queue's waiters sleep on futexes.
 from libc.stdint cimport uint64_t
 
 cdef extern from *:
@@ -31,6 +31,9 @@ cdef extern from *:
         syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
     }
     static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+    /* wake whatever watches eventfd fd (an event loop): one nonblocking write; a full counter only
+       means a wake-up is already due */
+    static inline void lt_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
     static inline double lt_now(void) {
         struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -53,6 +56,7 @@ cdef extern from *:
     void lt_futex_wait(int* w, int val, long long ns) nogil
     void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
+    void lt_notify(int fd) nogil
     double lt_now() nogil
     void lt_mutex_init(lt_mutex* m) nogil
     void lt_mutex_destroy(lt_mutex* m) nogil

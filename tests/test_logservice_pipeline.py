@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -140,3 +141,105 @@ def test_queued_groups_are_answered_once_durable_and_at_close(tmp_path):
         recs = again.read(1, 1 << 20)[0]
         assert [r.data for r in recs] == [LogRecord.user(p, rid).data
                                           for p, rid in [(b"a", 0), (b"b", 3), (b"c", 7), (b"d", 0)]]
+
+
+def _loop_thread():
+    """A running uvloop (the framed carrier's kind) on its own thread; call(fn) runs fn on it."""
+    import asyncio
+    import uvloop
+    loop = uvloop.new_event_loop()
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+
+    def call(fn):
+        async def run():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(30)
+    return loop, th, call
+
+
+def test_loop_durability_follows_the_queue(tmp_path):
+    """LoopDurability over a bare CommitQueue, published and failed by hand: each callback runs on
+    the loop, in registration order, exactly when its LSN is published; one already published is
+    answered at once; a failure answers the rest with LogServiceFailed; close answers what is left."""
+    from logtide._ext.commit_queue import CommitQueue
+    from logtide.engine.logservice.loop_durability import LoopDurability
+    from logtide.errors import LogServiceFailed
+    loop, th, call = _loop_thread()
+    try:
+        q = CommitQueue(1)
+        for p in (b"a", b"b", b"c", b"d"):
+            q.enqueue_one(0, b"", p)
+        got: list = []
+        notices = call(lambda: LoopDurability(q, loop))
+
+        def cb(tag):
+            return lambda err: got.append((tag, err, threading.get_ident() == th.ident))
+
+        def settle(n):
+            end = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < end:
+                time.sleep(0.001)
+            time.sleep(0.02)                     # nothing more comes
+            return [(t, type(e).__name__ if e else None, on_loop) for t, e, on_loop in got]
+        call(lambda: (notices.watch(1, cb("1")), notices.watch(3, cb("3")), notices.watch(2, cb("2"))))
+        assert settle(0) == []
+        q.publish(1)                             # from this thread, as the flusher would
+        assert settle(1) == [("1", None, True)]
+        q.publish(2)                             # "3" is first in line and not due: "2" waits behind it
+        assert settle(1) == [("1", None, True)]
+        q.publish(3)
+        assert settle(3) == [("1", None, True), ("3", None, True), ("2", None, True)]
+        call(lambda: notices.watch(2, cb("2 again")))   # already published: answered at once
+        assert got[-1][0] == "2 again" and got[-1][1] is None
+        call(lambda: notices.watch(4, cb("4")))
+        q.fail(OSError(5, "EIO"))
+        assert settle(5)[-1] == ("4", "LogServiceFailed", True)
+        q2 = CommitQueue(1)
+        q2.enqueue_one(0, b"", b"x")
+        other = call(lambda: LoopDurability(q2, loop))
+        call(lambda: other.watch(1, cb("closed")))
+        call(other.close)
+        assert got[-1][0] == "closed" and isinstance(got[-1][1], RuntimeError)
+        q2.publish(1)                            # disarmed: its eventfd is closed and never written
+        call(notices.close)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(30)
+
+
+def test_queued_groups_on_an_event_loop_are_answered_on_the_loop(tmp_path):
+    """when_durable with the running loop (what the framed server passes): the callbacks run on the
+    loop, woken by the flusher, with no durability-watcher thread; one registered just before
+    close() is answered by the close's drain, and the records survive a reopen."""
+    svc = LogService.open(tmp_path / "log", fsync="always")
+    loop, th, call = _loop_thread()
+    try:
+        got: list = []
+        done = threading.Event()
+
+        def register(payloads, tag):
+            lsns = svc.queue_group(payloads, [0] * len(payloads))
+
+            def callback(err):
+                readable = tag == "at close" or svc.get_latest_lsn() >= lsns[-1]   # (closed: not asked)
+                got.append((tag, err, threading.get_ident() == th.ident, readable))
+                if tag == "third":
+                    done.set()
+            svc.when_durable(lsns[-1], callback, loop)
+            return lsns
+        assert call(lambda: register([b"a", b"b"], "first")) == [1, 2]
+        assert call(lambda: register([b"c"], "second")) == [3]
+        assert call(lambda: register([b"d", b"e", b"f"], "third")) == [4, 5, 6]
+        assert done.wait(30)
+        assert got == [("first", None, True, True), ("second", None, True, True), ("third", None, True, True)]
+        assert not [t.name for t in threading.enumerate() if t.name == "logservice-durability"]
+        call(lambda: register([b"g"], "at close"))
+        svc.close()
+        assert got[-1] == ("at close", None, True, True)
+    finally:
+        svc.close()
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(30)
+    with LogService.open(tmp_path / "log", fsync="always") as again:
+        assert [r.data for r in again.read(1, 1 << 20)[0]] == [LogRecord.user(bytes([p]), 0).data for p in b"abcdefg"]

@@ -1,11 +1,12 @@
 """DurabilityWatcher: tells whoever queued appends when the log is durable up to their LSN, with one
 thread for all of them.
 
-A server that queues a batch of appends without waiting (LogService.queue_group) registers
-`watch(lsn, callback)`. The watcher thread sleeps in the log's commit queue (`wait_durable`, a futex
-with the GIL released) for the oldest LSN registered; once the log is durable up to it, it calls, in
-registration order, every callback whose LSN is covered. A batch then costs the server one wake-up
-of this thread, where a blocking append holds a worker thread per call through its fsync.
+Code that queues appends without waiting (LogService.queue_group) and runs on no event loop
+registers `watch(lsn, callback)`; on a loop, LoopDurability answers with no thread between. The
+watcher thread sleeps in the log's commit queue (`wait_durable`, a futex with the GIL released)
+for the oldest LSN registered; once the log is durable up to it, it calls, in registration order,
+every callback whose LSN is covered. A batch then costs one wake-up of this thread, where a
+blocking append holds a thread per call through its fsync.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The log service over the RPC layer: its servicer and a server (framed carrier, optionally gRPC too)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -126,8 +127,8 @@ class LogServiceServicer:
     def defer_frames_Append(self, ids: list, requests: list, ctx, done) -> None:
         """The framed server's batch of Append calls, answered without a thread waiting for them:
         the one-payload appends (decoded in C) are queued on the log's group committer now and
-        answered by `done(reply frames, [(id, error)])` from the service's durability watcher once
-        they are durable. The others (raw, multi-payload, oversize, unusual) run through frames_Append
+        answered by `done(reply frames, [(id, error)])` once they are durable: on the server's event
+        loop, which the log's flusher wakes (LoopDurability), or else from the durability watcher. The others (raw, multi-payload, oversize, unusual) run through frames_Append
         on a helper thread, since they wait for their own append."""
         f_ids, payloads, rids, types, slow = decode_appends(ids, requests, self._max_payload)
         if slow:
@@ -165,7 +166,11 @@ class LogServiceServicer:
                 done(b"", failed + [(i, err) for i in queued_ids])
             else:
                 done(_lsn_replies(queued_ids, lsns), failed)
-        self.svc.when_durable(max(lsns), durable)
+        try:
+            loop = asyncio.get_running_loop()     # the framed server's: its flusher wakes the loop itself
+        except RuntimeError:
+            loop = None
+        self.svc.when_durable(max(lsns), durable, loop)
 
     def _answer_frames(self, ids: list, requests: list, done) -> None:
         try:

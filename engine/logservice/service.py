@@ -1,6 +1,7 @@
 """LogService: the embedded log service (segments, group-commit writer, reader, truncation, TSO)."""
 from __future__ import annotations
 
+import asyncio
 import bisect
 import io
 import logging
@@ -20,6 +21,7 @@ from logtide.engine.logservice.log_format import (
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
+from logtide.engine.logservice.loop_durability import LoopDurability
 from logtide.fsync_dir import fsync_dir
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.recovery import recover
@@ -33,6 +35,8 @@ from logtide.errors import (
     RecordTooLarge)
 
 log = logging.getLogger("logtide.logservice")
+
+LOOP_CLOSE_TIMEOUT_S = 5.0   # close() waits this long for an event loop to take its durability notices' close
 
 _PREFIXES: dict[int, bytes] = {0: data_prefix(0)}  # replica id -> the 12-byte data header
 
@@ -91,6 +95,7 @@ class LogService(LogServiceClient):
                                       f"LSN {truncated}", segment=os.path.basename(self._segments[-1].path),
                                       offset=self._segments[-1].size)
             self._watcher = DurabilityWatcher(self._writer.queue.wait_durable)
+            self._loop_notices: LoopDurability | None = None   # made on the first loop's first watch
             self._tso = TSO(self._sm.tso_limit, lambda limit: self._propose(command("reserve_tso", limit=limit)))
             if type(self).get_tso_timestamp is LogService.get_tso_timestamp:
                 self.get_tso_timestamp = self._tso.get   # one C call (it refuses once closed, as below)
@@ -236,11 +241,46 @@ class LogService(LogServiceClient):
         first = self._writer.queue.enqueue_many(rtype, prefixes, payloads)   # one group for the flusher
         return list(range(first, first + len(payloads)))
 
-    def when_durable(self, lsn: int, callback) -> None:
-        """callback(None) from the service's durability watcher once every record up to `lsn` (one
-        that queue_group handed out) is durable, as durable as an append's return makes it;
-        callback(exc) when the log fails first."""
+    def when_durable(self, lsn: int, callback, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """callback(None) once every record up to `lsn` (one that queue_group handed out) is durable,
+        as durable as an append's return makes it; callback(exc) when the log fails first. The
+        callback runs on the service's durability watcher thread; or, given the running event
+        `loop` (called on its thread), on that loop, which the log's flusher then wakes directly."""
+        if loop is not None:
+            notices = self._loop_notices
+            if notices is None:
+                self._check_open()
+                notices = self._loop_notices = LoopDurability(self._writer.queue, loop)
+            if notices.loop is loop:
+                notices.watch(lsn, callback)
+                return
         self._watcher.watch(lsn, callback)
+
+    def _close_loop_notices(self) -> None:
+        """Close the loop's notices on their loop (the writer drained its queue: each is answered)."""
+        notices = self._loop_notices
+        if notices is None:
+            return
+        try:
+            if asyncio.get_running_loop() is notices.loop:
+                notices.close()
+                return
+        except RuntimeError:
+            pass                              # not on a loop
+        closed = threading.Event()
+
+        def close() -> None:
+            try:
+                notices.close()
+            finally:
+                closed.set()
+        try:
+            notices.loop.call_soon_threadsafe(close)
+        except RuntimeError:                  # that loop is closed: it watches nothing any more
+            return
+        if not closed.wait(LOOP_CLOSE_TIMEOUT_S):
+            log.warning("log service %s: its event loop did not take the durability notices' close "
+                        "within %g s", self._dir, LOOP_CLOSE_TIMEOUT_S)
 
     def _append_rows(self, rows: np.ndarray, replica_id: int, type: int) -> int:
         """append_many of a 2-D uint8 array: one record per row, framed without a Python object per row."""
@@ -430,6 +470,7 @@ class LogService(LogServiceClient):
         try:
             self._writer.close()
             self._watcher.close()       # the writer drained its queue: every watch is answered
+            self._close_loop_notices()
             with self._meta_lock:
                 if self._reports_dirty:
                     self._save_state_locked()

@@ -1,0 +1,79 @@
+"""LoopDurability: tells code on an asyncio event loop when the log is durable up to an LSN, with no
+thread between the log's flusher and the loop.
+
+The log's commit queue writes an eventfd once it has published the oldest LSN registered
+(`CommitQueue.notify_durable`); the loop reads it, runs every callback whose LSN is covered, in
+registration order, and arms the eventfd for the next. A framed server's batch of appends then
+costs one wake-up of the loop, where DurabilityWatcher costs two of its thread and one of the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import deque
+from typing import Callable
+
+from logtide.errors import LogServiceFailed
+
+log = logging.getLogger("logtide.logservice")
+
+
+class LoopDurability:
+    """`watch(lsn, callback)` on `loop`'s thread only: callback(None) on the loop once every record
+    up to lsn is published, callback(exc) if the log fails first."""
+
+    def __init__(self, queue, loop: asyncio.AbstractEventLoop) -> None:
+        self._q = queue
+        self.loop = loop
+        self._pending: deque = deque()       # (lsn, callback), in registration order
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._closed = False
+        loop.add_reader(self._fd, self._ready)
+
+    def watch(self, lsn: int, callback: Callable[[BaseException | None], None]) -> None:
+        if self._closed:
+            raise RuntimeError("the loop's durability notices are closed")
+        self._pending.append((lsn, callback))
+        if len(self._pending) == 1 and self._arm():
+            self._ready()
+
+    def _arm(self) -> bool:
+        """Arm the eventfd for the oldest registration: True when it is already due."""
+        return not self._closed and self._q.notify_durable(self._pending[0][0], self._fd)
+
+    def _ready(self) -> None:
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+        pending = self._pending
+        while pending:
+            # read after the drain: a publish from here on writes the eventfd again (arming below
+            # says so at once when it has already happened)
+            published, failure = self._q.published_lsn, self._q.failure
+            if failure is not None:
+                failure = LogServiceFailed(f"a log write failed ({failure!r}); reopen the log service")
+            while pending and (failure is not None or pending[0][0] <= published):
+                lsn, callback = pending.popleft()
+                err = None if lsn <= published else failure
+                try:
+                    callback(err)
+                except Exception:  # noqa: BLE001 - a caller's bug must not stop the others' answers
+                    log.exception("a durability callback failed")
+            if not pending or not self._arm():
+                return
+
+    def close(self) -> None:
+        """On the loop's thread: answer what is registered and published (the log drains its queue
+        on close; anything still unpublished fails with RuntimeError), then stop watching."""
+        if self._closed:
+            return
+        self._closed = True                  # arms no more
+        self._q.notify_durable(0, -1)
+        self._ready()
+        err = RuntimeError("the log closed before these records were published")
+        while self._pending:
+            self._pending.popleft()[1](err)
+        self.loop.remove_reader(self._fd)
+        os.close(self._fd)
