@@ -192,14 +192,16 @@ def test_loop_durability_follows_the_queue(tmp_path):
         assert settle(3) == [("1", None, True), ("3", None, True), ("2", None, True)]
         call(lambda: notices.watch(2, cb("2 again")))   # already published: answered at once
         assert got[-1][0] == "2 again" and got[-1][1] is None
-        call(lambda: notices.watch(4, cb("4")))
+        call(lambda: (notices.watch(4, lambda err: 1 / 0), notices.watch(4, cb("4"))))
         q.fail(OSError(5, "EIO"))
         assert settle(5)[-1] == ("4", "LogServiceFailed", True)
         q2 = CommitQueue(1)
         q2.enqueue_one(0, b"", b"x")
         other = call(lambda: LoopDurability(q2, loop))
-        call(lambda: other.watch(1, cb("closed")))
-        call(other.close)
+        def raising(err):
+            raise ValueError("a caller's bug")
+        call(lambda: (other.watch(1, raising), other.watch(1, cb("closed"))))
+        call(other.close)                        # the bug is logged; the next callback still runs
         assert got[-1][0] == "closed" and isinstance(got[-1][1], RuntimeError)
         q2.publish(1)                            # disarmed: its eventfd is closed and never written
         call(notices.close)

@@ -56,11 +56,7 @@ class LoopDurability:
                 failure = LogServiceFailed(f"a log write failed ({failure!r}); reopen the log service")
             while pending and (failure is not None or pending[0][0] <= published):
                 lsn, callback = pending.popleft()
-                err = None if lsn <= published else failure
-                try:
-                    callback(err)
-                except Exception:  # noqa: BLE001 - a caller's bug must not stop the others' answers
-                    log.exception("a durability callback failed")
+                self._answer(callback, None if lsn <= published else failure)
             if not pending or not self._arm():
                 return
 
@@ -73,7 +69,16 @@ class LoopDurability:
         self._q.notify_durable(0, -1)
         self._ready()
         err = RuntimeError("the log closed before these records were published")
-        while self._pending:
-            self._pending.popleft()[1](err)
-        self.loop.remove_reader(self._fd)
-        os.close(self._fd)
+        try:
+            while self._pending:
+                self._answer(self._pending.popleft()[1], err)
+        finally:
+            self.loop.remove_reader(self._fd)
+            os.close(self._fd)
+
+    @staticmethod
+    def _answer(callback: Callable[[BaseException | None], None], err: BaseException | None) -> None:
+        try:
+            callback(err)
+        except Exception:  # noqa: BLE001 - a caller's bug must not stop the others' answers
+            log.exception("a durability callback failed")
