@@ -6,6 +6,10 @@ import sys
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# the compile is most of a fresh `make test`'s set-up: every CPU takes part (LOGTIDE_BUILD_JOBS=1: one)
+JOBS = int(os.environ.get("LOGTIDE_BUILD_JOBS", "0")) or os.cpu_count() or 1
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,8 +68,17 @@ def extensions():
         exts,
         include_path=[cython_include_shim()],
         compiler_directives={"language_level": 3, "embedsignature": True},
-        nthreads=int(os.environ.get("LOGTIDE_BUILD_JOBS", "0")) or None,
+        nthreads=JOBS,
     )
+
+
+class ParallelBuildExt(build_ext):
+    """build_ext compiling JOBS extensions at a time."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = JOBS
 
 
 PKGS, DIRS = packages()
@@ -76,5 +89,6 @@ setup(
     package_data={"": ["*.pxd", "*.proto"]},
     exclude_package_data={"": ["*.c", "*.pyx"]},
     ext_modules=extensions(),
+    cmdclass={"build_ext": ParallelBuildExt},
     zip_safe=False,
 )

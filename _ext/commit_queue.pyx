@@ -119,7 +119,7 @@ cdef class CommitQueue:
 
     cdef int _refuse(self) except -1:
         if self.state == Q_FAILED:
-            raise LogServiceFailed(f"a log write failed ({self.failure!r}); reopen the log service") from self.failure
+            raise LogServiceFailed.after(self.failure)
         raise LogServiceClosed("the log service is closed")
 
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil:

@@ -84,6 +84,13 @@ class LogServiceClosed(LogServiceError):
 class LogServiceFailed(LogServiceError):
     """A write or fsync failed; the service refuses further appends until it is reopened."""
 
+    @classmethod
+    def after(cls, cause: BaseException) -> "LogServiceFailed":
+        """The error every later caller gets once the write that raised `cause` failed."""
+        exc = cls(f"a log write failed ({cause!r}); reopen the log service")
+        exc.__cause__ = cause
+        return exc
+
 
 class CorruptLogError(CorruptionError, LogServiceError):
     """A record in the middle of the log failed verification. Never skipped silently."""

@@ -15,8 +15,8 @@ from logtide.engine.raft.sim import run_seed
 
 from seed_pool import run_seeds
 
-# (fault ticks, fixed seeds, fresh random seeds): ~40 s together on one core, ~20 s on two
-SWEEPS = [(150, range(150), 50), (600, range(40), 20), (3000, range(4), 2)]
+# (fault ticks, fixed seeds, fresh random seeds): ~20 s together on one core, ~10 s on two
+SWEEPS = [(150, range(75), 25), (600, range(20), 10), (3000, range(2), 1)]
 
 
 def _sweep(jobs):

@@ -1,6 +1,6 @@
 """Real processes: three `logtide logservice serve --raft` replicas on loopback, clients appending
 (and reading, and taking TSO ranges) concurrently while replicas are SIGKILLed (the leader, a
-follower, and all three at once, 21 rounds) or partitioned through loopback TCP proxies that
+follower, and all three at once, 15 rounds) or partitioned through loopback TCP proxies that
 blackhole traffic (the leader isolated; one follower split from the other two). Afterwards every acknowledged append is present exactly
 once, at the same LSN on every replica, no LSN ever held two records, and the recorded client
 history is linearizable (lincheck)."""
@@ -135,7 +135,7 @@ def cluster(tmp_path):
 
 def _sigkill_rounds(cluster):
     def faults():
-        rounds = ["leader"] * 9 + ["follower"] * 8 + ["all"] * 4
+        rounds = ["leader"] * 6 + ["follower"] * 6 + ["all"] * 3
         for kind in rounds:
             time.sleep(0.4)
             lead = cluster.leader()

@@ -1,6 +1,6 @@
 """Real processes: three `logtide meta serve --raft` replicas on loopback; clients run upserts, CAS,
 transactions, fetch_add_u64 and linearizable gets on shared keys while replicas are SIGKILLed (the
-leader, a follower, two at once: 21 rounds). Afterwards: every replica holds the same state; the
+leader, a follower, two at once: 15 rounds). Afterwards: every replica holds the same state; the
 history of each key is linearizable (lincheck, KVKeyModel), so no acknowledged write is lost and no
 read was stale; every acknowledged seq is unique, grows per client and in real time; fetch_add
 results are unique. A replica down past a compaction catches up through a snapshot."""
@@ -161,7 +161,7 @@ def test_sigkill_rounds_lose_no_acknowledged_write(tmp_path):
     cluster = MetaCluster(tmp_path)
 
     def faults():
-        rounds = ["leader"] * 9 + ["follower"] * 8 + ["two"] * 4
+        rounds = ["leader"] * 6 + ["follower"] * 6 + ["two"] * 3
         for kind in rounds:
             time.sleep(0.5)
             lead = cluster.leader()

@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 from raft_save_ops import VOTERS, readys  # noqa: E402
 from child_output import rest_of_output  # noqa: E402
 
-ROUNDS = 40
+ROUNDS = 24
 
 
 def _image(st) -> tuple:

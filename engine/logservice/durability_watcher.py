@@ -10,12 +10,11 @@ blocking append holds a thread per call through its fsync.
 """
 from __future__ import annotations
 
-import logging
 import threading
 from collections import deque
 from typing import Callable
 
-log = logging.getLogger("logtide.logservice")
+from logtide.engine.logservice.durability_callbacks import Callback, answer, pop_settled
 
 
 class DurabilityWatcher:
@@ -31,7 +30,7 @@ class DurabilityWatcher:
         self._closing = False
         self._thread: threading.Thread | None = None
 
-    def watch(self, lsn: int, callback: Callable[[BaseException | None], None]) -> None:
+    def watch(self, lsn: int, callback: Callback) -> None:
         with self._cv:
             if self._closing:
                 raise RuntimeError("the durability watcher is closed")
@@ -69,11 +68,6 @@ class DurabilityWatcher:
             except BaseException as exc:  # noqa: B902 - the log failed (or closed): every waiter learns it
                 err = exc
             with self._cv:
-                ready = []
-                while pending and (err is not None or pending[0][0] <= durable):
-                    ready.append(pending.popleft()[1])
-            for callback in ready:
-                try:
-                    callback(err)
-                except Exception:  # noqa: BLE001 - a caller's bug must not stop the others' answers
-                    log.exception("a durability callback failed")
+                settled = pop_settled(pending, durable, err)
+            for callback, e in settled:
+                answer(callback, e)

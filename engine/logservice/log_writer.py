@@ -274,7 +274,7 @@ class LogWriter:
     # --- sync and close ------------------------------------------------------------------------
 
     def _raise_failed(self):
-        raise LogServiceFailed(f"a log write failed ({self._failed!r}); reopen the log service") from self._failed
+        raise LogServiceFailed.after(self._failed)
 
     def sync(self) -> None:
         """Make every written record durable now (for fsync="batch"/"never"); the flusher syncs."""

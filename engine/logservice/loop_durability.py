@@ -9,14 +9,11 @@ costs one wake-up of the loop, where DurabilityWatcher costs two of its thread a
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections import deque
-from typing import Callable
 
+from logtide.engine.logservice.durability_callbacks import Callback, answer, pop_settled
 from logtide.errors import LogServiceFailed
-
-log = logging.getLogger("logtide.logservice")
 
 
 class LoopDurability:
@@ -31,7 +28,7 @@ class LoopDurability:
         self._closed = False
         loop.add_reader(self._fd, self._ready)
 
-    def watch(self, lsn: int, callback: Callable[[BaseException | None], None]) -> None:
+    def watch(self, lsn: int, callback: Callback) -> None:
         if self._closed:
             raise RuntimeError("the loop's durability notices are closed")
         self._pending.append((lsn, callback))
@@ -52,11 +49,9 @@ class LoopDurability:
             # read after the drain: a publish from here on writes the eventfd again (arming below
             # says so at once when it has already happened)
             published, failure = self._q.published_lsn, self._q.failure
-            if failure is not None:
-                failure = LogServiceFailed(f"a log write failed ({failure!r}); reopen the log service")
-            while pending and (failure is not None or pending[0][0] <= published):
-                lsn, callback = pending.popleft()
-                self._answer(callback, None if lsn <= published else failure)
+            for callback, err in pop_settled(pending, published,
+                                             None if failure is None else LogServiceFailed.after(failure)):
+                answer(callback, err)
             if not pending or not self._arm():
                 return
 
@@ -71,14 +66,7 @@ class LoopDurability:
         err = RuntimeError("the log closed before these records were published")
         try:
             while self._pending:
-                self._answer(self._pending.popleft()[1], err)
+                answer(self._pending.popleft()[1], err)
         finally:
             self.loop.remove_reader(self._fd)
             os.close(self._fd)
-
-    @staticmethod
-    def _answer(callback: Callable[[BaseException | None], None], err: BaseException | None) -> None:
-        try:
-            callback(err)
-        except Exception:  # noqa: BLE001 - a caller's bug must not stop the others' answers
-            log.exception("a durability callback failed")
