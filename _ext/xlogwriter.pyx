@@ -25,6 +25,9 @@ cnp.import_array()
 cdef enum:
     MAX_BLOCKS = 33                   # XLR_MAX_BLOCK_ID + 1
     MAX_BLOCK_DATA = 65535            # data_length is a u16
+    # smaller records are encoded with the GIL held: dropping it costs more than the copy and CRC,
+    # and a writer holds the WAL insert and page locks here, which others would then queue on
+    NOGIL_RECORD = 65536
 
 
 cdef struct BlockSpec:
@@ -147,8 +150,11 @@ cdef bytes _build(uint8_t rmid, uint8_t info, uint32_t xid, uint64_t prev, Block
         raise ValueError("a WAL record is at most 4 GiB")
     cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    with nogil:
+    if total < NOGIL_RECORD:
         _encode(p, rmid, info, xid, prev, blocks, nblocks, main, main_len, total)
+    else:
+        with nogil:
+            _encode(p, rmid, info, xid, prev, blocks, nblocks, main, main_len, total)
     return out
 
 
