@@ -43,6 +43,8 @@ RATIOS = [
 
 PAYLOAD = b"\xa5" * 256
 CONNECTIONS, PROCESSES = 32, 4
+# the suite's small-scale smoke run starts 4: each start imports logtide, 9 s for 32 on two CPUs
+APPEND_PROCESSES = 32 if SCALE >= 0.1 else 4
 CLIENTS = (1, 4, 16, 32)
 # messages per connection per round: at full scale a round lasts >= 10 s on this machine
 PER_CONNECTION = {"wire": 12000, "grpc": 2500}
@@ -195,9 +197,10 @@ def test_append_grpc(benchmark, tmp_path, clients):
 
 @pytest.mark.benchmark(group="wire-logservice-append-processes")
 def test_append_wire_32_processes(benchmark, tmp_path):
-    """32 client processes of one thread each (bench/append_clients.py), each appending in lockstep
-    for the same seconds; every process is started and connected before the clock."""
-    n = 32
+    """32 client processes (APPEND_PROCESSES) of one thread each (bench/append_clients.py), each
+    appending in lockstep for the same seconds; every process is started and connected before the
+    clock."""
+    n = APPEND_PROCESSES
     proc, address = _serve(tmp_path)
     script = str(Path(__file__).with_name("append_clients.py"))
     clients = [subprocess.Popen([sys.executable, script, address, str(len(PAYLOAD))], stdin=subprocess.PIPE,
