@@ -38,15 +38,20 @@ demo: EXTRAS = spark
 demo: install
 	$(VENV)/bin/logtide demo
 
+# Two pytest-xdist workers, a test file to each at a time (module fixtures such as a Spark session stay
+# shared): most of the suite waits on real processes, sockets and fsync, so two workers nearly halve
+# the wall time on two CPUs. TEST_WORKERS=0 runs in one process.
 # --durations: the slowest tests are listed, since CI must stay under 30 minutes
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: install
-	$(VENV)/bin/pytest -q --durations=20
+	$(VENV)/bin/pytest -q $(XDIST) --durations=20
 
 # every property (hypothesis) test with 20x its examples and no deadlines (tests/hypothesis_profiles.py);
 # tens of minutes, not run by CI. Each test's name is printed as it finishes; the slowest are listed at the end.
 .PHONY: test-deep
 test-deep: install
-	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest -v -m property --durations=25
+	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest -v $(XDIST) -m property --durations=25
 
 bench: install
 	$(PY) -m bench.report

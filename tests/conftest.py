@@ -44,8 +44,10 @@ def bench_run(tmp_path):
                f"--benchmark-json={raw}", "-q"]
         if max_time:
             cmd.append(f"--benchmark-max-time={max_time}")
-        p = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, BENCH_SCALE="0.01"), capture_output=True,
-                           text=True, timeout=timeout)
+        # under pytest-xdist the worker's PYTEST_XDIST_* variables would make pytest-benchmark disable itself
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+        env["BENCH_SCALE"] = "0.01"
+        p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         sys.path.insert(0, str(root))
         try:

@@ -194,7 +194,7 @@ class RoFollowMachine(RuleBasedStateMachine):
 
 
 TestRoFollow = RoFollowMachine.TestCase
-TestRoFollow.settings = scaled(max_examples=60, stateful_step_count=40, deadline=None)
+TestRoFollow.settings = scaled(max_examples=30, stateful_step_count=40, deadline=None)
 
 
 def test_ro_behind_the_primary_by_several_tables(tmp_path):

@@ -47,7 +47,19 @@ def fresh_groups(tmp_path_factory):
         c.stop(signal.SIGKILL)
 
 
-@pytest.fixture(params=["embedded", "inprocess", "wire", "grpc", "raft"])
+CARRIERS = ["embedded", "inprocess", "wire", "grpc", "raft"]
+
+
+def on_carriers(name: str, values: list, raft: list):
+    """Parametrize `ms` and `name` together: every value on each carrier, and only the values in
+    `raft` on the Raft group. A Raft case costs a fresh group of three processes; it proves that a
+    condition survives the replicated command and the replicas' apply, which one value per operator
+    shows, while the other carriers run each value through the same state machine."""
+    cases = [(c, v) for c in CARRIERS for v in values if c != "raft" or v in raft]
+    return pytest.mark.parametrize(("ms", name), cases, indirect=["ms"])
+
+
+@pytest.fixture(params=CARRIERS)
 def ms(request, clock, tmp_path):
     """The same scenarios on the embedded service, through the RPC layer's in-process transport,
     through a real server on 127.0.0.1 (one port: logtide's framed carrier, and gRPC), and on a fresh 3-replica Raft group of separate
@@ -293,7 +305,7 @@ def _truth(a, o, b):
 
 
 @pytest.mark.parametrize("operator", OPS)
-@pytest.mark.parametrize("rhs", [1, 2, 3])
+@on_carriers("rhs", [1, 2, 3], raft=[2])
 def test_seq_condition_all_six_operators(ms, operator, rhs):
     ms.upsert("x", b"0")
     ms.upsert("k", b"v")                     # seq 2
@@ -309,7 +321,7 @@ def test_seq_condition_on_missing_key_compares_zero(ms, operator):
 
 
 @pytest.mark.parametrize("operator", OPS)
-@pytest.mark.parametrize("rhs", [b"a", b"m", b"z", b"ma"])
+@on_carriers("rhs", [b"a", b"m", b"z", b"ma"], raft=[b"m"])
 def test_value_condition_all_six_operators(ms, operator, rhs):
     ms.upsert("k", b"m")
     r = ms.txn(conditions=[cond.value("k", operator, rhs)])
@@ -325,7 +337,7 @@ def test_value_condition_on_missing_key_is_false_for_every_operator(ms, operator
 
 
 @pytest.mark.parametrize("operator", OPS)
-@pytest.mark.parametrize("rhs", [0, 2, 3, 4])
+@on_carriers("rhs", [0, 2, 3, 4], raft=[3])
 def test_prefix_count_condition_all_six_operators(ms, operator, rhs):
     for k in ["p/1", "p/2", "p/3", "pq", "o"]:
         ms.upsert(k, b"1")
@@ -444,7 +456,7 @@ def test_txn_reads_see_log_time_not_local_time(ms, clock):
 
 # ---------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("call", [
+BAD_CALLS = [
     lambda ms: ms.upsert(b"bytes-key", b"v"),
     lambda ms: ms.upsert("k", "str-value"),
     lambda ms: ms.upsert("k", 5),
@@ -471,10 +483,25 @@ def test_txn_reads_see_log_time_not_local_time(ms, clock):
     lambda ms: ms.watch("a", filter="some"),
     # the key it would make (prefix + 20 digits) is over the limit: get() could never read it
     lambda ms: ms.txn(if_then=[op.put("a", b"1"), op.put_sequential("p" * 4080, "seq", b"v")]),
-])
+]
+
+
+@on_carriers("call", BAD_CALLS, raft=[])
 def test_bad_input_gets_a_typed_error_and_changes_nothing(ms, call):
     ms.upsert("keep", b"1")
     with pytest.raises(MetaInvalidArgument):
         call(ms)
     assert ms.seq == 1 and ms.get("keep").data == b"1"
     assert ms.upsert("after", b"ok")[1].seq == 2     # still serving
+
+
+@pytest.mark.parametrize("ms", ["raft"], indirect=True)
+def test_every_bad_input_in_turn_on_one_raft_group(ms):
+    """The bad calls above, one after another on one Raft group: each is refused, changes nothing,
+    and the group serves the next write."""
+    ms.upsert("keep", b"1")
+    for k, call in enumerate(BAD_CALLS):
+        with pytest.raises(MetaInvalidArgument):
+            call(ms)
+        assert ms.seq == 1 + k and ms.get("keep").data == b"1", f"bad call {k}"
+        assert ms.upsert(f"after/{k}", b"ok")[1].seq == 2 + k     # still serving
