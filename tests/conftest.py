@@ -74,6 +74,33 @@ def _is_property_test(item) -> bool:
     return cls is not None and isinstance(getattr(cls, "settings", None), settings)
 
 
+# The suite's longest files, longest first (seconds each under `make test`'s two workers). They
+# start first, so the two pytest-xdist workers (run with --no-loadscope-reorder) end close together
+# instead of one running a long file alone at the end.
+LONG_FIRST = (
+    "test_spark_cluster.py",                # ~150
+    "test_meta_semantics.py",               # ~130
+    "test_raft_sim.py",                     # ~100
+    "test_logservice_raft_kill.py",         # ~95
+    "test_spark_local.py",                  # ~95
+    "test_fault_matrix.py",                 # ~65
+    "test_spark_bench_smoke.py",            # ~65
+    "test_hakeeper_store_commands.py",      # ~50
+    "test_logservice_kill.py",              # ~50
+    "test_meta_bench_smoke.py",             # ~45
+    "test_btree_stateful.py",               # ~45
+    "test_hakeeper_processes.py",           # ~45
+    "test_cluster_hakeeper_repair.py",      # ~40
+    "test_meta_replica_kill.py",            # ~40
+    "test_logindex_ro_follow.py",           # ~40
+    "test_replay_raft_kill.py",             # ~35
+    "test_wire_floor_bench_smoke.py",       # ~35
+    "test_durable_writes_bench_smoke.py",   # ~35
+    "test_meta_raft_bench_smoke.py",        # ~35
+    "test_cluster_ro_truncation.py",        # ~30
+)
+
+
 def pytest_collection_modifyitems(config, items):
     # `make test-deep` selects these with -m property
     for item in items:
@@ -84,3 +111,5 @@ def pytest_collection_modifyitems(config, items):
             own = item.get_closest_marker("timeout")
             base = own.args[0] if own and own.args else config.getini("timeout") or 600
             item.add_marker(pytest.mark.timeout(float(base) * hypothesis_profiles.FACTOR), append=False)
+    rank = {name: k for k, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))   # stable: files keep their order
