@@ -106,4 +106,7 @@ def test_a_soak_runs_random_seeds_until_its_time_is_up(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("soak: 0.05 minutes") and lines[-1].endswith("s")
-    assert int(lines[-1].split()[0]) > 5 and " 0 failed" in lines[-1]
+    # how many seeds fit in 3 s depends on the machine's load (a seed of 3,000 fault ticks can take
+    # all of it): the check is that seeds ran, none failed, and the soak lasted its time
+    seeds, _, failed, _, took = lines[-1].split()
+    assert int(seeds) >= 1 and failed == "0" and float(took.rstrip("s")) >= 3.0
