@@ -16,7 +16,6 @@ The saved tables serve LSNs <= split and the memtables LSNs >= split (a tag's LS
 in both, is kept once). The manager calls set_tables() again whenever the saved tables, the memtable
 ring or the split change.
 """
-from operator import index as _index
 
 import numpy as np
 cimport numpy as cnp
@@ -24,12 +23,10 @@ cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove, memcmp
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from cpython.long cimport PyLong_AsUnsignedLong
 
 from logtide._ext.murmur3 cimport murmur3_x64_128
 from logtide._ext.memtable cimport (Memtable, MemtableData, MT_HASH_SLOTS, MT_SEGMENTS, MT_SEG_BYTES, HEAD_TAG,
-                                    HEAD_NEXT_ITEM, HEAD_NEXT_SEG, HEAD_TAIL_SEG)
+                                    HEAD_NEXT_ITEM, HEAD_NEXT_SEG, HEAD_TAIL_SEG, tag_fields)
 from cpython.ref cimport PyObject
 from logtide._ext.bloom4k cimport BLOOM_NBITS, BLOOM_MAX_K
 
@@ -48,29 +45,6 @@ cdef extern from *:
 DEF STACK_LSNS = 512
 DEF STACK_SOURCES = 64
 DEF SPAN_PREFETCH = 4096   # prefetch a tag's whole segment span when it is at most this many bytes
-
-
-cdef int _tag_fields(object tag, uint32_t* out) except -1:
-    cdef int i
-    cdef unsigned long v
-    if isinstance(tag, tuple) and PyTuple_GET_SIZE(tag) == 5:
-        for i in range(5):
-            x = <object>PyTuple_GET_ITEM(tag, i)
-            if not isinstance(x, int):
-                x = _index(x)  # numpy integers and other __index__ types
-            v = PyLong_AsUnsignedLong(x)  # OverflowError on negatives
-            if v > 0xFFFFFFFFUL:
-                raise OverflowError(f"PageTag fields are u32, got {v}")
-            out[i] = <uint32_t>v
-        return 0
-    if isinstance(tag, (list, np.ndarray)) and len(tag) == 5:
-        for i in range(5):
-            v = PyLong_AsUnsignedLong(_index(tag[i]))
-            if v > 0xFFFFFFFFUL:
-                raise OverflowError(f"PageTag fields are u32, got {v}")
-            out[i] = <uint32_t>v
-        return 0
-    raise TypeError(f"a PageTag is five u32 fields, not {type(tag).__name__}")
 
 
 cdef struct _Out:
@@ -272,7 +246,7 @@ cdef class TableLookup:
         cdef list keep = None
         cdef uint64_t thi = max_lsn if max_lsn < self.split else self.split    # the tables' upper end
         cdef uint64_t mlo = min_lsn if min_lsn > self.split else self.split    # the memtables' lower end
-        _tag_fields(tag, t)
+        tag_fields(tag, t)
         murmur3_x64_128(<const uint8_t*>t, 20, 0, h)
         slot = <uint32_t>(h[0] & (MT_HASH_SLOTS - 1))
         # the saved tables the LSN range keeps: [jlo, jhi). The walk from the newest stops at a table

@@ -542,7 +542,11 @@ cdef int tag_fields(object tag, uint32_t* out) except -1:
         return 0
     if isinstance(tag, (list, np.ndarray)) and len(tag) == 5:
         for i in range(5):
-            out[i] = int(tag[i])
+            # __index__, not int(): a float or str field is refused, never truncated to another page
+            v = PyLong_AsUnsignedLong(_index(tag[i]))
+            if v > 0xFFFFFFFFUL:
+                raise OverflowError(f"PageTag fields are u32, got {v}")
+            out[i] = <uint32_t>v
         return 0
     raise TypeError(f"a PageTag is five u32 fields, not {type(tag).__name__}")
 

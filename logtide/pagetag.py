@@ -83,7 +83,31 @@ def tag_array(tags) -> np.ndarray:
     rows = list(tags)
     if not rows:
         return np.empty((0, 5), dtype=np.uint32)
-    return tag_array(np.array(rows, dtype=np.int64).reshape(len(rows), 5))
+    # numpy infers the type: a float or str field is refused, not truncated to another page
+    try:
+        arr = np.array(rows)
+    except (ValueError, TypeError) as exc:    # ragged rows
+        raise ValueError(f"PageTag rows are five u32 fields each: {exc}") from None
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.uint32)           # bools are ints to Python, as in a PageTag's fields
+    elif arr.dtype.kind not in "ui":
+        _refuse_rows(rows)
+    if arr.ndim != 2 or arr.shape[1] != 5:
+        raise ValueError(f"PageTag rows are five u32 fields each, got an array of shape {arr.shape}")
+    return tag_array(arr)
+
+
+def _refuse_rows(rows: list) -> None:
+    """Why rows that numpy did not read as integers are not PageTags: a TypeError for a field that
+    is not an integer, else a ValueError (a row not of five fields, or a field outside u32)."""
+    for i, row in enumerate(rows):
+        fields = list(row)
+        if len(fields) != 5:
+            raise ValueError(f"PageTag row {i} has {len(fields)} fields, not 5")
+        for x in fields:
+            if not hasattr(x, "__index__"):
+                raise TypeError(f"PageTag row {i}: fields are integers, not {type(x).__name__}")
+    raise ValueError("PageTag fields must fit in u32")
 
 
 def tag_rows(tags) -> np.ndarray:

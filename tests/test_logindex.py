@@ -302,3 +302,46 @@ def test_bad_input_is_refused_without_damage(tmp_path):
     li.close()
     with pytest.raises(Exception, match="closed"):
         li.lsns((1, 2, 3, 0, 4))
+
+
+# a tag spelled with a field that is not an integer: once, 1.5 became page 1 on insert (list and
+# array spellings) and on insert_many (every spelling), while lookups refused it
+_NOT_INTEGER_TAGS = [
+    pytest.param([1.5, 2, 3, 0, 4], id="list-float"),
+    pytest.param((1.5, 2, 3, 0, 4), id="tuple-float"),
+    pytest.param(["1", 2, 3, 0, 4], id="list-str"),
+    pytest.param(np.array([1, 2, 3, 0, 4], np.float64), id="array-float"),
+    pytest.param((np.float32(1.0), 2, 3, 0, 4), id="numpy-float-field"),
+]
+
+
+@pytest.mark.parametrize("bad", _NOT_INTEGER_TAGS)
+def test_a_tag_field_that_is_not_an_integer_is_refused_everywhere(tmp_path, bad):
+    li = LogIndex.open(tmp_path)
+    try:
+        li.insert((1, 2, 3, 0, 4), 10)
+        with pytest.raises(TypeError):
+            li.insert(bad, 11)
+        with pytest.raises(TypeError):
+            li.lsns(bad)
+        with pytest.raises((TypeError, ValueError)):   # ValueError: a float (n, 5) array
+            li.insert_many([bad], [12])
+        with pytest.raises((TypeError, ValueError)):
+            li.lsns_many([bad])
+        assert li.stats()["inserted"] == 1, "a refused insert stores nothing"
+        assert li.lsns((1, 2, 3, 0, 4)).tolist() == [10]
+        assert li.lsns((1, 2, 3, 0, 1)).tolist() == []
+        li.insert_many([(1, 2, 3, 0, 4), [1, 2, 3, 0, 5]], [13, 13])   # integer spellings still go in
+        assert li.lsns((1, 2, 3, 0, 4)).tolist() == [10, 13]
+    finally:
+        li.close()
+
+
+def test_tag_rows_out_of_range_or_ragged_are_value_errors():
+    from logtide.pagetag import tag_array
+    for rows in ([(2**32, 0, 0, 0, 0)], [(2**64 - 1, 0, 0, 0, 0)], [(-1, 0, 0, 0, 0), (2**63, 0, 0, 0, 0)],
+                 [(1, 2, 3)], [(1, 2, 3, 4, 5), (1, 2)]):
+        with pytest.raises(ValueError):
+            tag_array(rows)
+    assert tag_array([(True, 0, 0, 0, 7)]).tolist() == [[1, 0, 0, 0, 7]]
+    assert tag_array([[np.uint32(4)] * 5]).dtype == np.uint32
