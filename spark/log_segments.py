@@ -15,7 +15,7 @@ import numpy as np
 from logtide._ext import wal
 from logtide._ext.segment_refs import segment_refs
 from logtide._ext.xlogreader import xl_error_text
-from logtide.engine.logservice.log_format import DEFAULT_MAX_RECORD_SIZE, parse_segment_name
+from logtide.engine.logservice.log_format import MAX_FRAME_LENGTH, parse_segment_name
 from logtide.spark.errors import SegmentCorruptError, SegmentMissingError
 
 # a WAL record starts after the frame header (20 bytes) and the user-record data prefix (12 bytes)
@@ -77,12 +77,12 @@ def scan_segment(seg: LogSegment, *, verify: bool = True) -> ScannedSegment:
         buf = open_buffer(seg.path)
     except FileNotFoundError:
         raise SegmentMissingError(f"log segment {seg.name} (LSN {seg.first_lsn}) disappeared") from None
-    starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn, max_length=DEFAULT_MAX_RECORD_SIZE,
+    starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn, max_length=MAX_FRAME_LENGTH,
                                                    verify=verify)
     n = len(starts)
     if status != wal.OK:
         torn = seg.next_first is None and wal.find_frame(buf, end + 1, seg.first_lsn + n,
-                                                         DEFAULT_MAX_RECORD_SIZE) < 0
+                                                         MAX_FRAME_LENGTH) < 0
         if not torn:
             raise SegmentCorruptError(f"log segment {seg.name}: {wal.STATUS_NAMES[status]} at offset {end} "
                                       f"(LSN {seg.first_lsn + n})")

@@ -224,6 +224,28 @@ def test_reader_registration(client):
     assert client.readers() == {}
 
 
+def test_reader_arguments_are_checked_before_anything_changes(tmp_path):
+    """A reader name is a str (123 once unregistered reader "123"), a registered LSN is no later
+    than the log's end (as report_replayed requires), and truncation_interval is a finite number."""
+    with LogService.open(tmp_path / "log") as svc:
+        svc.append_many([b"z"] * 5)
+        svc.register_reader("123", 2)
+        for call in (lambda: svc.unregister_reader(123), lambda: svc.report_replayed(123, 3),
+                     lambda: svc.register_reader(123, 1), lambda: svc.register_reader("", 1),
+                     lambda: svc.register_reader("ro-2", 10**18), lambda: svc.register_reader("ro-2", 6)):
+            with pytest.raises(InvalidArgument):
+                call()
+        assert svc.readers() == {"123": 2}
+        svc.register_reader("ro-2", 5)
+        svc.report_replayed("123", 4)
+        assert svc.readers() == {"123": 4, "ro-2": 5}
+    for bad in (float("nan"), float("inf"), -1, "1", True, None):
+        with pytest.raises(InvalidArgument, match="truncation_interval"):
+            LogService.open(tmp_path / "log", truncation_interval=bad)
+    with LogService.open(tmp_path / "log", truncation_interval=0) as svc:
+        assert svc.readers() == {"123": 4, "ro-2": 5} and svc.get_latest_lsn() == 5
+
+
 def test_read_batch_matches_read(client):
     client.append_many([bytes([i % 251]) * (i * 7) for i in range(50)], replica_id=5)
     batch = client.read_batch(1, 2000)

@@ -56,6 +56,25 @@ def test_segments_roll_and_reads_cross_them(tmp_path):
         assert len(read_all(svc)) == 300 and svc.append(b"x") == 301
 
 
+@pytest.mark.parametrize("big_at", ["tail", "middle"])
+def test_reopening_with_a_smaller_max_record_size_keeps_the_larger_records(tmp_path, big_at):
+    """max_record_size bounds new appends only: records an earlier open took stay readable (once,
+    a large last record was cut as a torn tail, and one in the middle failed the open as corrupt)."""
+    big = b"c" * 5000
+    payloads = [b"a", big, b"b"] if big_at == "middle" else [b"a", b"b", big]
+    with LogService.open(tmp_path, max_record_size=8192) as svc:
+        for p in payloads:
+            svc.append(p)
+    with LogService.open(tmp_path, max_record_size=1024) as svc:
+        assert svc.get_latest_lsn() == 3
+        assert [r.payload for r in read_all(svc)] == payloads
+        with pytest.raises(LogServiceError, match="max_record_size"):
+            svc.append(big)
+        assert svc.append(b"d") == 4
+    with LogService.open(tmp_path, max_record_size=1024) as svc:
+        assert [r.payload for r in read_all(svc)] == payloads + [b"d"]
+
+
 def test_truncated_lsn_tso_and_readers_survive_reopen(tmp_path):
     with LogService.open(tmp_path) as svc:
         svc.append_many([b"r"] * 20)

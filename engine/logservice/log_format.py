@@ -26,7 +26,10 @@ DATA_HEADER_SIZE = DATA_HEADER.size  # 12
 SEGMENT_SUFFIX = ".log"
 SEGMENT_NAME_DIGITS = 20  # a u64 LSN in decimal, zero-padded so names sort by LSN
 DEFAULT_SEGMENT_SIZE = 64 << 20
-DEFAULT_MAX_RECORD_SIZE = 16 << 20  # data bytes per record; a bigger length field is corruption
+DEFAULT_MAX_RECORD_SIZE = 16 << 20  # data bytes per record that an open takes for appends
+# what recovery and readers take: any length the frame's u32 field holds, since an earlier open
+# may have had a larger max_record_size (reading with the current one cut its records as torn)
+MAX_FRAME_LENGTH = 0xFFFFFFFF
 
 # The next segment, zero-filled ahead of use by the writer's pre-allocation thread, is prepared under
 # this name and renamed to <first_lsn>.log when the writer rolls onto it. Not a segment: a copy left

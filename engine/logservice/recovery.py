@@ -24,21 +24,22 @@ def list_segments(dirpath: str) -> list[int]:
     return sorted(f for f in (parse_segment_name(n) for n in os.listdir(dirpath)) if f is not None)
 
 
-def _scan_file(path: str, first_lsn: int, max_record_size: int):
+def _scan_file(path: str, first_lsn: int, max_length: int):
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return wal.scan(b"", 0, first_lsn), -1
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            res = wal.scan(m, 0, first_lsn, max_length=max_record_size)
+            res = wal.scan(m, 0, first_lsn, max_length=max_length)
             follow = -1
             if res[4] != wal.OK:  # is anything valid after the bad frame?
-                follow = wal.find_frame(m, res[3] + 1, first_lsn + len(res[0]), max_record_size)
+                follow = wal.find_frame(m, res[3] + 1, first_lsn + len(res[0]), max_length)
             return res, follow
 
 
-def recover(dirpath: str, max_record_size: int) -> list[Segment]:
-    """Open every segment of the log in dirpath; the last one is left ready for appends."""
+def recover(dirpath: str, max_length: int) -> list[Segment]:
+    """Open every segment of the log in dirpath; the last one is left ready for appends. A frame
+    longer than `max_length` is a bad frame."""
     segments: list[Segment] = []
     firsts = list_segments(dirpath)
     expected = None
@@ -48,7 +49,7 @@ def recover(dirpath: str, max_record_size: int) -> list[Segment]:
         if expected is not None and first != expected:
             raise CorruptLogError(f"log segment {name} starts at LSN {first} but the previous segment "
                                   f"ends at LSN {expected - 1}: records are missing", segment=name, offset=0)
-        (starts, _types, _lengths, end, status), follow = _scan_file(seg.path, first, max_record_size)
+        (starts, _types, _lengths, end, status), follow = _scan_file(seg.path, first, max_length)
         n = len(starts)
         if status != wal.OK:
             what = wal.STATUS_NAMES[status]

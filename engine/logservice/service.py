@@ -5,6 +5,7 @@ import asyncio
 import bisect
 import io
 import logging
+import math
 import os
 import threading
 import weakref
@@ -17,7 +18,7 @@ from logtide._ext.commit_queue import CommitQueue
 from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
-    DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, STATE_FILE, USER_RECORD)
+    DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, MAX_FRAME_LENGTH, STATE_FILE, USER_RECORD)
 from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
 from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
@@ -54,6 +55,9 @@ class LogService(LogServiceClient):
             raise InvalidArgument(f"segment_size must be an int >= 1024, got {segment_size!r}")
         if not isinstance(max_record_size, int) or not 12 <= max_record_size < 1 << 32:
             raise InvalidArgument(f"max_record_size must be an int in [12, 2**32), got {max_record_size!r}")
+        if truncation_interval.__class__ not in (int, float) or not 0 <= truncation_interval < math.inf:
+            raise InvalidArgument(f"truncation_interval must be a finite number of seconds >= 0 (0: no "
+                                  f"truncation worker), got {truncation_interval!r}")
         return cls(os.fspath(path), fsync, segment_size, max_record_size, float(truncation_interval))
 
     def __init__(self, dirpath: str, fsync: str, segment_size: int, max_record_size: int,
@@ -73,7 +77,7 @@ class LogService(LogServiceClient):
                     self._sm.recover_from_snapshot(f)
             self._meta_lock = threading.Lock()
             self._reports_dirty = False
-            self._segments: list[Segment] = recover(self._dir, max_record_size)
+            self._segments: list[Segment] = recover(self._dir, MAX_FRAME_LENGTH)
             truncated = self._sm.truncated_lsn
             if not self._segments:
                 self._segments.append(Segment(self._dir, truncated + 1))
@@ -328,7 +332,7 @@ class LogService(LogServiceClient):
         seg, start, end, k = where
         buf = seg.map(start, end) if mapped else seg.pread(start, end - start)
         # a mapped read checks frame lengths and LSNs only: see read_batch_mapped
-        starts, types, lengths, stop, status = wal.scan(buf, 0, first_lsn, k, max_length=self._config.max_record_size,
+        starts, types, lengths, stop, status = wal.scan(buf, 0, first_lsn, k, max_length=MAX_FRAME_LENGTH,
                                                         verify=not mapped)
         if len(starts) != k:
             name = os.path.basename(seg.path)
@@ -393,23 +397,27 @@ class LogService(LogServiceClient):
 
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
         self._check_open()
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
-        self._propose(command("register", name=name, lsn=lsn_arg("replayed_lsn", replayed_lsn)))
+        self._propose(command("register", name=_reader_name(name),
+                              lsn=self._replayed_arg("register_reader", name, "replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
         self._check_open()
-        lsn_arg("lsn", lsn)
-        if lsn > self._writer.durable_lsn:
-            raise InvalidArgument(f"report_replayed({name!r}, {lsn}): beyond the latest LSN {self._writer.durable_lsn}")
+        lsn = self._replayed_arg("report_replayed", _reader_name(name), "lsn", lsn)
         # not persisted at once: a report lost in a crash only makes deletion more cautious
-        self._propose(command("report", name=str(name), lsn=lsn), persist=False)
+        self._propose(command("report", name=name, lsn=lsn), persist=False)
         if self._worker is not None:
             self._worker.poke()
 
+    def _replayed_arg(self, method: str, name: str, arg: str, lsn: int) -> int:
+        """A reader's replayed LSN: an LSN no later than the latest durable one."""
+        lsn_arg(arg, lsn)
+        if lsn > self._writer.durable_lsn:
+            raise InvalidArgument(f"{method}({name!r}, {lsn}): beyond the latest LSN {self._writer.durable_lsn}")
+        return lsn
+
     def unregister_reader(self, name: str) -> None:
         self._check_open()
-        self._propose(command("unregister", name=str(name)))
+        self._propose(command("unregister", name=_reader_name(name)))
         if self._worker is not None:
             self._worker.poke()
 
@@ -542,3 +550,10 @@ class LogService(LogServiceClient):
         default: best for plain appenders). Only speed changes, never what is durable or when an
         append returns relative to its durability."""
         self._writer.queue.set_handoff(bool(on))
+
+
+def _reader_name(name: str) -> str:
+    """A registered reader's name: a non-empty str (never another type turned into one)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
+    return name
