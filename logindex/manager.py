@@ -31,11 +31,20 @@ MAX_LSN = (1 << 64) - 1
 
 
 def _index_lsn(lsn) -> int:
-    """An LSN given as another integer type (numpy); ValueError for anything else."""
-    try:
-        return int(lsn.__index__())
-    except AttributeError:
-        raise ValueError(f"an LSN is a u64, got {lsn!r}") from None
+    """An LSN given as another integer type (numpy); ValueError for anything else: a float or a str,
+    and a bool (True is not LSN 1)."""
+    if isinstance(lsn, (bool, np.bool_)) or not hasattr(lsn, "__index__"):
+        raise ValueError(f"an LSN is a u64, got {lsn!r}")
+    return int(lsn.__index__())
+
+
+def _checked_lsn(lsn) -> int:
+    """An LSN argument (a bound, a truncation point) as an int in [0, 2**64), or ValueError."""
+    if lsn.__class__ is not int:
+        lsn = _index_lsn(lsn)
+    if not 0 <= lsn <= MAX_LSN:
+        raise ValueError(f"an LSN is a u64, got {lsn}")
+    return lsn
 _BITS = 4064
 _NBITS = _BITS * 8
 
@@ -418,10 +427,7 @@ class LogIndex:
 
     def _insert_checked(self, tag, lsn: int) -> bool:
         self._check_open()
-        if not isinstance(lsn, int):
-            lsn = _index_lsn(lsn)
-        if not 0 <= lsn <= MAX_LSN:
-            raise ValueError(f"an LSN is a u64, got {lsn}")
+        lsn = _checked_lsn(lsn)
         if self.meta.has_tables and lsn <= self.meta.max_lsn:
             if lsn < self.meta.max_lsn or tuple(tag) in self._boundary_tags():
                 self._stats["skipped_saved"] += 1
@@ -608,6 +614,7 @@ class LogIndex:
         """Primary: remove whole table files whose max LSN is below lsn (never the one holding the
         last saved table). The meta file is updated first, then files are deleted. Returns files removed."""
         self._check_open()
+        lsn = _checked_lsn(lsn)
         if not self.primary:
             raise ReadOnlyError("an RO LogIndex never truncates")
         self._collect(wait=True)
@@ -650,6 +657,8 @@ class LogIndex:
 
     def lsns(self, tag, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> np.ndarray:
         """Every LSN that touched tag within [min_lsn, max_lsn], ascending (uint64)."""
+        if min_lsn.__class__ is not int or max_lsn.__class__ is not int:   # C would truncate 20.5 to 20
+            min_lsn, max_lsn = _checked_lsn(min_lsn), _checked_lsn(max_lsn)
         if self._closed or not self.primary:
             self._check_open()
             self.refresh()
@@ -666,6 +675,7 @@ class LogIndex:
 
     def lsns_many(self, tags, min_lsn: int = 0, max_lsn: int = MAX_LSN) -> tuple[np.ndarray, np.ndarray]:
         """lsns() for many tags: (offsets int64[n+1], lsns uint64); tag i owns lsns[offsets[i]:offsets[i+1]]."""
+        min_lsn, max_lsn = _checked_lsn(min_lsn), _checked_lsn(max_lsn)
         self._check_open()
         if not self.primary:
             self.refresh()
@@ -692,14 +702,19 @@ class LogIndex:
         return offsets, out
 
     def iter_lsn(self, from_lsn: int = 0) -> Iterator[tuple[int, PageTag]]:
-        """Yield (lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
-        for lsns, tags in self.iter_lsn_arrays(from_lsn):
-            yield from zip(lsns.tolist(), tags_from_array(tags))
+        """(lsn, PageTag) in LSN order from the first LSN >= from_lsn, across tables and memtables."""
+        arrays = self.iter_lsn_arrays(from_lsn)     # checks from_lsn now, not at the first next()
+        return (pair for lsns, tags in arrays for pair in zip(lsns.tolist(), tags_from_array(tags)))
 
     iter_from = iter_lsn   # the DESIGN's name for the LSN iterator
 
     def iter_lsn_arrays(self, from_lsn: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """iter_lsn() as (lsns, tags) arrays, one pair per table or memtable."""
+        from_lsn = _checked_lsn(from_lsn)
+        self._check_open()
+        return self._lsn_arrays(from_lsn)
+
+    def _lsn_arrays(self, from_lsn: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         self._check_open()
         if not self.primary:
             self.refresh()

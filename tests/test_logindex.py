@@ -345,3 +345,31 @@ def test_tag_rows_out_of_range_or_ragged_are_value_errors():
             tag_array(rows)
     assert tag_array([(True, 0, 0, 0, 7)]).tolist() == [[1, 0, 0, 0, 7]]
     assert tag_array([[np.uint32(4)] * 5]).dtype == np.uint32
+
+
+@pytest.mark.parametrize("bad", [20.5, float("nan"), True, "5", None, np.float64(20.0), -1, 2**64])
+def test_an_lsn_argument_that_is_not_a_u64_is_refused_before_anything_changes(tmp_path, bad):
+    """Bounds, truncation points and iteration starts: once, lsns(T, 20.5) returned LSN 20,
+    insert(T, True) indexed LSN 1 and truncate(nan) deleted every table file but the last."""
+    li = LogIndex.open(tmp_path, max_segments=2, ring_size=2)
+    try:
+        tag = (1, 2, 3, 0, 4)
+        for lsn in range(1, 400):
+            li.insert(tag if lsn % 10 == 0 else (1, 2, 3, 0, 1000 + lsn), lsn)
+        li.flush(include_active=True)
+        files = sorted(p.name for p in tmp_path.iterdir())
+        inserted = li.stats()["inserted"]
+        refusals = [lambda: li.insert(tag, bad), lambda: li.truncate(bad), lambda: li.iter_lsn(bad),
+                    lambda: li.iter_lsn_arrays(bad), lambda: li.lsns_many([tag], bad)]
+        if bad.__class__ is not int:          # an int out of range is the C conversion's OverflowError
+            refusals += [lambda: li.lsns(tag, bad), lambda: li.lsns(tag, 0, bad)]
+        for call in refusals:
+            with pytest.raises(ValueError):
+                call()
+        assert sorted(p.name for p in tmp_path.iterdir()) == files
+        assert li.stats()["inserted"] == inserted
+        assert li.lsns(tag).tolist() == list(range(10, 400, 10))
+        assert li.lsns(tag, np.uint64(20), np.int64(40)).tolist() == [20, 30, 40]
+        assert [lsn for lsn, _t in li.iter_lsn(np.uint64(395))] == [395, 396, 397, 398, 399]
+    finally:
+        li.close()
