@@ -13,6 +13,8 @@ cimport cython
 from logtide._ext.murmur3 cimport murmur3_x64_128
 from logtide._ext.crc32c cimport crc32c_update
 from logtide._ext.murmur3 import as_key_rows
+from cpython.long cimport PyLong_Check
+from operator import index as _index
 from logtide.errors import CorruptBlockError
 
 cdef enum:
@@ -112,13 +114,17 @@ cdef inline bint _key_ptr(object key, const uint8_t** p, Py_ssize_t* n, uint8_t*
     """Point at the bytes of a key: bytes, a 5-int PageTag/tuple (packed to 20 LE bytes), or a buffer."""
     cdef uint32_t v
     cdef int i
+    cdef object x
     if isinstance(key, bytes):
         p[0] = <const uint8_t*><char*>key
         n[0] = len(<bytes>key)
         return True
     if isinstance(key, tuple) and len(<tuple>key) == 5:
         for i in range(5):
-            v = (<tuple>key)[i]
+            x = (<tuple>key)[i]
+            if not PyLong_Check(x):
+                x = _index(x)     # a float field is a TypeError, never truncated to another page
+            v = x                 # OverflowError outside u32
             tagbuf[4 * i] = v & 0xFF
             tagbuf[4 * i + 1] = (v >> 8) & 0xFF
             tagbuf[4 * i + 2] = (v >> 16) & 0xFF
@@ -127,6 +133,17 @@ cdef inline bint _key_ptr(object key, const uint8_t** p, Py_ssize_t* n, uint8_t*
         n[0] = 20
         return True
     return False
+
+
+def _rows(keys):
+    """A batch's keys as byte rows. Five integer columns are PageTags whatever their dtype (numpy's
+    default int64 would otherwise hash as 40-byte keys that no PageTag lookup finds)."""
+    arr = np.asarray(keys)
+    if arr.ndim == 2 and arr.shape[1] == 5 and arr.dtype.kind in "iu" and arr.dtype != np.uint32:
+        if arr.size and (arr.min() < 0 or arr.max() > 0xFFFFFFFF):
+            raise ValueError("PageTag fields must fit in u32")
+        arr = arr.astype("<u4")
+    return as_key_rows(arr)
 
 
 cdef class Bloom4K:
@@ -178,7 +195,7 @@ cdef class Bloom4K:
     @cython.wraparound(False)
     def add_many(self, keys):
         """Add every row of an (n, w) key array."""
-        cdef const uint8_t[:, ::1] rows = as_key_rows(keys)
+        cdef const uint8_t[:, ::1] rows = _rows(keys)
         cdef Py_ssize_t i, n = rows.shape[0], w = rows.shape[1]
         if n == 0:
             return
@@ -196,7 +213,7 @@ cdef class Bloom4K:
         Large batches are split across `threads` (default: every CPU this process may use),
         each running without the GIL.
         """
-        cdef const uint8_t[:, ::1] rows = as_key_rows(keys)
+        cdef const uint8_t[:, ::1] rows = _rows(keys)
         cdef Py_ssize_t n = rows.shape[0]
         out = np.empty(n, dtype=np.bool_)
         if n == 0:

@@ -13,6 +13,8 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
                                PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK)
 from libc.stdint cimport int64_t, uint8_t, INT64_MIN, INT64_MAX
+from cpython.long cimport PyLong_Check
+from operator import index as _index
 from libc.string cimport memcpy, memmove
 
 from logtide.errors import ReadOnlySnapshotError
@@ -812,6 +814,28 @@ def _simd(on=None) -> bool:
     return bool(bt_simd_on())
 
 
+cdef inline int64_t _i64(object x) except? -1:
+    """A key field or an int64 value: __index__, never __int__, so 1.7 or "30" is a TypeError, not
+    another key; OverflowError outside int64."""
+    if not PyLong_Check(x):
+        x = _index(x)
+    return x
+
+
+def _int64_array(x, what: str):
+    """A batch of keys or values as int64, refusing what would change: floats, strings, NaN and
+    unsigned values past int64 (which a cast would wrap)."""
+    a = np.asarray(x)
+    kind = a.dtype.kind
+    if kind == "u" and a.size and a.max() > INT64_MAX:
+        raise OverflowError(f"{what} are int64, got {int(a.max())}")
+    if kind in "iub" or a.size == 0:
+        return np.ascontiguousarray(a, dtype=np.int64)
+    if kind == "O" and all(isinstance(v, int) for v in a.flat):
+        raise OverflowError(f"{what} are int64, got an integer outside it")
+    raise TypeError(f"{what} are integers, got {a.dtype}")
+
+
 def _strictly_increasing(keys) -> bool:
     if len(keys) < 2:
         return True
@@ -849,7 +873,7 @@ cdef inline int _store(BTTree* t, const int64_t* k, object value) except -1:
         Py_INCREF(value)
         v = <int64_t><Py_ssize_t><PyObject*>value
     else:
-        v = value
+        v = _i64(value)
     r = tree_insert(t, k, v, &old)
     if r < 0:
         if t.objvals:
@@ -868,11 +892,13 @@ cdef class BTree:
     Ranges are half-open [lo, hi); a bound given as a shorter tuple is padded with the minimum int64.
     """
 
-    def __cinit__(self, int width=1, str values="int64"):
-        if width < 1 or width > BT_MAXW:
+    def __cinit__(self, object width=1, str values="int64"):
+        if PyLong_Check(width) and not 1 <= width <= BT_MAXW:
             raise ValueError(f"BTree key width must be 1..{BT_MAXW}, got {width}")
         if values not in ("int64", "object"):
             raise ValueError(f"BTree values must be 'int64' or 'object', got {values!r}")
+        if not PyLong_Check(width) or isinstance(width, bool):
+            raise TypeError(f"BTree key width must be an int, got {width!r}")
         self.t.root = NULL
         self.t.count = 0
         self.t.kw = width
@@ -929,7 +955,7 @@ cdef class BTree:
     cdef int _key(self, object key, int64_t* out, bint exact) except -1:
         cdef int kw = self.t.kw, i, n
         if kw == 1 and not isinstance(key, tuple):
-            out[0] = key
+            out[0] = _i64(key)
             return 0
         if not isinstance(key, tuple):
             raise TypeError(f"a key of this BTree is a tuple of {kw} ints, got {type(key).__name__}")
@@ -937,7 +963,7 @@ cdef class BTree:
         if n > kw or (exact and n != kw) or n == 0:
             raise TypeError(f"a key of this BTree has {kw} fields, got {n}")
         for i in range(n):
-            out[i] = key[i]
+            out[i] = _i64(key[i])
         for i in range(n, kw):
             out[i] = INT64_MIN
         return 0
@@ -955,7 +981,7 @@ cdef class BTree:
         return v
 
     def _keys_array(self, keys):
-        a = np.ascontiguousarray(keys, dtype=np.int64)
+        a = _int64_array(keys, "BTree keys")
         if self.t.kw == 1:
             if a.ndim == 2 and a.shape[1] == 1:
                 a = a.reshape(-1)
@@ -985,7 +1011,7 @@ cdef class BTree:
         if self._ro or self.busy:
             self._check_write()
         if self.t.kw == 1 and not isinstance(key, tuple):
-            k[0] = key
+            k[0] = _i64(key)
         else:
             self._key(key, k, True)
         _store(&self.t, k, value)
@@ -997,7 +1023,7 @@ cdef class BTree:
         if self.busy:
             self._enter()
         if self.t.kw == 1 and not isinstance(key, tuple):
-            k[0] = key
+            k[0] = _i64(key)
         else:
             self._key(key, k, True)
         if tree_get(self.t.root, k, self.t.kw, &v):
@@ -1012,7 +1038,7 @@ cdef class BTree:
         if self.busy:
             self._enter()
         if self.t.kw == 1 and not isinstance(key, tuple):
-            k[0] = key
+            k[0] = _i64(key)
         else:
             self._key(key, k, True)
         if tree_get(self.t.root, k, self.t.kw, &v):
@@ -1225,12 +1251,13 @@ cdef class BTree:
         if self.t.objvals:
             values = np.asarray(values, dtype=object)
         else:
-            values = np.ascontiguousarray(values, dtype=np.int64)
+            values = _int64_array(values, "the values of an int64 BTree")
         if values.ndim != 1 or values.shape[0] != n:
             raise ValueError(f"insert_many needs one value per key: {n} keys, values of shape {values.shape}")
         if n == 0:
             return 0
-        if not assume_sorted:
+        # a bulk load needs sorted keys: an unsorted batch given as sorted is sorted here all the same
+        if not assume_sorted or (self.t.root == NULL and not _strictly_increasing(keys)):
             keys, values = _sorted_unique_last(keys, values)
             n = keys.shape[0]
         if self.t.root == NULL:
@@ -1298,7 +1325,7 @@ cdef class BTree:
         vp = <int64_t*>cnp.PyArray_DATA(vals)
         fp = <cnp.uint8_t*>cnp.PyArray_DATA(found)
         if not self.t.objvals and default is not None:
-            dflt = default
+            dflt = _i64(default)
         root = self.t.root
         if n < GIL_BATCH:
             for i in range(n):
@@ -1375,7 +1402,7 @@ cdef class BTree:
         if self.t.objvals:
             values = np.asarray(values, dtype=object)
         else:
-            values = np.ascontiguousarray(values, dtype=np.int64)
+            values = _int64_array(values, "the values of an int64 BTree")
         if values.ndim != 1 or values.shape[0] != keys.shape[0]:
             raise ValueError(f"bulk_load needs one value per key: {keys.shape[0]} keys, values of shape {values.shape}")
         keys, values = _sorted_unique_last(keys, values)

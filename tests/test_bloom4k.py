@@ -131,6 +131,38 @@ def test_wrong_size_and_types():
         b.add_many(np.zeros(5, np.uint32))
 
 
+def test_pagetags_in_any_integer_dtype_are_the_same_keys():
+    """Five integer columns are PageTags whatever their dtype: numpy's default int64 rows were
+    hashed as 40-byte keys, so no PageTag lookup found them (false negatives). A float field is
+    refused, never truncated to another page."""
+    rows = [(1663, 5, 16384, 0, k) for k in range(10)]
+    for spelled in (np.array(rows), np.array(rows, np.int32), np.array(rows, np.uint64), rows):
+        b = Bloom4K()
+        b.add_many(spelled)
+        assert all(PageTag(*r) in b for r in rows)
+        assert b.contains_many(np.array(rows, np.uint32)).all() and b.contains_many(spelled).all()
+        assert b.to_bytes() == _added(np.array(rows, np.uint32)).to_bytes()
+    b = Bloom4K()
+    for bad in ((1663, 5, 16384, 0, 7.9), (1663, 5, 16384, np.float32(0), 7)):
+        with pytest.raises(TypeError):
+            b.add(bad)
+        with pytest.raises(TypeError):
+            bad in b                                            # noqa: B015
+    with pytest.raises(ValueError, match="u32"):
+        b.add_many(np.array([[1663, 5, 16384, 0, -1]]))
+    with pytest.raises(ValueError, match="u32"):
+        b.add_many(np.array([[1663, 5, 16384, 0, 2**32]]))
+    with pytest.raises(TypeError):
+        b.add_many(np.array([[1663, 5, 16384, 0, 7.5]]))
+    assert b.to_bytes() == Bloom4K().to_bytes(), "a refused add sets no bit"
+
+
+def _added(tags) -> Bloom4K:
+    b = Bloom4K()
+    b.add_many(tags)
+    return b
+
+
 def test_views_are_interchangeable():
     tags = random_tags(100, seed=9)
     a, c = Bloom4K(), Bloom4K()

@@ -28,7 +28,7 @@ def test_bad_construction_and_keys():
     with pytest.raises(TypeError):
         t.insert_many(np.zeros((4, 2), dtype=np.int64), np.zeros(4))
     with pytest.raises(ValueError):
-        t.insert_many(np.zeros((4, 3), dtype=np.int64), np.zeros(3))
+        t.insert_many(np.zeros((4, 3), dtype=np.int64), np.zeros(3, dtype=np.int64))
     one = BTree()
     with pytest.raises(TypeError):
         one["a"] = 1
@@ -39,6 +39,52 @@ def test_bad_construction_and_keys():
     with pytest.raises(KeyError):
         del one[7]
     assert len(t) == 0 and len(one) == 0
+
+
+def test_a_key_or_value_that_is_not_an_integer_is_refused_never_truncated():
+    """Once, t[(1.7, 0, -5)] = 7 overwrote key (1, 0, -5), delete((1.2, 0, -5)) removed it, and the
+    batch forms took floats, "30", NaN and uint64 2**63 (wrapped to INT64_MIN) as keys and values."""
+    t = BTree(width=3)
+    t[(1, 0, -5)] = 42
+    one = BTree()
+    one[np.int64(3)] = np.uint8(30)                     # numpy integers are integers
+    for call in (lambda: t.__setitem__((1.7, 0, -5), 7), lambda: t.delete((1.2, 0, -5)),
+                 lambda: t.insert((1, 0, 2.0), 1), lambda: t.get((np.float64(1.0), 0, -5)),
+                 lambda: t.__setitem__((2, 0, 0), 1.5), lambda: one.__setitem__(2.5, 1),
+                 lambda: one.get_many(np.array([3]), default=0.5), lambda: BTree(width=1.5),
+                 lambda: BTree(width=True)):
+        with pytest.raises(TypeError):
+            call()
+    bad_batches = [(np.array([[1.5, 0, 0]]), np.array([1])), ([["30", 0, 0]], [1]),
+                   (np.array([[np.nan, 0, 0]]), np.array([1])), (np.array([[1, 0, 0]]), np.array([1.5]))]
+    for keys, values in bad_batches:
+        for call in (lambda: t.insert_many(keys, values), lambda: t.bulk_load(keys, values)):
+            with pytest.raises(TypeError):
+                call()
+    with pytest.raises(OverflowError):
+        t.insert_many(np.array([[2**63, 0, 0]], dtype=np.uint64), np.array([1]))
+    with pytest.raises(OverflowError):
+        t.insert_many(np.array([[1, 0, 0]]), np.array([2**63], dtype=np.uint64))
+    with pytest.raises(OverflowError):
+        one.insert_many([2**64], [1])
+    assert dict(t.items()) == {(1, 0, -5): 42} and dict(one.items()) == {3: 30}
+    t.insert_many(np.array([[1, 0, 0]], dtype=np.uint32), np.array([True]))
+    assert dict(t.items()) == {(1, 0, -5): 42, (1, 0, 0): 1}
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_insert_many_told_sorted_keys_that_are_not_still_builds_a_valid_tree(width):
+    """assume_sorted=True on an empty tree bulk-loaded the batch as given: unsorted keys made a tree
+    that lost keys (get(1) was None) and failed check()."""
+    keys = np.array([3, 1, 2, 1]) if width == 1 else np.array([[3, 0], [1, 5], [2, 0], [1, 5]])
+    t = BTree(width=width)
+    assert t.insert_many(keys, np.array([30, 10, 20, 11]), assume_sorted=True) == 3
+    t.check()
+    want = {3: 30, 1: 11, 2: 20} if width == 1 else {(3, 0): 30, (1, 5): 11, (2, 0): 20}
+    assert dict(t.items()) == want
+    t.insert_many(keys[:2], np.array([33, 12]), assume_sorted=True)     # a non-empty tree: per-key inserts
+    t.check()
+    assert t.get(keys[0] if width == 1 else tuple(keys[0])) == 33
 
 
 def test_snapshot_is_read_only_and_typed():
