@@ -40,21 +40,35 @@ class PageTag(tuple):
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "PageTag":
-        """Parse the 20-byte form."""
-        if len(data) != TAG_BYTES:
-            raise ValueError(f"a PageTag is {TAG_BYTES} bytes, got {len(data)}")
-        return adopt_tags(cls, (_PACK.unpack(data),))[0]
+        """Parse the 20-byte form from any bytes-like object. TypeError for an object that is not
+        bytes-like, ValueError for one that is not 20 bytes long."""
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise TypeError(f"a PageTag's bytes are bytes-like, not {type(data).__name__}") from None
+        with view:
+            # nbytes, not len(): a view of wider items has fewer items than bytes
+            if view.nbytes != TAG_BYTES:
+                raise ValueError(f"a PageTag is {TAG_BYTES} bytes, got {view.nbytes}")
+            raw = view.tobytes()
+        return adopt_tags(cls, (_PACK.unpack(raw),))[0]
 
     @classmethod
     def parse(cls, text: str) -> "PageTag":
-        """Parse 'spc/db/rel/fork/block'."""
+        """Parse 'spc/db/rel/fork/block', each field plain ASCII decimal digits. TypeError for a
+        `text` that is not a str, ValueError for any other text."""
+        if not isinstance(text, str):
+            raise TypeError(f"a PageTag's text is a str, not {type(text).__name__}")
         parts = text.split("/")
         if len(parts) != 5:
             raise ValueError(f"a PageTag is spc/db/rel/fork/block, got {text!r}")
+        # int() would also take '1_0', ' 1', '+1' and non-ASCII digits
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            raise ValueError(f"a PageTag is five decimal integers spc/db/rel/fork/block, got {text!r}")
         try:
             return cls(*(int(p) for p in parts))
         except ValueError:
-            raise ValueError(f"a PageTag is five integers spc/db/rel/fork/block, got {text!r}") from None
+            raise ValueError(f"a PageTag is five u32 integers spc/db/rel/fork/block, got {text!r}") from None
 
     def __str__(self) -> str:
         return "/".join(str(v) for v in self)

@@ -234,11 +234,12 @@ class HeapAccess(WalInsert):
 
     def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:
         """Every live tuple of `rel` as ((block, slot), bytes)."""
-        for b in range(self._rel_blocks.get(rel, 0)):
-            for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items():
-                yield (b, off), t
+        check_rel(rel)          # now, not at the first next(): "16384" is no relation, not an empty one
+        return (((b, off), t) for b in range(self._rel_blocks.get(rel, 0))
+                for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items())
 
     def nblocks(self, rel: int) -> int:
+        check_rel(rel)
         return self._rel_blocks.get(rel, 0)
 
     def relations(self) -> dict[int, int]:

@@ -18,6 +18,8 @@ receipt, into pages it keeps resident (it cannot write them back to shared stora
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -29,8 +31,9 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
-from logtide.errors import (CorruptionError, ReplicaDroppedError, ReplicaError, ReplicaTimeoutError,
-                            TruncatedSubscribeError)
+from logtide.engine.logservice.args import lsn_arg
+from logtide.errors import (CorruptionError, InvalidArgument, ReplicaDroppedError, ReplicaError,
+                            ReplicaTimeoutError, TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
 from logtide.replay.mini_trans import MiniTransLocks
@@ -266,6 +269,7 @@ class ReadOnlyNode:
 
     def nblocks(self, rel: int) -> int:
         """Blocks of `rel` known to this node: in the page store, or referenced by indexed WAL."""
+        check_rel(rel)
         return max(self._rel_blocks.get(rel, 0), self.store.nblocks(SPC, DB, rel, 0))
 
     def _heard(self, batch: MetaBatch) -> None:
@@ -316,7 +320,12 @@ class ReadOnlyNode:
 
     def wait_applied(self, lsn: int, timeout: float = 30.0) -> bool:
         """Wait until the applied LSN reaches `lsn` (True). ReplicaTimeoutError at the deadline;
-        ReplicaError if the node stopped on bad WAL or was closed."""
+        ReplicaError if the node stopped on bad WAL or was closed; InvalidArgument for an `lsn`
+        that is not an int in [0, 2**64) or a `timeout` that is not a number of seconds."""
+        lsn_arg("lsn", lsn)
+        # NaN compares False with everything: it would pass the wait, or never end it
+        if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or math.isnan(timeout):
+            raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
         deadline = time.monotonic() + timeout
         with self._applied_cv:
             while self.applied_lsn < lsn:
@@ -400,9 +409,9 @@ class ReadOnlyNode:
 
     def scan(self, rel: int) -> Iterator[tuple[tuple[int, int], bytes]]:
         """Every live tuple of `rel` as of the applied LSN, as ((block, slot), bytes)."""
-        for b in range(self.nblocks(rel)):
-            for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items():
-                yield (b, off), t
+        blocks = self.nblocks(rel)      # checks rel now, not at the first next()
+        return (((b, off), t) for b in range(blocks)
+                for off, t in pg.items(self.read_page(rel_tag(rel, b))[0]).items())
 
     # ------------------------------------------------------------------ background replayer
     def _bg_loop(self) -> None:

@@ -71,3 +71,38 @@ def test_bad_input():
         tag_array(np.zeros((3, 4), np.uint32))
     with pytest.raises(ValueError):
         tag_array(np.array([[-1, 0, 0, 0, 0]]))
+
+
+def test_from_bytes_refuses_what_is_not_20_bytes_with_a_typed_error():
+    """The length is counted in bytes, not items: a view of 20 int32 is 80 bytes, a ValueError
+    (it used to reach struct and raise struct.error); an object that is not bytes-like is a TypeError."""
+    t = PageTag(1663, 5, 16384, 0, 7)
+    raw = t.to_bytes()
+    for bad in (memoryview(np.zeros(20, np.int32)), np.zeros(20, np.int32), b"\0" * 19, raw + b"\0",
+                bytearray(), memoryview(raw)[:10]):
+        with pytest.raises(ValueError):
+            PageTag.from_bytes(bad)
+    for bad in ("x" * 20, None, 20, [0] * 20, tuple(t)):
+        with pytest.raises(TypeError):
+            PageTag.from_bytes(bad)
+    # every bytes-like form of the same 20 bytes, contiguous or not, is the same tag
+    strided = np.frombuffer(raw, np.uint8).repeat(2)[::2]
+    for good in (raw, bytearray(raw), memoryview(raw), np.frombuffer(raw, "<u4"), strided,
+                 memoryview(np.frombuffer(raw, "<u4"))):
+        assert PageTag.from_bytes(good) == t
+    assert type(PageTag.from_bytes(raw)) is PageTag
+
+
+def test_parse_takes_only_ascii_decimal_fields():
+    """int() would take '1_0' (as 10), Unicode digits, signs and spaces: parse refuses them, so a
+    tag's text names one page only."""
+    for bad in ("1/2/3/4/1_0", "1/2/3/4/\u0665", "1/2/3/4/\u00b2", "1/2/3/4/\uff15", " 1/2/3/4/5", "1/2/3/4/5\n",
+                "+1/2/3/4/5", "-1/2/3/4/5", "1/2/3/4/", "1/2/3/4/0x5", "1/2/3/4/5.0", "1/2/3/4/4294967296",
+                "1/2/3/4/" + "9" * 5000, "1/2/3/4/5/6", ""):
+        with pytest.raises(ValueError):
+            PageTag.parse(bad)
+    for bad in (b"1/2/3/4/5", None, PageTag(1, 2, 3, 4, 5)):
+        with pytest.raises(TypeError):
+            PageTag.parse(bad)
+    assert PageTag.parse("1663/5/16384/0/4294967295") == (1663, 5, 16384, 0, 2**32 - 1)
+    assert PageTag.parse("01/2/3/4/007") == (1, 2, 3, 4, 7)   # leading zeros are plain digits

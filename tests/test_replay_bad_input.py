@@ -196,3 +196,100 @@ def test_refused_primary_writes_change_nothing(tmp_path):
     finally:
         primary.close()
         log.close()
+
+
+@pytest.mark.timeout(60)
+def test_tids_and_page_tags_that_are_not_integers_are_refused(tmp_path):
+    """A float, str, bytes or bool in a tid or PageTag is refused with InvalidArgument on the
+    primary and the RO node, never turned by int() into another row or page; nothing changes."""
+    import numpy as np
+    from logtide import PageTag
+    from logtide.errors import InvalidArgument
+
+    log = LogService.open(tmp_path / "log")
+    primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+    ro = ReadOnlyNode(tmp_path, log, node_id=1, background=False)
+    connect_inprocess(primary, ro)
+    try:
+        t1, t2 = primary.insert(REL, b"one"), primary.insert(REL, b"two")
+        assert (t1, t2) == ((0, 1), (0, 2))
+        assert ro.wait_applied(primary.write_lsn)
+        tag = rel_tag(REL, 0)
+
+        def state():
+            return (primary.write_lsn, list(primary.scan(REL)), primary.read_page(tag),
+                    ro.applied_lsn, list(ro.scan(REL)), ro.read_page(tag), ro.error)
+
+        before = state()
+        bad_tids = [(0.9, 1.7), (0, 1.9), (0.5, 2.5), (0.0, 1.0), "01", b"\x00\x01", bytearray(b"\x00\x01"),
+                    (False, True), (0, np.True_), np.array([0, 1]), (0, 1, 0), (0,), {0: 1}, None,
+                    ("0", "1"), (0, np.float64(1.0))]
+        bad_tags = ["16630", b"16630", "1663/5/16384/0/0", (1663, 5, REL, 0, 0.5), (1663, 5, REL, 0, "0"),
+                    (1663, 5, REL, False, 0), [1663, 5, REL, 0, True], np.array([1663, 5, REL, 0, 0], np.float64),
+                    np.array([True] * 5), np.array([[1663, 5, REL, 0, 0]]), (1663, 5, REL, 0), (1663, 5, REL, 0, -1),
+                    (1663, 5, REL, 0, 1 << 32), PageTag(1663, 5, REL, 0, 0).to_bytes()]
+        calls = []
+        for tid in bad_tids:
+            calls += [lambda tid=tid: primary.get(REL, tid), lambda tid=tid: ro.get(REL, tid),
+                      lambda tid=tid: primary.update(REL, tid, b"HELLO"), lambda tid=tid: primary.delete(REL, tid)]
+        for t in bad_tags:
+            calls += [lambda t=t: primary.read_page(t), lambda t=t: ro.read_page(t)]
+        for rel in (str(REL), float(REL), None, True):   # once, scan("16384") was an empty relation
+            calls += [lambda rel=rel: primary.scan(rel), lambda rel=rel: ro.scan(rel),
+                      lambda rel=rel: primary.nblocks(rel), lambda rel=rel: ro.nblocks(rel)]
+        for call in calls:
+            with pytest.raises(InvalidArgument):
+                call()
+        assert state() == before   # no row updated or deleted, nothing logged, both still agree
+
+        # integers of every kind still address the same row and page
+        for tid in [t1, list(t1), (np.int64(0), np.uint16(1)), (np.uint32(0), 1)]:
+            assert primary.get(REL, tid) == ro.get(REL, tid) == b"one"
+        page = before[2][0]
+        for t in [PageTag(*tag), list(tag), np.array(tag, np.uint32), np.array(tag, np.int64),
+                  tuple(np.uint32(v) for v in tag)]:
+            assert primary.read_page(t)[0] == page and ro.read_page(t)[0] == page
+
+        # both keep working: a real update and delete go through and reach the RO node
+        t3 = primary.update(REL, t1, b"HELLO")
+        primary.delete(REL, t2)
+        assert ro.wait_applied(primary.write_lsn)
+        assert primary.get(REL, t3) == ro.get(REL, t3) == b"HELLO"
+        assert [t for t in (t1, t2) if primary.get(REL, t) is not None or ro.get(REL, t) is not None] == []
+    finally:
+        ro.close()   # closes the link too
+        primary.close()
+        log.close()
+
+
+@pytest.mark.timeout(60)
+def test_wait_applied_refuses_an_lsn_or_timeout_that_is_not_one(tmp_path):
+    """wait_applied(NaN) used to return True at once (NaN compares False): a bad LSN or timeout is
+    an InvalidArgument, and the node goes on applying and serving."""
+    from logtide.errors import InvalidArgument, ReplicaTimeoutError
+
+    log = LogService.open(tmp_path / "log")
+    primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+    ro = ReadOnlyNode(tmp_path, log, node_id=1, background=False)
+    connect_inprocess(primary, ro)
+    try:
+        tid = primary.insert(REL, b"one")
+        assert ro.wait_applied(primary.write_lsn)
+        applied = ro.applied_lsn
+        for lsn in (float("nan"), float("inf"), 1.0, -1, 1 << 64, True, "1", b"1", None):
+            with pytest.raises(InvalidArgument):
+                ro.wait_applied(lsn)
+        for timeout in (float("nan"), "1", None, True):
+            with pytest.raises(InvalidArgument):
+                ro.wait_applied(applied + 1, timeout=timeout)
+        assert ro.applied_lsn == applied and ro.error is None
+        assert ro.wait_applied(0) and ro.wait_applied(applied, timeout=0)   # reached already: no wait
+        with pytest.raises(ReplicaTimeoutError):   # the largest LSN is one: it is waited for
+            ro.wait_applied((1 << 64) - 1, timeout=0.05)
+        tid2 = primary.insert(REL, b"two")   # the node keeps applying and serving
+        assert ro.wait_applied(primary.write_lsn, timeout=30)
+        assert ro.get(REL, tid) == b"one" and ro.get(REL, tid2) == b"two"
+    finally:
+        ro.close()   # closes the link too
+        primary.close()
+        log.close()
