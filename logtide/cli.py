@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, (LogtideError, FileNotFoundError, ValueError)):
             print(f"logtide: error: {exc}", file=sys.stderr)
             return 2
+        if isinstance(exc, OSError) and exc.filename is not None:   # a path of the wrong kind, or refused
+            print(f"logtide: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return 2
         raise
 
 

@@ -40,7 +40,7 @@ def test_serve_then_info(tmp_path):
 
 
 def test_serve_refuses_a_bad_listen_address(tmp_path):
-    p = subprocess.run(logtide_cmd() + ["logservice", "serve", "--dir", str(tmp_path), "--listen", "256.1.1.1:99999"],
+    p = subprocess.run(logtide_cmd() + ["logservice", "serve", "--dir", str(tmp_path), "--listen", "256.1.1.1:9999"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "could not listen" in p.stderr
 

@@ -31,8 +31,10 @@ from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader, RaftTimeout
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.logservice.dir_kind import RAFT_SUBDIR
 from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef
+from logtide.engine.rpc.address import split_address
 from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidArgument, InvalidRange, InvalidRequest
 
@@ -51,8 +53,14 @@ def parse_peers(text: str) -> dict[int, str]:
     out: dict[int, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         ident, sep, addr = part.partition("=")
-        if not sep or not ident.isdigit() or int(ident) <= 0 or ":" not in addr:
+        if not sep or not (ident.isascii() and ident.isdigit()) or int(ident) <= 0 or ":" not in addr:
             raise InvalidArgument(f"peer {part!r}: expected ID=HOST:PORT with a positive ID")
+        try:
+            split_address(addr)   # a port a peer can be reached on (not 0, not past 65535)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"peer {part!r}: {exc}") from None
+        if int(ident) in out:
+            raise InvalidArgument(f"peer {part!r}: ID {int(ident)} is given twice")
         out[int(ident)] = addr
     if not out:
         raise InvalidArgument("no peers given")
@@ -90,7 +98,7 @@ class ReplicatedLogService:
         os.makedirs(path, exist_ok=True)
         self.dir = os.path.abspath(path)
         founders = None if join else sorted(peers)
-        self.storage = DiskStorage.open(os.path.join(path, "raft"), voters=founders, fsync=fsync,
+        self.storage = DiskStorage.open(os.path.join(path, RAFT_SUBDIR), voters=founders, fsync=fsync,
                                         segment_size=segment_size)
         self.sm = ReplicatedLogStateMachine()
         self.node = RaftNode(node_id, self.storage, self.sm, peers=peers, cluster_id=cluster_id,

@@ -10,6 +10,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from logtide.engine.rpc import deadlines, fork_guard
+from logtide.engine.rpc.address import split_address
 from logtide.engine.rpc.error_mapping import ERROR_TYPE_KEY, code_of, failure_status
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
@@ -53,6 +54,8 @@ class RpcServer:
     def start(self) -> int:
         """Bind and start serving; returns the bound port."""
         host = self._address.rsplit(":", 1)[0]
+        if not self._address.startswith("unix:"):
+            split_address(self._address, listen=True)
         try:
             if self.tls is None:
                 port = self._server.add_insecure_port(self._address)

@@ -31,6 +31,7 @@ from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, ResponseStream, Transport
 from logtide.engine.rpc.wire_loop import WireLoop
+from logtide.engine.rpc.address import split_address
 from logtide.errors import (ConnectionRefused, DeadlineExceededError, InvalidArgument, InvalidRequest, MessageTooLarge, RpcError,
                             RpcStreamBroken, TlsError, WireProtocolError)
 
@@ -58,13 +59,6 @@ FRAME_SLACK = 64 << 10
 _FOREVER_S = 1e9
 
 Status = namedtuple("Status", "id code error_type details")   # a failed call, as CallSlots.deliver wants
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgument(f"a framed-carrier address is 'host:port', got {address!r}")
-    return host.strip("[]"), int(port)
 
 
 def status_error(code: int, error_type: str, details: str, path: str) -> BaseException:

@@ -33,6 +33,7 @@ from typing import Any
 from logtide._ext import wire_codec as wc
 from logtide._ext.wire_conn import REPLY_ROOM, ConnCore
 from logtide.engine.rpc import deadlines
+from logtide.engine.rpc.address import split_address
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies, error_reply
 from logtide.engine.rpc.deferred_calls import DeferredBatch
 from logtide.engine.rpc.error_mapping import failure_status
@@ -44,7 +45,7 @@ from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
 from logtide.engine.rpc.tls import TlsOption
 from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
-from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW, split_address
+from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW
 from logtide.engine.rpc.wire_loop import WireLoop
 from logtide.errors import (FrameTimeout, InvalidRequest, RpcError, RpcStreamBroken,
                             UnknownWireId, WireProtocolError)
@@ -446,7 +447,7 @@ class WireServer:
                  max_streams: int = MAX_STREAMS, keepalive: float | None = None,
                  keepalive_timeout: float | None = None, tls: TlsOption = None,
                  deferred_timeout: float = DEFERRED_TIMEOUT_S) -> None:
-        self.host, self._port = split_address(address)
+        self.host, self._port = split_address(address, listen=True)
         self.max_message_size = max_message_size
         self.max_frame = max_message_size + FRAME_SLACK
         self.max_inflight_calls, self.max_inflight_bytes = max_inflight_calls, max_inflight_bytes

@@ -36,9 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from logtide.engine.logservice.dir_kind import check_replica_dir, check_single_node_dir
     if args.raft:
         from logtide.engine.logservice.replicated_cli import serve_raft
+        check_replica_dir(args.dir)
         return serve_raft(args)
+    check_single_node_dir(args.dir, must_exist=False)
     from logtide.engine.logservice.rpc_service import LogServiceServer
     server = LogServiceServer.open(args.dir, args.listen, max_message_size=args.max_message_size,
                                    grpc_listen=args.grpc_listen, fsync=args.fsync, segment_size=args.segment_size,
@@ -62,6 +65,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def info(args: argparse.Namespace) -> int:
     from logtide import LogService
+    from logtide.engine.logservice.dir_kind import check_single_node_dir
+    check_single_node_dir(args.dir, must_exist=True)   # info only looks: it never creates a log
     with LogService.open(args.dir, truncation_interval=0) as svc:
         st = svc.stats()
         print(f"dir:            {svc.config().dir}")
