@@ -236,6 +236,9 @@ cdef class TxnCore:
                 a = <cnp.ndarray>v
                 if cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_EquivTypes(a.descr, <cnp.dtype>col[1]):
                     return None
+                # the transaction's own copy: the caller changing its array after the checks would
+                # change what commits (a duplicate key past the check, a row lost)
+                a = <cnp.ndarray>cnp.PyArray_NewCopy(a, cnp.NPY_CORDER)
                 m = cnp.PyArray_DIM(a, 0)
             else:
                 return None

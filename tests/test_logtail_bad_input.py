@@ -219,3 +219,149 @@ def test_refused_txn_calls_change_nothing(tmp_path):
     finally:
         tn.close()
         tn.log.close()
+
+
+def _wait_reconnects(cn, n):
+    import time
+    deadline = time.time() + 20
+    while cn.reconnects < n and time.time() < deadline:
+        time.sleep(0.01)
+    assert cn.reconnects >= n
+
+
+def test_a_refused_subscribe_survives_a_stream_cut(node):
+    """A subscribe refused for a name that is not a str added it to the wanted tables all the same;
+    the next reconnect then failed on it and the CN's receiver died: every later read timed out."""
+    tn, cn = node
+    before = rows(cn)
+    for name in (b"t", 5, None, ("t",), ["t"]):
+        with pytest.raises(UnknownTableError):
+            cn.subscribe(name, timeout=5)
+        with pytest.raises(UnknownTableError):
+            cn.unsubscribe(name)
+    assert cn.wanted == {"t"} and rows(cn) == before        # nothing changed
+    cn.stream.cut()                                          # any loss of the stream
+    _wait_reconnects(cn, 1)
+    x = tn.begin()
+    x.insert("t", {"id": [4], "v": [40], "w": [4.0]})
+    ts = x.commit()
+    assert rows(cn, ts) == {**before, 4: {"id": 4, "v": 40, "w": 4.0}}
+    assert cn.get("t", 4, ts) == {"id": 4, "v": 40, "w": 4.0}
+
+
+def test_snapshot_ts_is_an_int_not_below_zero(node):
+    from logtide.errors import InvalidArgument
+    tn, cn = node
+    ts0 = cn.watermark("t")
+    before = rows(cn, ts0)
+    not_ints = (float("nan"), float(ts0), "1", True, np.True_, np.float64(ts0), [ts0], b"1")
+    negative = (-1, np.int64(-1), -(1 << 70))
+    calls = (lambda ts: cn.read("t", ts, timeout=5), lambda ts: cn.get("t", 1, ts, timeout=5),
+             lambda ts: cn.wait_for("t", ts, timeout=5), lambda ts: tn.pull("t", ts),
+             lambda ts: tn.pull("t", 0, ts))
+    for call in calls:
+        for ts in not_ints:
+            with pytest.raises(TypeError):
+                call(ts)
+        for ts in negative:
+            with pytest.raises(InvalidArgument):
+                call(ts)
+    assert issubclass(InvalidArgument, ValueError) and issubclass(InvalidArgument, LogtideError)
+    with pytest.raises(TypeError):
+        cn.wait_for("t", None)
+    assert cn.watermark("t") >= ts0 and rows(cn, ts0) == before and cn.wanted == {"t"}
+    for ts in (np.int64(ts0), np.uint64(ts0), np.int32(ts0)):     # numpy integers are ints
+        assert rows(cn, ts) == before
+        assert cn.get("t", 1, ts) == {"id": 1, "v": 10, "w": 0.5}
+    assert sum(e.rows for e in tn.pull("t", np.int64(0), np.uint64(ts0))["entries"]) == 3
+    x = tn.begin()                                   # and both keep working
+    x.delete("t", [2])
+    ts = x.commit()
+    assert set(rows(cn, ts)) == {1, 3} and rows(cn, ts0) == before
+    assert cn.get("t", 2, ts) is None
+
+
+def test_values_a_column_cannot_hold_exactly_are_refused(node):
+    """coerce changed values instead of refusing them: 1e300 became inf in a float32 column,
+    2**60 + 1 became 2**60 in a float64 one, True became 1 in an int8 one and pk 1 as the key."""
+    from logtide.engine.logtail.catalog import TableDef
+    tn, cn = node
+    cols = {"id": "int64", "i8": "int8", "f32": "float32", "f64": "float64", "b": "bool"}
+    tn.create_table("n", cols, "id")
+    cn.subscribe("n")
+    tdef = tn.table_def("n")
+    good = {"id": 1, "i8": 1, "f32": 0.5, "f64": 0.5, "b": True}
+    bad = [
+        ("f32", 1e300), ("f32", -1e39), ("f32", (1 << 24) + 1), ("f64", (1 << 60) + 1),
+        ("f64", (1 << 63) - 1), ("f64", np.uint64((1 << 64) - 1)), ("i8", True), ("i8", np.True_),
+        ("i8", 128), ("i8", 1.0), ("id", True), ("id", np.uint64(1 << 63)), ("b", 1), ("b", 1.0),
+    ]
+    for c, v in bad:
+        for given in ([v], np.array([v]), v):                # a list, an array and a scalar alike
+            with pytest.raises(SchemaError):
+                tdef.coerce({**{k: [x] for k, x in good.items()}, c: given})
+            x = tn.begin()
+            with pytest.raises(SchemaError):
+                x.insert("n", {**{k: [x] for k, x in good.items()}, c: given})
+            x.rollback()
+    # lists that numpy would merge into one dtype, changing a value on the way
+    for c, vs in (("i8", [True, 2]), ("id", [2, True]), ("f64", [0.5, (1 << 60) + 1]), ("b", [True, 1]),
+                  ("f32", [0.5, (1 << 24) + 1])):
+        row = {k: [x, x] for k, x in good.items()}
+        row["id"] = [1, 2]
+        with pytest.raises(SchemaError):
+            tdef.coerce({**row, c: vs})
+    assert rows(cn, tn.last_ts) == {1: {"id": 1, "v": 10, "w": 0.5}, 2: {"id": 2, "v": 20, "w": 1.5},
+                                    3: {"id": 3, "v": 30, "w": 2.5}}
+    assert cn.read("n", tn.last_ts).num_rows == 0          # nothing went in
+    # what fits: floats round to float32, ints a float column holds exactly, inf and nan
+    x = tn.begin()
+    x.insert("n", {"id": [1, 2, 3], "i8": np.array([-128, 127, 0], dtype=np.int64),
+                   "f32": [0.1, float("inf"), 1 << 24], "f64": [(1 << 53), 0.5, float("nan")],
+                   "b": [True, False, np.True_]})
+    ts = x.commit()
+    got = cn.read("n", ts).to_pydict()
+    assert got["id"] == [1, 2, 3] and got["i8"] == [-128, 127, 0] and got["b"] == [True, False, True]
+    assert got["f32"] == [float(np.float32(0.1)), float("inf"), float(1 << 24)]
+    assert got["f64"][:2] == [float(1 << 53), 0.5] and np.isnan(got["f64"][2])
+
+
+def test_insert_commits_the_rows_it_checked(node):
+    """Txn.insert kept the caller's arrays: changing one after insert and before commit wrote other
+    rows than the ones checked (ids [5, 5]: the duplicate-key check bypassed, a row lost)."""
+    from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS
+    tn, cn = node
+    before = rows(cn)
+
+    def arrays(ids):
+        ids = np.array(ids, dtype=np.int64)
+        return ids, {"id": ids, "v": (ids * 10).astype(np.int32), "w": ids * 0.5}
+
+    def want(ids):
+        return {int(i): {"id": int(i), "v": int(i) * 10, "w": int(i) * 0.5} for i in ids}
+
+    # one small insert (held in C), a second insert (the general form), many rows, an update
+    ids, cols = arrays([5, 6])
+    x = tn.begin()
+    x.insert("t", cols)
+    ids[1] = 5
+    cols["v"][:] = 0
+    ts = x.commit()
+    assert rows(cn, ts) == {**before, **want([5, 6])}
+    ids2, cols2 = arrays([7, 8])
+    many = list(range(100, 101 + SMALL_TXN_KEYS))
+    ids3, cols3 = arrays(many)
+    ids4, cols4 = arrays([5])
+    cols4["v"] = np.array([55], dtype=np.int32)
+    x = tn.begin()
+    x.insert("t", cols2)
+    x.insert("t", cols3)
+    x.update("t", cols4)
+    for a in (ids2, ids3, ids4):
+        a[:] = 7
+    cols4["v"][:] = 0
+    ts2 = x.commit()
+    assert rows(cn, ts2) == {**before, **want([6, 7, 8]), **want(many), 5: {"id": 5, "v": 55, "w": 2.5}}
+    ids[:] = 9                                          # and after the commit: the TN's rows are its own
+    assert rows(cn, ts) == {**before, **want([5, 6])}
+    assert _rows_of_pull(tn) == {k: r["v"] for k, r in rows(cn, ts2).items()}

@@ -18,6 +18,7 @@ from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
+from logtide.engine.logtail.ts_arg import ts_arg
 from logtide.engine.objectstore import ObjectStore
 from logtide.errors import LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
 
@@ -81,7 +82,9 @@ class ComputeNode:
     # ------------------------------------------------------------------ API
 
     def subscribe(self, table: str, timeout: float = 30.0) -> None:
-        """Subscribe to a table and wait until its state is in; UnknownTableError for a bad name."""
+        """Subscribe to a table and wait until its state is in; UnknownTableError for a bad name
+        (a refused name changes nothing)."""
+        _table_name(table)      # before `wanted`: every reconnect subscribes to what it holds again
         with self._cv:
             n_err = len(self.errors)
             self.wanted.add(table)
@@ -98,6 +101,7 @@ class ComputeNode:
                 self._cv.wait(left)
 
     def unsubscribe(self, table: str) -> None:
+        _table_name(table)
         with self._cv:
             self.wanted.discard(table)
             self._send("unsubscribe", table)
@@ -112,7 +116,10 @@ class ComputeNode:
         return self.watermarks.get(table, 0)
 
     def wait_for(self, table: str, ts: int, timeout: float = 30.0) -> None:
-        """Block until the table's watermark reaches ts; WatermarkTimeoutError after `timeout` s."""
+        """Block until the table's watermark reaches ts; WatermarkTimeoutError after `timeout` s.
+        TypeError for a ts that is not an int, InvalidArgument (a ValueError) for a negative one."""
+        ts = ts_arg("ts", ts)
+        _table_name(table)
         with self._cv:
             if table not in self.wanted:
                 raise UnknownTableError(f"{self.name} is not subscribed to {table!r}")
@@ -126,15 +133,16 @@ class ComputeNode:
 
     def read(self, table: str, ts: int | None = None, *, timeout: float = 30.0,
              use_block_index: bool = True) -> pa.Table:
-        """The table as of ts (default: the watermark), once the watermark reaches ts."""
-        if ts is None:
-            ts = self.watermark(table)
+        """The table as of ts (default: the watermark), once the watermark reaches ts; ts is
+        checked as wait_for checks it."""
+        ts = self.watermark(table) if ts is None else ts_arg("ts", ts)
         self.wait_for(table, ts, timeout)
         return self.states[table].read(ts, use_block_index)
 
     def get(self, table: str, pk: int, ts: int | None = None, *, timeout: float = 30.0) -> dict | None:
-        if ts is None:
-            ts = self.watermark(table)
+        """The row with primary key pk as of ts (default: the watermark), or None; ts is checked as
+        wait_for checks it."""
+        ts = self.watermark(table) if ts is None else ts_arg("ts", ts)
         self.wait_for(table, ts, timeout)
         return self.states[table].get(pk, ts)
 
@@ -233,3 +241,9 @@ class ComputeNode:
             with self._cv:
                 self.errors.append((msg[1], msg[2]))
                 self._cv.notify_all()
+
+
+def _table_name(table: object) -> None:
+    """UnknownTableError unless `table` is a str (a table name the TN may know)."""
+    if not isinstance(table, str):
+        raise UnknownTableError(f"a table name is a str, got {type(table).__name__} {table!r}")

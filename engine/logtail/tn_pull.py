@@ -3,6 +3,7 @@ range starts below it (docs/logtail_format.md)."""
 from __future__ import annotations
 
 from logtide.engine.logtail.logtail_format import META
+from logtide.engine.logtail.ts_arg import ts_arg
 
 
 class TnPull:
@@ -13,8 +14,12 @@ class TnPull:
 
         A range that starts before the checkpoint starts after it instead and names the checkpoint.
         A response above max_pull_rows in-memory rows flushes the table first (when to_ts is open).
+        TypeError for a ts that is not an int, InvalidArgument (a ValueError) for a negative one.
         """
         self._table(table)
+        from_ts = ts_arg("from_ts", from_ts)
+        if to_ts is not None:
+            to_ts = ts_arg("to_ts", to_ts)
         with self._cv:      # no checkpoint may truncate between choosing the range and visiting it
             resp = self._collect(table, from_ts, self.last_ts if to_ts is None else to_ts)
         if to_ts is None and sum(e.rows for e in resp["entries"]) > self.max_pull_rows:
