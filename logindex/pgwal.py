@@ -28,21 +28,24 @@ def format_lsn(lsn: int) -> str:
 
 
 def parse_lsn(text: str) -> int:
-    """Parse X/X (or a plain integer)."""
+    """Parse X/X (or a plain integer): a u64; ValueError for anything else."""
     text = text.strip()
     if "/" in text:
         hi, lo = text.split("/", 1)
         try:
-            v = (int(hi, 16) << 32) | int(lo, 16)
+            high, low = int(hi, 16), int(lo, 16)
         except ValueError:
             raise ValueError(f"an LSN is X/X in hex, got {text!r}") from None
-        if int(hi, 16) > 0xFFFFFFFF or int(lo, 16) > 0xFFFFFFFF:
+        if not (0 <= high <= 0xFFFFFFFF and 0 <= low <= 0xFFFFFFFF):
             raise ValueError(f"LSN halves are 32-bit, got {text!r}")
-        return v
+        return (high << 32) | low
     try:
-        return int(text, 0)
+        v = int(text, 0)
     except ValueError:
         raise ValueError(f"an LSN is X/X in hex or an integer, got {text!r}") from None
+    if not 0 <= v < 1 << 64:
+        raise ValueError(f"an LSN is a u64, got {text!r}")
+    return v
 
 
 class PgWalReader:

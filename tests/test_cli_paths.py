@@ -90,3 +90,14 @@ def test_a_replica_directory_is_not_served_or_read_as_a_single_node_log(tmp_path
     _refused(["logservice", "info", "--dir", str(tmp_path / "r1")], tmp_path, "replica")
     _refused(["logservice", "serve", "--dir", str(tmp_path / "r1"), "--listen", "127.0.0.1:0"], tmp_path, "replica")
     assert _tree(tmp_path / "r1") == before
+
+
+def test_logindex_query_of_a_directory_without_an_index_is_refused(tmp_path):
+    """It printed '0 pages changed' for a log service's directory, or for any directory."""
+    from logtide import LogService
+    with LogService.open(tmp_path / "log") as svc:
+        svc.append(b"x")
+    before = _tree(tmp_path)
+    for d in (tmp_path / "log", tmp_path):
+        _refused(["logindex", "query", "--dir", str(d), "--from", "0/0"], tmp_path, "holds no LogIndex")
+    assert _tree(tmp_path) == before

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from logtide.arg_types import election_tick, positive_float, positive_int
 from logtide.engine.hakeeper.cluster_info import ClusterInfo
 from logtide.engine.hakeeper.config import HAKeeperConfig
 from logtide.errors import InvalidArgument
@@ -17,10 +18,13 @@ def add_host_arguments(s: argparse.ArgumentParser, *, prefix: str = "--hakeeper-
     s.add_argument(f"{prefix}peers", dest="hakeeper_peers", default=None, metavar="1=H:P,2=H:P,3=H:P",
                    help="every HAKeeper replica's serving address (its own port, not the store's)")
     s.add_argument(f"{prefix}dir", dest="hakeeper_dir", default=None, help="the HAKeeper replica's directory")
-    s.add_argument("--hakeeper-tick", type=float, default=0.1, help="seconds per Raft tick of HAKeeper's group")
-    s.add_argument("--hakeeper-election-tick", type=int, default=6, help="Raft ticks before a HAKeeper election")
-    s.add_argument("--hakeeper-check-interval", type=float, default=2.0, help="seconds between checker rounds")
-    s.add_argument("--hakeeper-ticks-per-second", type=int, default=10, help="HAKeeper's logical ticks a second")
+    s.add_argument("--hakeeper-tick", type=positive_float, default=0.1,
+                   help="seconds per Raft tick of HAKeeper's group")
+    s.add_argument("--hakeeper-election-tick", type=election_tick, default=6,
+                   help="Raft ticks before a HAKeeper election")
+    s.add_argument("--hakeeper-check-interval", type=positive_float, default=2.0, help="seconds between checker rounds")
+    s.add_argument("--hakeeper-ticks-per-second", type=positive_int, default=10,
+                   help="HAKeeper's logical ticks a second")
     s.add_argument("--hakeeper-timeouts", default="", metavar="ROLE=SECONDS,...",
                    help="down timeouts per role: log, tn, cn, primary, ro, command (default: the seed's)")
     s.add_argument("--hakeeper-log-shards", type=int, default=1, help="log shards HAKeeper bootstraps")

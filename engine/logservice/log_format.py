@@ -30,6 +30,9 @@ DEFAULT_MAX_RECORD_SIZE = 16 << 20  # data bytes per record that an open takes f
 # what recovery and readers take: any length the frame's u32 field holds, since an earlier open
 # may have had a larger max_record_size (reading with the current one cut its records as torn)
 MAX_FRAME_LENGTH = 0xFFFFFFFF
+# the smallest message limit a server takes: every fixed-size reply must fit, and the largest,
+# GetConfig's, carries the log's directory path (up to PATH_MAX, 4 KiB) besides the frame headers
+MIN_MESSAGE_SIZE = 8 << 10
 
 # The next segment, zero-filled ahead of use by the writer's pre-allocation thread, is prepared under
 # this name and renamed to <first_lsn>.log when the writer rolls onto it. Not a segment: a copy left

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from logtide.arg_types import election_tick, non_negative_int, positive_float, positive_int
 from logtide.stop_signal import stop_event
 
 
@@ -15,8 +16,9 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--peers", help="(--raft) every founding replica: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT")
     s.add_argument("--join", action="store_true",
                    help="(--raft) a new replica: wait to be added by the leader instead of founding a group")
-    s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
-    s.add_argument("--election-tick", type=int, default=6,
+    s.add_argument("--tick", type=positive_float, default=0.1,
+                   help="(--raft) seconds per Raft tick (default %(default)s)")
+    s.add_argument("--election-tick", type=election_tick, default=6,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
     from logtide.engine.hakeeper.host_cli import add_host_arguments, add_sender_argument
     add_host_arguments(s)     # (--raft) a HAKeeper replica in this store process
@@ -25,9 +27,9 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--cluster-dir", default=None,
                    help="(--raft) the `logtide cluster` directory this store belongs to: it restarts that "
                         "cluster's processes when HAKeeper asks (START_TN)")
-    s.add_argument("--snapshot-entries", type=int, default=20000,
+    s.add_argument("--snapshot-entries", type=positive_int, default=20000,
                    help="(--raft) applied entries between state machine snapshots (default %(default)s)")
-    s.add_argument("--compact-keep", type=int, default=5000,
+    s.add_argument("--compact-keep", type=non_negative_int, default=5000,
                    help="(--raft) entries kept below a snapshot for lagging followers (default %(default)s)")
 
 

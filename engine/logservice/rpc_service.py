@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from logtide._ext.frame_codec import decode_appends, pack_counter_replies, pack_replies
 
 from logtide.engine.logservice import logservice_pb2 as pb
-from logtide.engine.logservice.log_format import HEADER_SIZE
+from logtide.engine.logservice.log_format import HEADER_SIZE, MIN_MESSAGE_SIZE
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.service import LogService
 from logtide.engine.rpc import RpcServer, ServiceDef
@@ -259,6 +259,11 @@ class LogServiceServicer:
         return pb.ReadersResponse(readers=self.svc.readers())
 
 
+def _check_message_size(size: int | None) -> None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < MIN_MESSAGE_SIZE):
+        raise InvalidArgument(f"max_message_size must be an int >= {MIN_MESSAGE_SIZE} bytes, got {size!r}")
+
+
 class LogServiceServer:
     """A LogService on a directory, served over the framed carrier on `listen` (port 0 picks one: see
     `.port`, `.address`) and, when `grpc_listen` is given, over gRPC there too (`.grpc_address`)."""
@@ -266,6 +271,7 @@ class LogServiceServer:
     def __init__(self, svc: LogService, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
                  max_workers: int = 32, own_service: bool = False, grpc_listen: str | None = None) -> None:
         cfg = svc.config()
+        _check_message_size(max_message_size)
         # room for the largest record plus framing; a bigger message is refused by the carrier itself
         self.max_message_size = max_message_size or max(4 << 20, cfg.max_record_size + (1 << 20))
         self.svc = svc
@@ -293,6 +299,7 @@ class LogServiceServer:
     def open(cls, path: str | os.PathLike, listen: str = "127.0.0.1:0", *, max_message_size: int | None = None,
              grpc_listen: str | None = None, **options) -> "LogServiceServer":
         """Open the log in `path` and serve it; stop() closes both."""
+        _check_message_size(max_message_size)     # before the log is opened (or created)
         svc = LogService.open(path, **options)
         try:
             return cls(svc, listen, max_message_size=max_message_size, own_service=True, grpc_listen=grpc_listen)

@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 
+from logtide.arg_types import election_tick, non_negative_int, positive_float, positive_int
 from logtide.stop_signal import stop_event
 
 
@@ -15,14 +16,15 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--raft", action="store_true", help="serve one replica of the meta-service's Raft group")
     s.add_argument("--id", type=int, help="(--raft) this replica's id, a key of --peers")
     s.add_argument("--peers", help="(--raft) every founding replica's serving address: 1=HOST:PORT,2=HOST:PORT,...")
-    s.add_argument("--tick", type=float, default=0.1, help="(--raft) seconds per Raft tick (default %(default)s)")
-    s.add_argument("--election-tick", type=int, default=6,
+    s.add_argument("--tick", type=positive_float, default=0.1,
+                   help="(--raft) seconds per Raft tick (default %(default)s)")
+    s.add_argument("--election-tick", type=election_tick, default=6,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")
-    s.add_argument("--snapshot-entries", type=int, default=None,
+    s.add_argument("--snapshot-entries", type=positive_int, default=None,
                    help="(--raft) applied entries between state machine snapshots (then the log is compacted)")
-    s.add_argument("--compact-keep", type=int, default=None,
+    s.add_argument("--compact-keep", type=non_negative_int, default=None,
                    help="(--raft) entries kept below a snapshot for lagging replicas")
-    s.add_argument("--request-timeout", type=float, default=None,
+    s.add_argument("--request-timeout", type=positive_float, default=None,
                    help="(--raft) seconds a request waits for a commit when its caller names no deadline")
     s.add_argument("--join", action="store_true",
                    help="(--raft) a new replica, not a founder: it waits to be added with `meta member add --learner`")
@@ -47,7 +49,8 @@ def register_member(msub) -> None:
     remove.add_argument("id", type=int, metavar="ID")
     for p in (add, promote, remove):
         p.add_argument("--meta", required=True, metavar="H1:P1[,H2:P2...]", help="any replica's address (or several)")
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds before giving up (default %(default)s)")
+        p.add_argument("--timeout", type=positive_float, default=30.0,
+                       help="seconds before giving up (default %(default)s)")
         p.set_defaults(func=member)
 
 
@@ -67,7 +70,8 @@ def member(args: argparse.Namespace) -> int:
             else:
                 m = c.remove_member(args.id)
     except LogtideError as exc:
-        print(f"logtide meta member {args.member_cmd}: {type(exc).__name__}: {exc}", flush=True)
+        print(f"logtide meta member {args.member_cmd}: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
         return 2
     nodes = ", ".join(f"{n.node_id}={n.address} ({n.role})" for n in m["nodes"].values())
     print(f"voters {m['voters']} learners {m['learners']} nodes: {nodes}", flush=True)

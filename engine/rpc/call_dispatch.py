@@ -215,7 +215,8 @@ class CallDispatcher:
         data = res.SerializeToString()
         if len(data) + _REPLY_OVERHEAD > limit:
             out.error(CallError(call_id, _RESOURCE_EXHAUSTED, "",
-                                f"reply of {len(data)} bytes exceeds the message limit {limit}"))
+                                f"reply of {len(data) + _REPLY_OVERHEAD} bytes ({len(data)} of data and "
+                                f"{_REPLY_OVERHEAD} of framing) exceeds the message limit {limit}"))
             return
         out.frames.append(_pack_reply(call_id, len(data)) + data)
         out.size += len(data) + _REPLY_OVERHEAD

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from logtide.arg_types import non_negative_float, non_negative_int, positive_float, positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="a local cluster of separate processes on loopback (up, status, kill, down)")
@@ -12,19 +14,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     u = cmds.add_parser("up", help="start a cluster under --dir and return once it is healthy")
     u.add_argument("--dir", required=True, help="the cluster's directory (cluster.json, logs/, data/)")
-    u.add_argument("--log-replicas", type=int, default=None, help="log-service stores in the log shard (default 3)")
-    u.add_argument("--meta-replicas", type=int, default=None, help="meta-service replicas (default 3)")
-    u.add_argument("--cns", type=int, default=None, help="compute nodes following the TN (default 2)")
-    u.add_argument("--ros", type=int, default=None, help="read-only nodes following the primary (default 2)")
-    u.add_argument("--spare-stores", type=int, default=None, help="log stores kept spare (default 1)")
-    u.add_argument("--non-voting-replicas", type=int, default=None,
+    u.add_argument("--log-replicas", type=positive_int, default=None,
+                   help="log-service stores in the log shard (default 3)")
+    u.add_argument("--meta-replicas", type=positive_int, default=None, help="meta-service replicas (default 3)")
+    u.add_argument("--cns", type=non_negative_int, default=None, help="compute nodes following the TN (default 2)")
+    u.add_argument("--ros", type=non_negative_int, default=None,
+                   help="read-only nodes following the primary (default 2)")
+    u.add_argument("--spare-stores", type=non_negative_int, default=None, help="log stores kept spare (default 1)")
+    u.add_argument("--non-voting-replicas", type=non_negative_int, default=None,
                    help="non-voting replicas of the log shard HAKeeper keeps on spare stores (default 0)")
-    u.add_argument("--tick", type=float, default=None, help="seconds per Raft tick of every group (default 0.05)")
-    u.add_argument("--tn-load", type=int, default=None,
+    u.add_argument("--tick", type=positive_float, default=None,
+                   help="seconds per Raft tick of every group (default 0.05)")
+    u.add_argument("--tn-load", type=non_negative_int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
-    u.add_argument("--replica-timeout", type=float, default=None,
+    u.add_argument("--replica-timeout", type=non_negative_float, default=None,
                    help="seconds the primary keeps holding a silent RO node on its own (default 10)")
-    u.add_argument("--logindex-segments", type=int, default=None,
+    u.add_argument("--logindex-segments", type=positive_int, default=None,
                    help="LogIndex memtable segments of the primary and RO nodes (default: full size)")
     u.add_argument("--hakeeper-timeouts", default=None, metavar="ROLE=SECONDS,...",
                    help="HAKeeper's down timeouts (default log=15,tn=5,cn=5,primary=5,ro=5,command=5)")
@@ -109,8 +114,15 @@ def run_kill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing(d: str) -> None:
+    """ClusterError ("holds no cluster") unless `d` holds a cluster: before a lock file is made there."""
+    from logtide.engine.cluster.layout import ClusterLayout
+    ClusterLayout.load(d)
+
+
 def run_start(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
+    _existing(args.dir)
     p, started = local_cluster.start(args.dir, args.process)
     print(f"started {p.name} (pid {p.pid})" if started else f"{p.name} is already running (pid {p.pid})")
     return 0
@@ -118,6 +130,7 @@ def run_start(args: argparse.Namespace) -> int:
 
 def run_down(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
+    _existing(args.dir)
     stopped = local_cluster.down(args.dir)
     print(f"stopped {len(stopped)} processes" + (f": {', '.join(stopped)}" if stopped else ""))
     return 0

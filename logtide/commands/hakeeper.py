@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from logtide.arg_types import positive_float
 from logtide.stop_signal import stop_event
 
 
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=serve)
     st = cmds.add_parser("status", help="HAKeeper's tick, stores, shards and schedule commands (JSON)")
     st.add_argument("addresses", metavar="H:P[,H:P...]", help="HAKeeper replica addresses")
-    st.add_argument("--timeout", type=float, default=3.0)
+    st.add_argument("--timeout", type=positive_float, default=3.0,
+                    help="seconds before giving up (default %(default)s)")
     st.set_defaults(func=status)
     sc = cmds.add_parser("schedule", help="queue one schedule command for a store (an operator's OperatorSchedule)")
     sc.add_argument("addresses", metavar="H:P[,H:P...]", help="HAKeeper replica addresses")
@@ -32,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("--replica-store", default="", help="the store the replica lives on (default: the target)")
     sc.add_argument("--learner", action="store_true", help="ADD_REPLICA: add as a learner (else promote)")
     sc.add_argument("--timeout-ticks", type=int, default=100, help="ticks it stays in flight (default 100)")
-    sc.add_argument("--timeout", type=float, default=3.0)
+    sc.add_argument("--timeout", type=positive_float, default=3.0,
+                    help="seconds before giving up (default %(default)s)")
     sc.set_defaults(func=schedule)
 
 

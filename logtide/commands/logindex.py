@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+
+from logtide.arg_types import lsn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,23 +16,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = cmds.add_parser("build", help="index every block reference of a pg_wal directory")
     b.add_argument("--pg-wal", required=True, help="directory of PostgreSQL 15 WAL segment files")
     b.add_argument("--out", required=True, help="LogIndex directory to create or extend")
-    b.add_argument("--from", dest="start", default=None, help="skip records before this LSN (X/X)")
+    b.add_argument("--from", dest="start", type=lsn, default=None, help="skip records before this LSN (X/X)")
     b.add_argument("--strict", action="store_true", help="fail on a damaged record instead of ending there")
     b.set_defaults(func=build)
     q = cmds.add_parser("query", help="LSNs that touched a page, or pages changed in an LSN range")
     q.add_argument("--dir", required=True, help="LogIndex directory")
     q.add_argument("--tag", default=None, help="page as spc/db/rel/fork/block")
-    q.add_argument("--from", dest="start", default=None, help="first LSN (X/X or integer), inclusive")
-    q.add_argument("--to", dest="end", default=None, help="last LSN (X/X or integer), inclusive")
+    q.add_argument("--from", dest="start", type=lsn, default=None, help="first LSN (X/X or integer), inclusive")
+    q.add_argument("--to", dest="end", type=lsn, default=None, help="last LSN (X/X or integer), inclusive")
     q.add_argument("--stats", action="store_true", help="print lookup statistics")
     q.set_defaults(func=query)
 
 
 def build(args: argparse.Namespace) -> int:
     from logtide import LogIndex
-    from logtide.logindex.pgwal import PgWalReader, format_lsn, parse_lsn
+    from logtide.logindex.pgwal import PgWalReader, format_lsn
 
-    start = parse_lsn(args.start) if args.start else 0
+    start = args.start if args.start is not None else 0
     reader = PgWalReader(args.pg_wal, strict=args.strict)
     t0 = time.perf_counter()
     rows = 0
@@ -54,13 +57,19 @@ def build(args: argparse.Namespace) -> int:
 def query(args: argparse.Namespace) -> int:
     from logtide import LogIndex, PageTag
     from logtide.logindex import MAX_LSN
-    from logtide.logindex.pgwal import format_lsn, parse_lsn
+    from logtide.logindex.pgwal import format_lsn
 
-    lo = parse_lsn(args.start) if args.start else 0
-    hi = parse_lsn(args.end) if args.end else MAX_LSN
+    from logtide.errors import InvalidArgument
+    from logtide.logindex.table_format import META_NAME
+
+    lo = args.start if args.start is not None else 0
+    hi = args.end if args.end is not None else MAX_LSN
+    tag = PageTag.parse(args.tag) if args.tag else None
+    # a directory without the meta file would answer "0 pages changed", whatever it holds
+    if os.path.isdir(args.dir) and not os.path.exists(os.path.join(args.dir, META_NAME)):
+        raise InvalidArgument(f"{args.dir} holds no LogIndex (no {META_NAME})")
     li = LogIndex.open(args.dir, mode="ro")
-    if args.tag:
-        tag = PageTag.parse(args.tag)
+    if tag is not None:
         lsns = li.lsns(tag, lo, hi)
         print(f"page {tag}: {len(lsns)} LSNs")
         for l in lsns.tolist():

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from logtide.arg_types import int_at_least, non_negative_float
+from logtide.engine.logservice.log_format import MIN_MESSAGE_SIZE
 from logtide.stop_signal import stop_event
 
 
@@ -22,9 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--fsync", default="always", choices=["always", "batch", "never"])
     s.add_argument("--segment-size", type=int, default=64 << 20, help="bytes per segment file")
     s.add_argument("--max-record-size", type=int, default=16 << 20, help="largest record data in bytes")
-    s.add_argument("--max-message-size", type=int, default=None, help="message limit in bytes (both carriers)")
-    s.add_argument("--truncation-interval", type=float, default=1.0, help="seconds between truncation rounds")
-    s.add_argument("--stats-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
+    s.add_argument("--max-message-size", type=int_at_least(MIN_MESSAGE_SIZE), default=None,
+                   help="message limit in bytes (both carriers)")
+    s.add_argument("--truncation-interval", type=non_negative_float, default=1.0,
+                   help="seconds between truncation rounds (0: none)")
+    s.add_argument("--stats-interval", type=non_negative_float, default=10.0,
+                   help="seconds between status lines (0: none)")
     s.set_defaults(func=serve)
     from logtide.engine.logservice import replicated_cli as logservice_raft
     logservice_raft.add_serve_arguments(s)

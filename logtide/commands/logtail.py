@@ -5,6 +5,7 @@ import argparse
 import json
 import time
 
+from logtide.arg_types import non_negative_float, non_negative_int, positive_float
 from logtide.stop_signal import stop_event
 
 
@@ -16,9 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     tn.add_argument("--address", default="127.0.0.1:0", help="host:port to listen on (port 0: any)")
     tn.add_argument("--table", default="t", help="table served and written by the load (id int64 pk, v int64, "
                                                  "w float64; created if missing)")
-    tn.add_argument("--load", type=int, default=0, help="commit this many random transactions per second")
-    tn.add_argument("--flush-every", type=float, default=2.0, help="seconds between flushes under load")
-    tn.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between checkpoints under load")
+    tn.add_argument("--load", type=non_negative_int, default=0,
+                    help="commit this many random transactions per second (default 0: none)")
+    tn.add_argument("--flush-every", type=positive_float, default=2.0, help="seconds between flushes under load")
+    tn.add_argument("--checkpoint-every", type=positive_float, default=5.0,
+                    help="seconds between checkpoints under load")
     from logtide.engine.hakeeper.host_cli import add_sender_argument
     add_sender_argument(tn, store_id=True)
     tn.set_defaults(func=run_tn)
@@ -26,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cn.add_argument("--tn", required=True, help="the TN's host:port")
     cn.add_argument("--objects", required=True, help="the TN's object store (directory or URI)")
     cn.add_argument("--table", action="append", required=True)
-    cn.add_argument("--seconds", type=float, default=0, help="stop after this long (0: run until killed)")
+    cn.add_argument("--seconds", type=non_negative_float, default=0,
+                    help="stop after this long, the wait for the TN included (0: run until killed)")
     add_sender_argument(cn, store_id=True)
     cn.set_defaults(func=run_cn)
 
@@ -96,9 +100,16 @@ def run_cn(args: argparse.Namespace) -> int:
     from logtide.engine.logtail import ComputeNode
     from logtide.engine.logtail.transport import RemoteStream
     from logtide.engine.objectstore import ObjectStore
-    cn = ComputeNode(lambda: RemoteStream(args.tn, "cli"), ObjectStore(args.objects), "cli")
+    # with --seconds, the wait for the TN (connect, subscribe) counts against it; else 30 s for each
+    t0 = time.monotonic()
+
+    def left() -> float:
+        return max(0.0, args.seconds - (time.monotonic() - t0)) if args.seconds else 30.0
+
+    cn = ComputeNode(lambda: RemoteStream(args.tn, "cli"), ObjectStore(args.objects), "cli",
+                     connect_timeout=args.seconds or 30.0)
     for t in args.table:
-        cn.subscribe(t)
+        cn.subscribe(t, timeout=left())
     import os
 
     from logtide.engine.hakeeper.host_cli import start_sender
@@ -106,7 +117,6 @@ def run_cn(args: argparse.Namespace) -> int:
     from logtide.engine.hakeeper.store_role import StoreRole
     sender = start_sender(args, StoreRole.CN, f"cn-{os.getpid()}", "", lambda sid: cn_report(cn, args.table, sid))
     stop = stop_event()
-    t0 = time.monotonic()
     while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
         stop.wait(min(1.0, args.seconds or 1.0))
         for t in args.table:

@@ -30,7 +30,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.raft:
         if args.memory or args.snapshot_every is not None:
             print("logtide meta serve: --raft keeps its own log and snapshots in --dir "
-                  "(no --memory or --snapshot-every)", flush=True)
+                  "(no --memory or --snapshot-every)", file=sys.stderr, flush=True)
             return 2
         return serve_raft(args)
     from logtide.engine.meta import MetaService
@@ -43,7 +43,7 @@ def serve(args: argparse.Namespace) -> int:
         try:
             service = MetaService.open(args.dir, **kw)
         except LogtideError as exc:   # corrupt state, a directory another process holds
-            print(f"logtide meta serve: {type(exc).__name__}: {exc}", flush=True)
+            print(f"logtide meta serve: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             return 2
     server = MetaServer(service, args.listen).start()
     stop = stop_event()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -58,7 +59,7 @@ def _guarded(fn):
         try:
             return fn(args)
         except LogtideError as exc:
-            print(f"logtide replay {args.role}: {type(exc).__name__}: {exc}", flush=True)
+            print(f"logtide replay {args.role}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             return 2
     return run
 

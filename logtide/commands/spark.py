@@ -6,7 +6,10 @@ records/s. `--master` passes through (default local[*]).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+
+from logtide.arg_types import lsn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_guarded(run_snapshot))
     c = cmds.add_parser("pg-changed-pages", help="pages changed in a PostgreSQL WAL archive between two LSNs")
     c.add_argument("--pg-wal", required=True, help="pg_wal directory or WAL archive")
-    c.add_argument("--from", dest="start", required=True, help="first LSN (X/X or integer), inclusive")
-    c.add_argument("--to", dest="end", required=True, help="end LSN (X/X or integer), exclusive")
+    c.add_argument("--from", dest="start", type=lsn, required=True, help="first LSN (X/X or integer), inclusive")
+    c.add_argument("--to", dest="end", type=lsn, required=True, help="end LSN (X/X or integer), exclusive")
     c.add_argument("--out", required=True, help="Parquet directory to write")
     c.set_defaults(func=_guarded(run_changed_pages))
     for q in (r, s, c):
@@ -44,7 +47,7 @@ def _guarded(fn):
         try:
             return fn(args)
         except LogtideError as exc:
-            print(f"logtide spark {args.spark_command}: {type(exc).__name__}: {exc}", flush=True)
+            print(f"logtide spark {args.spark_command}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             return 2
     return run
 
@@ -88,11 +91,10 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 def run_changed_pages(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
-    from logtide.logindex.pgwal import parse_lsn
     from logtide.spark import pg_changed_pages
     spark = _session(args)
     t0 = time.perf_counter()
-    df = pg_changed_pages(spark, args.pg_wal, parse_lsn(args.start), parse_lsn(args.end))
+    df = pg_changed_pages(spark, args.pg_wal, args.start, args.end)
     df.write.parquet(args.out)
     secs = time.perf_counter() - t0
     got = spark.read.parquet(args.out).agg(F.count(F.lit(1)).alias("pages"), F.sum("records").alias("refs")).first()

@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from logtide.errors import InvalidArgument
+
 
 def stages() -> list:
     mods = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
@@ -20,6 +22,13 @@ def stages() -> list:
 
 
 def run_stages(workdir: str | None = None, only: list[str] | None = None) -> int:
+    """Run the stages (all, or those named in `only`) in `workdir` (default: a temporary one);
+    0 when every stage passed, else 1. InvalidArgument, before anything runs, for an unknown name."""
+    ordered = stages()
+    known = [stage.NAME for stage in ordered]
+    unknown = [name for name in only or () if name not in known]
+    if unknown:
+        raise InvalidArgument(f"--only: unknown stage {unknown[0]!r} (one of {', '.join(known)})")
     tmp = None
     if workdir is None:
         tmp = tempfile.mkdtemp(prefix="logtide-demo-")
@@ -28,7 +37,7 @@ def run_stages(workdir: str | None = None, only: list[str] | None = None) -> int
     root.mkdir(parents=True, exist_ok=True)
     failed = []
     try:
-        for stage in stages():
+        for stage in ordered:
             if only and stage.NAME not in only:
                 continue
             print(f"\n== {stage.TITLE} ==", flush=True)

@@ -12,14 +12,22 @@ import random
 import sys
 import time
 
+from logtide.arg_types import positive_float, positive_int
 from logtide.engine.raft.sim.cluster import BUGS, run_seed
 
 SOAK_FAULT_TICKS = (150, 600, 3000)  # the fault phases a soak draws from
 
 
 def parse_range(text: str) -> range:
-    a, _, b = text.partition(":")
-    return range(int(a), int(b)) if b else range(int(a), int(a) + 1)
+    """Seeds A:B (B excluded) or one seed A; argparse's error for anything else, an empty range too."""
+    a, sep, b = text.partition(":")
+    try:
+        seeds = range(int(a), int(b)) if sep else range(int(a), int(a) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes A:B (integers, B excluded) or A, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"A:B needs A < B (B is excluded), got {text!r}")
+    return seeds
 
 
 def _run(job: tuple[int, int, str | None]):
@@ -40,18 +48,27 @@ def _soak_jobs(deadline: float, bug: str | None, rng: random.Random):
         yield rng.randrange(1 << 40), rng.choice(SOAK_FAULT_TICKS), bug
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m logtide.engine.raft.sim", description=__doc__)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The simulator's options, on its own parser or on `logtide raft sim`'s."""
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--seed", type=int, help="replay one seed (prints its result)")
     g.add_argument("--seeds", type=parse_range, help="run seeds A:B (B excluded)")
-    g.add_argument("--soak", type=float, metavar="MINUTES",
+    g.add_argument("--soak", type=positive_float, metavar="MINUTES",
                    help="run random seeds with fault phases of 150, 600 or 3000 ticks until the time is up")
-    ap.add_argument("--fault-ticks", type=int, default=150, help="ticks of the fault phase (default 150)")
+    ap.add_argument("--fault-ticks", type=positive_int, default=150, help="ticks of the fault phase (default 150)")
     ap.add_argument("--bug", choices=sorted(BUGS), help="drive the core wrongly, to see the checker catch it")
-    ap.add_argument("--jobs", type=int, default=1, help="processes to run seeds in (default 1)")
+    ap.add_argument("--jobs", type=positive_int, default=1, help="processes to run seeds in (default 1)")
     ap.add_argument("--stop-on-failure", action="store_true")
-    args = ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m logtide.engine.raft.sim", description=__doc__)
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the seeds (or the soak) `args` name; 1 if any failed, else 0."""
     jobs, deadline = _jobs(args)
     if deadline is not None:
         start = random.SystemRandom().randrange(1 << 30)
