@@ -58,11 +58,15 @@ class Meta:
 
 def read_meta(directory: Path) -> Meta | None:
     """The committed meta, or None when the directory has none yet."""
+    path = Path(directory) / META_NAME
     try:
-        data = (Path(directory) / META_NAME).read_bytes()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    return Meta.from_bytes(data)
+    try:
+        return Meta.from_bytes(data)
+    except CorruptMetaError as exc:     # name the file: the format's own message cannot
+        raise CorruptMetaError(f"{path}: {exc}") from None
 
 
 def write_meta(directory: Path, meta: Meta) -> None:

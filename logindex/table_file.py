@@ -102,21 +102,22 @@ class TableStore:
         except FileNotFoundError:
             raise CorruptBlockError(f"LogIndex table {table_id}: table file {table_file_name(seg)} is missing") from None
         off = slot * SLOT_SIZE
+        where = f"{self.dir / table_file_name(seg)} at offset {off}"   # the file to look at
         head = os.pread(fd, TABLE_HEADER.size, off)
         if len(head) < TABLE_HEADER.size:
             raise CorruptBlockError(f"LogIndex table {table_id}: table file {table_file_name(seg)} is truncated")
         magic, length, tid = TABLE_HEADER.unpack(head)
         if magic != TABLE_MAGIC or tid != table_id or length > MAX_IMAGE:
             raise CorruptBlockError(f"LogIndex table {table_id}: bad slot header (magic {magic:#x}, id {tid}, "
-                                    f"length {length})")
+                                    f"length {length}) in {where}")
         rest = os.pread(fd, length + 4, off + TABLE_HEADER.size)
         if len(rest) != length + 4:
             raise CorruptBlockError(f"LogIndex table {table_id}: table file {table_file_name(seg)} is truncated")
         if crc32c(head + rest[:length]) != int.from_bytes(rest[length:], "little"):
-            raise CorruptBlockError(f"LogIndex table {table_id}: CRC mismatch")
+            raise CorruptBlockError(f"LogIndex table {table_id}: CRC mismatch in {where}")
         m = Memtable.from_bytes(rest[:length])
         if m.table_id != table_id:
-            raise CorruptBlockError(f"LogIndex table {table_id}: image holds table {m.table_id}")
+            raise CorruptBlockError(f"LogIndex table {table_id}: image holds table {m.table_id} ({where})")
         return m
 
     def read_bloom(self, table_id: int) -> Bloom4K:

@@ -124,5 +124,11 @@ def test_commands_on_a_directory_without_a_cluster(tmp_path):
     (tmp_path / "cluster.json").write_text("{not json")
     r = logtide("cluster", "status", "--dir", tmp_path, check=False)
     assert r.returncode == 2 and "does not read as a cluster layout" in r.stderr
+    record = {"role": "tn", "id": 1, "address": "127.0.0.1:1", "argv": [], "log": "x.log", "pid": "abc"}
+    (tmp_path / "cluster.json").write_text(json.dumps({"version": 1, "processes": [record]}))
+    for cmd in ("status", "down"):      # a TypeError deep in status/down, once
+        r = logtide("cluster", cmd, "--dir", tmp_path, check=False)
+        assert r.returncode == 2 and "malformed process record" in r.stderr and "pid" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
     r = logtide("cluster", "up", "--dir", tmp_path / "x", "--log-replicas", 0, check=False)
     assert r.returncode == 2 and "at least 1" in r.stderr

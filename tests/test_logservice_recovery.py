@@ -170,3 +170,25 @@ class LogModel(RuleBasedStateMachine):
 
 TestLogModel = LogModel.TestCase
 TestLogModel.settings = scaled(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+@pytest.mark.parametrize("body", [b"[1, 2, 3]", b"{}", b'{"index": "x", "truncated_lsn": 0, "tso_limit": 0, "readers": {}}',
+                                  b'{"index": 1, "truncated_lsn": 0, "tso_limit": 0, "readers": [1]}'])
+def test_a_state_snapshot_of_the_wrong_shape_is_a_corruption_error_naming_the_file(tmp_path, body):
+    """A state file whose CRC holds but whose body is not a state (edited by hand, or written by a
+    bug) raised a bare TypeError or KeyError; the log's records stay readable once it is removed."""
+    import struct
+
+    from logtide.engine.logservice.log_format import STATE_FILE
+    from logtide.engine.logservice.state_machine import SNAPSHOT_MAGIC
+    from logtide._ext.crc32c import crc32c
+    from logtide.errors import CorruptionError
+    with LogService.open(tmp_path) as svc:
+        svc.append_many([b"a", b"b"])
+    state = tmp_path / STATE_FILE
+    state.write_bytes(SNAPSHOT_MAGIC + body + struct.pack("<II", len(body), crc32c(body)))
+    with pytest.raises(CorruptionError, match=str(state)):
+        LogService.open(tmp_path)
+    state.unlink()
+    with LogService.open(tmp_path) as svc:
+        assert [r.payload for r in read_all(svc)] == [b"a", b"b"]

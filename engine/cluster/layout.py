@@ -29,6 +29,14 @@ class ProcessRecord:
     pid: int = 0
     start_time: int = 0
 
+    def __post_init__(self) -> None:
+        # a hand-edited layout ("pid": "abc") must fail here, not as a TypeError deep in status/down
+        kinds = {"role": str, "id": int, "address": str, "argv": list, "log": str, "pid": int, "start_time": int}
+        for name, kind in kinds.items():
+            v = getattr(self, name)
+            if not isinstance(v, kind) or isinstance(v, bool):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {v!r}")
+
     @property
     def name(self) -> str:
         return f"{self.role}#{self.id}"

@@ -32,7 +32,7 @@ from logtide.engine.logservice.truncation import TruncationWorker, removable, un
 from logtide.engine.logservice.tso import TSO
 from logtide.engine.statemachine import Entry
 from logtide.errors import (
-    CorruptLogError, InvalidArgument, InvalidRange, LogDirectoryInUse, LogServiceClosed, LogServiceFailed,
+    CorruptionError, CorruptLogError, InvalidArgument, InvalidRange, LogDirectoryInUse, LogServiceClosed, LogServiceFailed,
     RecordTooLarge)
 
 log = logging.getLogger("logtide.logservice")
@@ -74,7 +74,10 @@ class LogService(LogServiceClient):
             state = os.path.join(self._dir, STATE_FILE)
             if os.path.exists(state):
                 with open(state, "rb") as f:
-                    self._sm.recover_from_snapshot(f)
+                    try:
+                        self._sm.recover_from_snapshot(f)
+                    except CorruptionError as exc:   # name the file: the snapshot's own message cannot
+                        raise CorruptionError(f"{state}: {exc}") from None
             self._meta_lock = threading.Lock()
             self._reports_dirty = False
             self._segments: list[Segment] = recover(self._dir, MAX_FRAME_LENGTH)

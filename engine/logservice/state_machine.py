@@ -98,9 +98,13 @@ class LogStateMachine(StateMachine):
         n, crc = _TRAILER.unpack(raw[-_TRAILER.size:])
         if n != len(body) or crc != crc32c(body):
             raise CorruptionError("log service state snapshot: length or CRC mismatch")
-        s = json.loads(body)
-        self.index, self.truncated_lsn, self.tso_limit = int(s["index"]), int(s["truncated_lsn"]), int(s["tso_limit"])
-        self.readers = {str(k): int(v) for k, v in s["readers"].items()}
+        try:    # a body with a valid CRC but the wrong shape (written by hand, or by a bug)
+            s = json.loads(body)
+            index, truncated, tso = int(s["index"]), int(s["truncated_lsn"]), int(s["tso_limit"])
+            readers = {str(k): int(v) for k, v in s["readers"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptionError(f"log service state snapshot: malformed body ({type(exc).__name__}: {exc})") from None
+        self.index, self.truncated_lsn, self.tso_limit, self.readers = index, truncated, tso, readers
         return self.index
 
     def close(self) -> None:
