@@ -101,3 +101,9 @@ def test_logindex_query_of_a_directory_without_an_index_is_refused(tmp_path):
     for d in (tmp_path / "log", tmp_path):
         _refused(["logindex", "query", "--dir", str(d), "--from", "0/0"], tmp_path, "holds no LogIndex")
     assert _tree(tmp_path) == before
+
+
+def test_serve_raft_does_not_ignore_a_message_limit_it_cannot_apply(tmp_path):
+    _refused(["logservice", "serve", "--raft", "--id", "1", "--peers", "1=127.0.0.1:7001", "--dir",
+              str(tmp_path / "r1"), "--max-message-size", "65536"], tmp_path, "--max-message-size")
+    assert not (tmp_path / "r1").exists()

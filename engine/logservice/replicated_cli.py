@@ -45,6 +45,9 @@ def serve_raft(args: argparse.Namespace) -> int:
     from logtide.errors import InvalidArgument
     if args.id is None or not args.peers:
         raise InvalidArgument("--raft needs --id and --peers")
+    if getattr(args, "max_message_size", None) is not None:    # not ignored in silence
+        raise InvalidArgument("--max-message-size is for a single-node log; a Raft replica uses the carrier's "
+                              "default message limit")
     peers = parse_peers(args.peers)
     if args.id not in peers:
         raise InvalidArgument(f"--id {args.id} is not one of --peers ({sorted(peers)})")
