@@ -214,10 +214,12 @@ def test_a_tn_shard_found_on_two_stores_is_stopped_on_one_by_the_tn_checker(tmp_
         store_logs = lambda: "".join(log_of("logservice", i) for i in (1, 2, 3))   # noqa: E731
         assert "schedules STOP_TN shard 1 -> tn-1" in store_logs()
         until("tn-1 is down at HAKeeper", lambda: hk.status()["stores"]["tn-1"]["down"], 10)
+        # a START_TN while the cluster came up (tn-1 slow to heartbeat under load) is not the point
+        starts = store_logs().count("START_TN")
         time.sleep(3)   # more checker rounds: tn-2 runs the shard, so nothing starts tn-1 again
         assert second.poll() is None
         assert not _alive(pid1) and cluster_processes(d)[("tn", 1)]["state"] == "down"
-        assert "START_TN" not in store_logs()
+        assert store_logs().count("START_TN") == starts
         print(f"\ntn-2 heard {heard:.1f} s after its start; tn-1 stopped by STOP_TN {stopped:.1f} s after it")
     finally:
         hk.close()

@@ -145,7 +145,7 @@ def test_callers_on_an_unreachable_group_exit_with_a_typed_error(tmp_path):
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "logtide", *cmd], capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert r.returncode == 2, (cmd, r.stdout, r.stderr)
-        assert "NoLeaderError" in r.stdout and "Traceback" not in r.stdout + r.stderr, (cmd, r.stdout, r.stderr)
+        assert "NoLeaderError" in r.stderr and "Traceback" not in r.stdout + r.stderr, (cmd, r.stdout, r.stderr)
         assert time.monotonic() - t0 < 30
 
 

@@ -302,8 +302,8 @@ def test_cli_replay_prints_stage_summaries(spark, plain, work, capsys):
     assert "records/s" in text and "pages" in text
     rc = main(["spark", "replay", "--dir", str(plain.data_dir), "--lsn", str(plain.last_lsn + 1), "--out",
                str(work / "cli-bad")])
-    text = capsys.readouterr().out
-    assert rc == 2 and "ReplayInputError" in text and "beyond the end" in text and text.count("\n") == 1
+    err = capsys.readouterr().err          # errors go to stderr
+    assert rc == 2 and "ReplayInputError" in err and "beyond the end" in err and err.count("\n") == 1
 
 
 def test_start_python_workers_starts_one_per_core(spark):

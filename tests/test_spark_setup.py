@@ -13,7 +13,7 @@ def test_missing_java_is_one_clear_line(tmp_path):
                         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, env=env,
                        cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
-    lines = p.stdout.strip().splitlines()
-    assert len(lines) == 1 and p.stderr == "", p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()          # an error: on stderr, nothing on stdout
+    assert len(lines) == 1 and p.stdout == "", p.stdout + p.stderr
     assert "SparkSetupError" in lines[0] and "Java 17" in lines[0] and "openjdk-17-jre-headless" in lines[0]
     assert not (tmp_path / "out").exists()
