@@ -249,6 +249,24 @@ def test_a_refused_subscribe_survives_a_stream_cut(node):
     assert cn.get("t", 4, ts) == {"id": 4, "v": 40, "w": 4.0}
 
 
+def test_a_message_of_an_unexpected_shape_does_not_kill_the_cn(node):
+    """A TN message the CN cannot handle (a field missing, a wrong type) raised KeyError or
+    TypeError in its receiver thread, which died: every later read timed out. The CN now logs
+    it, starts a new stream and catches up."""
+    tn, cn = node
+    before = rows(cn)
+    errors = len(cn.errors)
+    for bogus in (("subscribed", {"bogus": 1}), ("update", None), ("update", 5, 6), ("subscribed", None)):
+        n = cn.reconnects
+        cn.stream.send_to_cn(bogus)              # as a TN with a bug would send it
+        _wait_reconnects(cn, n + 1)
+    assert len(cn.errors) >= errors + 4
+    x = tn.begin()
+    x.insert("t", {"id": [5], "v": [50], "w": [5.0]})
+    ts = x.commit()
+    assert rows(cn, ts) == {**before, 5: {"id": 5, "v": 50, "w": 5.0}}
+
+
 def test_snapshot_ts_is_an_int_not_below_zero(node):
     from logtide.errors import InvalidArgument
     tn, cn = node

@@ -166,6 +166,12 @@ class ComputeNode:
                 with self._cv:
                     self.errors.append(("LogtailError", str(exc)))
                 self.stream.cut()
+            except Exception as exc:      # noqa: BLE001 - a message of a shape we did not expect
+                # the receiver must outlive it: dead, it would leave every later read to time out
+                log.exception("%s: a message from the TN could not be handled; starting a new stream", self.name)
+                with self._cv:
+                    self.errors.append((type(exc).__name__, str(exc)))
+                self.stream.cut()
 
     def _reconnect(self) -> None:
         # back off while streams die young (the TN is down), up to a second between attempts
