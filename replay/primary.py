@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from logtide._ext.primary_insert import SingleInsert
 from logtide.engine.dir_lock import DirLock
+from logtide.engine.logservice.args import int_arg, seconds_arg
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.checkpointer import Checkpointer
 from logtide.replay.control_file import read_control
@@ -41,6 +42,12 @@ class Primary:
                  checkpoint_interval: float = 1.0, logindex_segments: int | None = None, start: bool = True,
                  replica_timeout: float = REPLICA_TIMEOUT_S):
         self.dir = Path(directory)
+        # before the directory is touched: NaN here gave no checkpointer, or a silent replica never dropped
+        checkpoint_interval = seconds_arg("checkpoint_interval", checkpoint_interval, allow_none=False,
+                                          zero="no checkpointer")
+        replica_timeout = seconds_arg("replica_timeout", replica_timeout, allow_none=False)
+        if logindex_segments is not None:
+            int_arg("logindex_segments", logindex_segments, 1)
         self.dir.mkdir(parents=True, exist_ok=True)
         # one primary per shared directory (RO nodes only read it); a dead process's lock is gone
         self._dir_lock = DirLock(self.dir, PRIMARY_LOCK, "replay directory (primary)")

@@ -31,7 +31,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
-from logtide.engine.logservice.args import lsn_arg
+from logtide.engine.logservice.args import int_arg, lsn_arg, seconds_arg
 from logtide.errors import (CorruptionError, InvalidArgument, ReplicaDroppedError, ReplicaError,
                             ReplicaTimeoutError, TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool
@@ -72,6 +72,13 @@ class ReadOnlyNode:
                  index_hook: Callable[[int, tuple, int], None] | None = None):
         if mode not in (LAZY, EAGER):
             raise ValueError(f"mode is {LAZY!r} or {EAGER!r}, got {mode!r}")
+        # a bad node id broke every feedback (the primary then dropped the node); bg_batch 0 never advanced
+        int_arg("node_id", node_id, 0, 1 << 32)
+        int_arg("bg_batch", bg_batch, 1)
+        int_arg("xlog_buffer_bytes", xlog_buffer_bytes, 1)
+        seconds_arg("feedback_interval", feedback_interval, allow_none=False)
+        if logindex_segments is not None:
+            int_arg("logindex_segments", logindex_segments, 1)
         self.dir = Path(directory)
         self.node_id = node_id
         self.mode = mode

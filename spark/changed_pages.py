@@ -7,15 +7,21 @@ from that segment's first pages), then grouped by page.
 """
 from __future__ import annotations
 
+from logtide.engine.logservice.args import lsn_arg
+from logtide.errors import InvalidArgument
+
 PAGE_KEY = ["spc", "db", "rel", "fork", "block"]
 
 
 def pg_changed_pages(spark, wal_dir, from_lsn: int, to_lsn: int):
-    """DataFrame (spc, db, rel, fork, block, first_lsn, last_lsn, records) for [from_lsn, to_lsn)."""
+    """DataFrame (spc, db, rel, fork, block, first_lsn, last_lsn, records) for [from_lsn, to_lsn).
+    The bounds are ints in [0, 2**64) with from_lsn <= to_lsn: InvalidArgument otherwise, before Spark runs."""
+    # checked here: the source is given them as strings, so NaN, 1.5 or True reached it as "nan", "1.5", "True"
+    from_lsn, to_lsn = lsn_arg("from_lsn", from_lsn), lsn_arg("to_lsn", to_lsn)
+    if to_lsn < from_lsn:
+        raise InvalidArgument(f"need from_lsn <= to_lsn, got [{from_lsn}, {to_lsn})")
     from pyspark.sql import functions as F
     from logtide.spark import register
-    if from_lsn < 0 or to_lsn < from_lsn:
-        raise ValueError(f"need 0 <= from_lsn <= to_lsn, got [{from_lsn}, {to_lsn})")
     register(spark)
     df = (spark.read.format("logtide.wal").option("format", "postgres").option("from_lsn", str(from_lsn))
           .option("to_lsn", str(to_lsn)).load(str(wal_dir)))

@@ -63,7 +63,7 @@ def store_relations(pages_dir: str) -> list[tuple[tuple[int, int, int, int], int
 def analyze(data_dir: str, target_lsn: int) -> ReplayInput:
     """Check the directory against the target LSN; raise ReplayInputError/SegmentMissingError."""
     data_dir = os.fspath(data_dir)
-    if not isinstance(target_lsn, int) or target_lsn < 1:
+    if not isinstance(target_lsn, int) or isinstance(target_lsn, bool) or target_lsn < 1:    # True was LSN 1
         raise ReplayInputError(f"target LSN must be a positive int, got {target_lsn!r}")
     segs = list_log_segments(os.path.join(data_dir, LOG_DIR))
     ctl = read_control(data_dir)

@@ -312,11 +312,12 @@ def partitioned_replay(spark, data_dir, target_lsn: int, out_dir, *, partitions:
     """Replay data_dir up to target_lsn on Spark and commit the pages as a page store in out_dir."""
     if plan not in PLANS:
         raise ReplayInputError(f"plan is one of {PLANS}, got {plan!r}")
+    # int() floored 2.7 to 2 and parsed "3"; `or` took 0 as the default
+    if partitions is not None and (not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1):
+        raise ReplayInputError(f"partitions must be None or an int >= 1, got {partitions!r}")
     t0 = time.perf_counter()
     inp = analyze(data_dir, target_lsn)
-    P = int(partitions or spark.sparkContext.defaultParallelism)
-    if P < 1:
-        raise ReplayInputError(f"partitions must be >= 1, got {P}")
+    P = partitions if partitions is not None else int(spark.sparkContext.defaultParallelism)
     if plan == "auto":
         plan = choose_plan(P)
     tmp = temp_dir_for(os.fspath(out_dir))

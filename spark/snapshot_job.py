@@ -17,6 +17,7 @@ import numpy as np
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import BLOCK, OFFSET, TS
+from logtide.engine.logtail.ts_arg import ts_arg
 from logtide.engine.objectstore import BLOCK_ROWS
 from logtide.errors import UnknownTableError
 from logtide.spark.errors import SnapshotRangeError
@@ -77,7 +78,9 @@ def _log_payloads(log_dir: str, from_lsn: int):
 
 
 def plan_snapshot(tn_dir, table: str, ts: int) -> SnapshotPlan:
-    """Choose the checkpoint, list the objects and read the log tail for `table` at `ts`."""
+    """Choose the checkpoint, list the objects and read the log tail for `table` at `ts` (an int in
+    [0, 2**64): TypeError or InvalidArgument otherwise, as ComputeNode.read)."""
+    ts = ts_arg("ts", ts)       # NaN sorted above every ts (every row); a float was floored
     tn_dir = os.fspath(tn_dir)
     objects = os.path.join(tn_dir, "objects")
     ckps = _checkpoints(objects)
@@ -180,7 +183,8 @@ def _spark_typed(t, tdef: TableDef):
 def table_snapshot(spark, tn_dir, table: str, ts: int):
     """The table at ts as a Spark DataFrame, reconstructed Delta-style by Spark itself: Parquet
     objects and the log tail, filtered by ts, one row per row id (partitioned by row id), minus
-    the tombstones."""
+    the tombstones. `ts` is checked as in plan_snapshot, before Spark runs."""
+    ts = ts_arg("ts", ts)
     from pyspark.sql import functions as F
     plan = plan_snapshot(tn_dir, table, ts)
     names = [c for c, _ in plan.tdef.columns]

@@ -10,9 +10,9 @@ from logtide._ext.frame_codec import decode_counter, encode_append
 from logtide.engine.logservice import logservice_pb2 as pb
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.rpc_service import LOGSERVICE
-from logtide.engine.logservice.log_format import USER_RECORD
+from logtide.engine.logservice.log_format import MIN_MESSAGE_SIZE, USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
-from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
+from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg, reader_name, seconds_arg
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
 from logtide.engine.rpc.wire_client import WireTransport
@@ -31,6 +31,11 @@ class RemoteLogServiceClient(LogServiceClient):
     def __init__(self, address: str | None = None, *, transport: Transport | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, timeout: float | None = None,
                  connect_timeout: float = 10.0, chunk_size: int = 4 << 20, carrier: str = "wire") -> None:
+        timeout = seconds_arg("timeout", timeout)
+        connect_timeout = seconds_arg("connect_timeout", connect_timeout, zero="connect at the first call")
+        for name, v, least in (("max_message_size", max_message_size, MIN_MESSAGE_SIZE), ("chunk_size", chunk_size, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise InvalidArgument(f"{name} must be an int >= {least}, got {v!r}")
         if transport is None:
             if not isinstance(address, str) or ":" not in address:
                 raise InvalidArgument(f"connect_logservice needs a 'host:port' address, got {address!r}")
@@ -152,15 +157,14 @@ class RemoteLogServiceClient(LogServiceClient):
         return LogServiceConfig(r.dir, r.fsync, r.segment_size, r.max_record_size, r.truncation_interval)
 
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
-        self._call("RegisterReader", pb.ReaderRequest(name=name, lsn=lsn_arg("replayed_lsn", replayed_lsn)))
+        self._call("RegisterReader", pb.ReaderRequest(name=reader_name(name),
+                                                      lsn=lsn_arg("replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
-        self._call("ReportReplayed", pb.ReaderRequest(name=str(name), lsn=lsn_arg("lsn", lsn)))
+        self._call("ReportReplayed", pb.ReaderRequest(name=reader_name(name), lsn=lsn_arg("lsn", lsn)))
 
     def unregister_reader(self, name: str) -> None:
-        self._call("UnregisterReader", pb.ReaderRequest(name=str(name)))
+        self._call("UnregisterReader", pb.ReaderRequest(name=reader_name(name)))
 
     def readers(self) -> dict[str, int]:
         return dict(self._call("ListReaders", _EMPTY).readers)

@@ -31,6 +31,7 @@ from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader, RaftTimeout
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.nodehost.node import RaftNode
+from logtide.engine.logservice.args import reader_name
 from logtide.engine.logservice.dir_kind import RAFT_SUBDIR
 from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef
@@ -361,15 +362,24 @@ class ReplicatedLogServicer:
         return pb.RLsn(lsn=self.s.get_tso_timestamp(req.count))
 
     def RegisterReader(self, req, ctx):
-        self.s._propose(json_command("register", name=req.name, lsn=req.lsn))
+        self.s._propose(json_command("register", name=reader_name(req.name), lsn=self._replayed(req)))
         return pb.REmpty()
 
     def ReportReplayed(self, req, ctx):
-        self.s._propose(json_command("report", name=req.name, lsn=req.lsn))
+        self.s._propose(json_command("report", name=reader_name(req.name), lsn=self._replayed(req)))
         return pb.REmpty()
 
+    def _replayed(self, req) -> int:
+        """A reader's replayed LSN, no later than the log's end: one past it would hold nothing
+        back from truncation (as the single-node service refuses it). The end is the Raft log's
+        last index, which no applied record passes (applying may lag it a moment)."""
+        last = max(self.s.node.last_index, self.s.lookup("last_record"))
+        if req.lsn > last:
+            raise InvalidArgument(f"reader {req.name!r}: replayed LSN {req.lsn} is beyond the latest LSN {last}")
+        return req.lsn
+
     def UnregisterReader(self, req, ctx):
-        self.s._propose(json_command("unregister", name=req.name))
+        self.s._propose(json_command("unregister", name=reader_name(req.name)))
         return pb.REmpty()
 
     def ChangeMembership(self, req, ctx):

@@ -19,6 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide.engine.logservice import replicated_pb2 as pb
+from logtide.engine.logservice.args import lsn_arg, reader_name, seconds_arg
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
@@ -53,8 +54,8 @@ class ReplicatedLogServiceClient(LogServiceClient):
         self.addresses = list(addresses)
         if not self.addresses:
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
-        self.deadline = deadline
-        self.call_timeout = call_timeout
+        self.deadline = seconds_arg("deadline", deadline, allow_none=False)   # NaN: retried forever
+        self.call_timeout = seconds_arg("call_timeout", call_timeout, allow_none=False)
         if carrier == "wire":   # the unary calls of every thread batch on one connection per replica
             self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
         elif carrier == "grpc":  # ... or the interop carrier, a plain gRPC call each
@@ -221,13 +222,14 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return LogServiceConfig(",".join(self.addresses), "always", 0, 0, 0.0)
 
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
-        self._call("RegisterReader", pb.RReaderRequest(name=name, lsn=replayed_lsn))
+        self._call("RegisterReader", pb.RReaderRequest(name=reader_name(name),
+                                                       lsn=lsn_arg("replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
-        self._call("ReportReplayed", pb.RReaderRequest(name=name, lsn=lsn))
+        self._call("ReportReplayed", pb.RReaderRequest(name=reader_name(name), lsn=lsn_arg("lsn", lsn)))
 
     def unregister_reader(self, name: str) -> None:
-        self._call("UnregisterReader", pb.RReaderRequest(name=name))
+        self._call("UnregisterReader", pb.RReaderRequest(name=reader_name(name)))
 
     def readers(self) -> dict[str, int]:
         return json.loads(self._call("Status", pb.REmpty()).json).get("readers", {})

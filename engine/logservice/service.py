@@ -19,7 +19,7 @@ from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
     DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, MAX_FRAME_LENGTH, STATE_FILE, USER_RECORD)
-from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg
+from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg, reader_name
 from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
 from logtide.engine.logservice.loop_durability import LoopDurability
@@ -400,12 +400,12 @@ class LogService(LogServiceClient):
 
     def register_reader(self, name: str, replayed_lsn: int = 0) -> None:
         self._check_open()
-        self._propose(command("register", name=_reader_name(name),
+        self._propose(command("register", name=reader_name(name),
                               lsn=self._replayed_arg("register_reader", name, "replayed_lsn", replayed_lsn)))
 
     def report_replayed(self, name: str, lsn: int) -> None:
         self._check_open()
-        lsn = self._replayed_arg("report_replayed", _reader_name(name), "lsn", lsn)
+        lsn = self._replayed_arg("report_replayed", reader_name(name), "lsn", lsn)
         # not persisted at once: a report lost in a crash only makes deletion more cautious
         self._propose(command("report", name=name, lsn=lsn), persist=False)
         if self._worker is not None:
@@ -420,7 +420,7 @@ class LogService(LogServiceClient):
 
     def unregister_reader(self, name: str) -> None:
         self._check_open()
-        self._propose(command("unregister", name=_reader_name(name)))
+        self._propose(command("unregister", name=reader_name(name)))
         if self._worker is not None:
             self._worker.poke()
 
@@ -553,10 +553,3 @@ class LogService(LogServiceClient):
         default: best for plain appenders). Only speed changes, never what is durable or when an
         append returns relative to its durability."""
         self._writer.queue.set_handoff(bool(on))
-
-
-def _reader_name(name: str) -> str:
-    """A registered reader's name: a non-empty str (never another type turned into one)."""
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument(f"reader name must be a non-empty str, got {name!r}")
-    return name

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any, List, Optional, Sequence, Tuple
 
+from logtide.engine.logservice.args import seconds_arg
 from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec
@@ -17,9 +18,9 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_cursor, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import (ConnectionRefused, DeadlineExceededError, MessageTooLarge, MetaClosedError,
-                            MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader, MetaUnavailableError, RpcError,
-                            RpcStreamBroken, TlsError)
+from logtide.errors import (ConnectionRefused, DeadlineExceededError, MessageTooLarge,
+                            MetaClosedError, MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader,
+                            MetaUnavailableError, RpcError, RpcStreamBroken, TlsError)
 
 
 def _call(fn, *args, **kw):
@@ -128,7 +129,7 @@ class MetaClient:
         self.leader: Optional[str] = None
         self._addresses = list(addresses or [])
         self._connect = connect_rpc
-        self._timeout = timeout
+        self._timeout = seconds_arg("timeout", timeout, allow_none=False)
         self._follow = follow_leader
         self._rpcs = {self._addresses[0]: rpc} if self._addresses else {}
         self._current = self._addresses[0] if self._addresses else None
@@ -265,7 +266,9 @@ class MetaClient:
         seen, or its cursor (index, pos)), from the change after it, on whichever replica this
         client talks to: a watcher whose replica died resumes on another with no gap and no
         duplicate (MetaWatchCompacted when that replica no longer keeps those changes)."""
-        req = pb.WatchRequest(key=check_key(key), filter=check_filter(filter), initial_flush=bool(initial_flush))
+        if not isinstance(initial_flush, bool):     # as MetaService.watch: bool("no") was True
+            raise MetaInvalidArgument("initial_flush must be a bool")
+        req = pb.WatchRequest(key=check_key(key), filter=check_filter(filter), initial_flush=initial_flush)
         if key_end is not None:
             req.key_end = check_key(key_end, "key_end")
         if after is not None:
@@ -307,6 +310,7 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
     from logtide.engine.rpc import connect
     from logtide.engine.meta.server import META, MetaServicer
     from logtide.engine.meta.service import MetaService
+    timeout = seconds_arg("timeout", timeout, allow_none=False)      # before dialling: the dial uses it
     if isinstance(target, MetaService):
         return MetaClient(connect(META, MetaServicer(target), copy=True))
     if not isinstance(target, str):
