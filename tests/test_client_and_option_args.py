@@ -96,3 +96,27 @@ def test_ro_node_options_are_checked_at_construction(tmp_path, kw):
                 ReadOnlyNode(tmp_path / "p", log, **kw)
         finally:
             p.close()
+
+
+def test_the_replicated_clients_other_arguments_are_checked(tmp_path):
+    """type=None was stored as type 0, truncate(None) was truncate(0), and negative or float sizes
+    and LSNs gave protobuf's bare errors, naming no argument."""
+    from logtide.engine.logservice.replicated import ReplicatedLogService
+    port = free_ports(1)[0]
+    addr = f"127.0.0.1:{port}"
+    svc = ReplicatedLogService.open(tmp_path / "r1", 1, {1: addr}, addr)
+    c = connect_logservice(addr, replicated=True, deadline=20)
+    try:
+        first = c.append(b"a")
+        for call in (lambda: c.append(b"x", type=None), lambda: c.append(b"x", type=-1),
+                     lambda: c.append(b"x", type=1.0), lambda: c.append_each([b"x"], type=None),
+                     lambda: c.truncate(None), lambda: c.truncate(-1), lambda: c.read(1, -1),
+                     lambda: c.read(1, 1.5), lambda: c.read(-1, 10), lambda: c.read(1, 10, stale="yes"),
+                     lambda: c.get_tso_timestamp(0), lambda: c.get_tso_timestamp(1.5)):
+            with pytest.raises(InvalidArgument):
+                call()
+        assert [r.payload for r in c.read(first, 1 << 20)[0]] == [b"a"] and c.get_truncated_lsn() == 0
+        assert c.append(b"b", type=7) > first
+    finally:
+        c.close()
+        svc.close()

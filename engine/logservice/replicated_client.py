@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide.engine.logservice import replicated_pb2 as pb
-from logtide.engine.logservice.args import lsn_arg, reader_name, seconds_arg
+from logtide.engine.logservice.args import int_arg, lsn_arg, reader_name, seconds_arg
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
@@ -141,6 +141,7 @@ class ReplicatedLogServiceClient(LogServiceClient):
             if not isinstance(payload, (bytes, bytearray, memoryview)):
                 raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
             data, rtype = data_prefix(replica_id) + bytes(payload), type
+        rtype = int_arg("record type", rtype, 0, 1 << 32)      # None was stored as type 0
         client, seq = self._session()
         return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=data)).lsn
 
@@ -152,6 +153,7 @@ class ReplicatedLogServiceClient(LogServiceClient):
         if isinstance(payloads, (bytes, bytearray, memoryview)):
             raise InvalidArgument("append_each takes a sequence of payloads, not one bytes object")
         prefix = data_prefix(replica_id)
+        int_arg("record type", type, 0, 1 << 32)
         datas = []
         for p in payloads:
             if not isinstance(p, (bytes, bytearray, memoryview)):
@@ -177,6 +179,11 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return self.append_each(payloads, replica_id, type)[0]
 
     def read(self, first_lsn: int, max_size: int, stale: bool = False) -> tuple[list[LogRecord], int]:
+        # checked here: protobuf's own refusals ("Value out of range: -1") name no argument
+        lsn_arg("first_lsn", first_lsn)
+        int_arg("max_size", max_size, 0)
+        if not isinstance(stale, bool):
+            raise InvalidArgument(f"stale must be a bool, got {stale!r}")
         r = self._call("Read", pb.RReadRequest(first_lsn=first_lsn, max_size=max_size, stale=stale))
         return [LogRecord(x.lsn, x.type, x.data) for x in r.records], r.next_lsn
 
@@ -196,6 +203,7 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return RecordBatch(first_lsn, np.array([r.type for r in run], dtype=np.uint32), offsets, lengths, buf, nxt)
 
     def truncate(self, lsn: int) -> None:
+        lsn_arg("lsn", lsn)                                  # None was truncate(0)
         unsure: list = []
         try:
             self._call("Truncate", pb.RLsn(lsn=lsn), unsure=unsure)
@@ -216,6 +224,7 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return self._call("GetFirstLsn", pb.REmpty()).lsn
 
     def get_tso_timestamp(self, count: int) -> int:
+        int_arg("count", count, 1, (1 << 32) + 1)            # as the single-node service checks it
         return self._call("GetTsoTimestamp", pb.RTsoRequest(count=count)).lsn
 
     def config(self) -> LogServiceConfig:
