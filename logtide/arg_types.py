@@ -34,6 +34,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def tick_seconds(text: str) -> float:
+    """A Raft tick in seconds: finite and at least nodehost.node.MIN_TICK_INTERVAL (a shorter one
+    only spins the driver)."""
+    from logtide.engine.nodehost.node import MIN_TICK_INTERVAL    # on use: it loads the Raft driver
+    v = _number(text)
+    if v < MIN_TICK_INTERVAL:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= {MIN_TICK_INTERVAL:g}, got {text!r}")
+    return v
+
+
 def non_negative_float(text: str) -> float:
     """A finite number >= 0 (where 0 has a documented meaning, such as "none" or "never")."""
     v = _number(text)

@@ -13,12 +13,17 @@ class CorruptBlockError(CorruptionError):
     """A fixed-size block (bloom block, table, page) is damaged or has the wrong size."""
 
 
+class InvalidArgument(LogtideError, ValueError):
+    """A request argument has the wrong type or an impossible value."""
+
+
 class MetaError(LogtideError):
     """A meta-service request failed."""
 
 
-class MetaInvalidArgument(MetaError, ValueError, TypeError):
-    """A meta-service request is malformed: wrong type, bad operator, oversize key or value."""
+class MetaInvalidArgument(MetaError, InvalidArgument, TypeError):
+    """A meta-service request is malformed: wrong type, bad operator, oversize key or value. An
+    InvalidArgument like any other refused argument, and a MetaError like the client's others."""
 
 
 class MetaClosedError(MetaError):
@@ -56,10 +61,6 @@ class MetaWatchCompacted(MetaError):
 
 
 # --- log service (engine/logservice) and RPC layer (engine/rpc) ---
-
-class InvalidArgument(LogtideError, ValueError):
-    """A request argument has the wrong type or an impossible value."""
-
 
 class LogServiceError(LogtideError):
     """Base of the log service's errors."""

@@ -34,12 +34,15 @@ REFUSED = [
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--tick", "-1"], "--tick"),
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--tick", "nan"], "--tick"),
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--tick", "inf"], "--tick"),
+    (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--tick", "1e-9"], "--tick"),     # would spin a CPU
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--election-tick", "1"], "--election-tick"),
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--snapshot-entries", "0"], "--snapshot-entries"),
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--compact-keep", "-1"], "--compact-keep"),
     (["meta", "serve", "--dir", "{d}/m", "--raft", *PEERS, "--request-timeout", "0"], "--request-timeout"),
     (["meta", "member", "promote", "2", "--meta", "127.0.0.1:1", "--timeout", "-1"], "--timeout"),
     (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--tick", "0"], "--tick"),
+    (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--tick", "0.0001"], "--tick"),
+    (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--hakeeper-tick", "1e-6"], "--hakeeper-tick"),
     (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--election-tick", "0"], "--election-tick"),
     (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--snapshot-entries", "-1"], "--snapshot-entries"),
     (["logservice", "serve", "--dir", "{d}/l", "--raft", *PEERS, "--compact-keep", "-1"], "--compact-keep"),
@@ -78,6 +81,7 @@ REFUSED = [
     (["cluster", "up", "--dir", "{d}", "--log-replicas", "0"], "at least 1"),
     (["cluster", "up", "--dir", "{d}", "--cns", "-1"], "--cns"),
     (["cluster", "up", "--dir", "{d}", "--tick", "0"], "--tick"),
+    (["cluster", "up", "--dir", "{d}", "--tick", "5e-4"], "--tick"),
     # a one-line error of a subcommand's own goes to stderr
     (["meta", "serve", "--memory", "--raft"], "--raft keeps its own log"),
     (["meta", "serve", "--dir", "{d}/m", "--snapshot-every", "-1"], "snapshot_every"),

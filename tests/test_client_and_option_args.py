@@ -70,6 +70,19 @@ def test_reader_names_and_lsns_are_checked_on_every_client(log_client):
     assert c.readers() == {"5": last, "r": last}
 
 
+def test_a_read_of_max_size_0_is_one_record_on_every_client(log_client):
+    """The replicated server read max_size 0 as 1 MiB, where the single-node service and every
+    embedded read give one record: a reader that pages one record at a time got them all."""
+    c = log_client
+    first = c.append_many([b"x" * 100, b"y" * 100, b"z" * 100])
+    recs, nxt = c.read(first, 0)
+    assert [r.payload for r in recs] == [b"x" * 100] and nxt == first + 1
+    recs, nxt = c.read(first, 150)          # a size bound still counts bytes, one record at least
+    assert [r.payload for r in recs] in ([b"x" * 100], [b"x" * 100, b"y" * 100])
+    recs, _ = c.read(first, 1 << 20)
+    assert [r.payload for r in recs] == [b"x" * 100, b"y" * 100, b"z" * 100]
+
+
 @pytest.mark.parametrize("kw", [{"checkpoint_interval": float("nan")}, {"checkpoint_interval": float("inf")},
                                 {"checkpoint_interval": -1}, {"replica_timeout": float("nan")},
                                 {"replica_timeout": "10"}, {"replica_timeout": True}, {"replica_timeout": 0},

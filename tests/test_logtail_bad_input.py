@@ -383,3 +383,38 @@ def test_insert_commits_the_rows_it_checked(node):
     ids[:] = 9                                          # and after the commit: the TN's rows are its own
     assert rows(cn, ts) == {**before, **want([5, 6])}
     assert _rows_of_pull(tn) == {k: r["v"] for k, r in rows(cn, ts2).items()}
+
+
+def test_cn_timeouts_and_keys_are_checked_before_anything_changes(node, tmp_path):
+    """A NaN, negative, infinite or non-number timeout is an InvalidArgument, given before a
+    subscribe adds its table; a primary key that is not an int is a TypeError, never a
+    row of another key."""
+    from logtide.errors import InvalidArgument
+    tn, cn = node
+    tn.create_table("u", COLS, "id")
+    ts0 = cn.watermark("t")
+    before = rows(cn, ts0)
+    bad = (float("nan"), -1.0, 0, float("inf"), "5", True, None)
+    for timeout in bad:
+        with pytest.raises(InvalidArgument):
+            cn.subscribe("u", timeout=timeout)
+        with pytest.raises(InvalidArgument):
+            cn.wait_for("t", ts0, timeout=timeout)
+        with pytest.raises(InvalidArgument):
+            cn.read("t", ts0, timeout=timeout)
+        with pytest.raises(InvalidArgument):
+            cn.get("t", 1, ts0, timeout=timeout)
+    assert cn.wanted == {"t"}                     # no refused subscribe left its table behind
+    for pk in (1.0, 1.5, "1", b"1", None, (1,), True, np.float64(1), np.bool_(True)):
+        with pytest.raises(TypeError):
+            cn.get("t", pk, ts0)
+    for pk in (1 << 63, -(1 << 63) - 1):
+        with pytest.raises(InvalidArgument):
+            cn.get("t", pk, ts0)
+    for kw in ({"reconnect_delay": float("nan")}, {"reconnect_delay": -1}, {"connect_timeout": float("nan")},
+               {"connect_timeout": 0}):
+        with pytest.raises(InvalidArgument):
+            ComputeNode(lambda: tn.connect("cn2"), tn.store, "cn2", **kw)
+    assert rows(cn, ts0) == before and cn.get("t", 1, ts0) == {"id": 1, "v": 10, "w": 0.5}
+    cn.subscribe("u", timeout=5)                   # and both keep working
+    assert cn.wanted == {"t", "u"}

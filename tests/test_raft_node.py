@@ -325,3 +325,23 @@ def test_status_shows_an_acknowledged_membership_change(group):
             if (4 in st["learners"]) != present or st["conf_index"] != idx:
                 stale.append((k, present, idx, st["learners"], st["conf_index"]))
     assert not stale, f"{len(stale)} of 30 statuses read after a membership ack were stale: {stale[:5]}"
+
+
+@pytest.mark.parametrize("tick", [0, -1, 1e-9, 0.0009, float("nan"), float("inf"), True, "0.1", None])
+def test_a_tick_that_would_spin_or_never_fire_is_refused(tmp_path, tick):
+    """A tick under a millisecond only spins the driver (a peer's round trip is longer); NaN or
+    infinity would never tick. Each is refused before the node takes its storage."""
+    from logtide.errors import InvalidArgument
+    st = DiskStorage.open(tmp_path / "n1", voters=[1])
+    with pytest.raises(InvalidArgument, match="tick_interval"):
+        RaftNode(1, st, ListMachine(), tick_interval=tick)
+    sm = ListMachine()
+    node = RaftNode(1, st, sm, tick_interval=0.001, election_tick=10, seed=1).start()   # the floor works
+    try:
+        deadline = time.monotonic() + 10
+        while not node.is_leader() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        node.propose(b"x")
+        assert sm.items == [b"x"]
+    finally:
+        node.stop()

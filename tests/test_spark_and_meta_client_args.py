@@ -63,10 +63,11 @@ def meta_addr():
 def test_meta_client_timeout_must_be_a_finite_number_above_0(meta_addr, timeout):
     from logtide import connect_meta
     from logtide.engine.meta.service import MetaService
-    with pytest.raises(InvalidArgument, match="timeout"):
-        connect_meta(meta_addr, timeout=timeout)
-    with pytest.raises(InvalidArgument, match="timeout"):
-        connect_meta(MetaService(), timeout=timeout)
+    from logtide.errors import MetaError
+    for target in (meta_addr, MetaService()):
+        with pytest.raises(InvalidArgument, match="timeout") as got:
+            connect_meta(target, timeout=timeout)
+        assert isinstance(got.value, MetaError)     # as the client's other argument errors are
 
 
 def test_meta_client_good_timeouts_work(meta_addr):

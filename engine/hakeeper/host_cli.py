@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from logtide.arg_types import election_tick, positive_float, positive_int
+from logtide.arg_types import election_tick, positive_float, positive_int, tick_seconds
 from logtide.engine.hakeeper.cluster_info import ClusterInfo
 from logtide.engine.hakeeper.config import HAKeeperConfig
 from logtide.errors import InvalidArgument
@@ -18,7 +18,7 @@ def add_host_arguments(s: argparse.ArgumentParser, *, prefix: str = "--hakeeper-
     s.add_argument(f"{prefix}peers", dest="hakeeper_peers", default=None, metavar="1=H:P,2=H:P,3=H:P",
                    help="every HAKeeper replica's serving address (its own port, not the store's)")
     s.add_argument(f"{prefix}dir", dest="hakeeper_dir", default=None, help="the HAKeeper replica's directory")
-    s.add_argument("--hakeeper-tick", type=positive_float, default=0.1,
+    s.add_argument("--hakeeper-tick", type=tick_seconds, default=0.1,
                    help="seconds per Raft tick of HAKeeper's group")
     s.add_argument("--hakeeper-election-tick", type=election_tick, default=6,
                    help="Raft ticks before a HAKeeper election")

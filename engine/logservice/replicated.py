@@ -342,7 +342,8 @@ class ReplicatedLogServicer:
         return pb.RLsns(lsns=self.s.append_many(req.client, req.first_seq, req.type, list(req.data)))
 
     def Read(self, req, ctx):
-        recs, nxt = self.s.read(req.first_lsn, req.max_size or (1 << 20), req.stale)
+        # max_size 0 is one record, as the single-node service and the embedded read take it
+        recs, nxt = self.s.read(req.first_lsn, req.max_size, req.stale)
         return pb.RReadResponse(records=[pb.RRecord(lsn=r.lsn, type=r.type, data=r.data) for r in recs], next_lsn=nxt)
 
     def Truncate(self, req, ctx):

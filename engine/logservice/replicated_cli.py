@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from logtide.arg_types import election_tick, non_negative_int, positive_float, positive_int
+from logtide.arg_types import election_tick, non_negative_int, positive_int, tick_seconds
 from logtide.stop_signal import stop_event
 
 
@@ -16,7 +16,7 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--peers", help="(--raft) every founding replica: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT")
     s.add_argument("--join", action="store_true",
                    help="(--raft) a new replica: wait to be added by the leader instead of founding a group")
-    s.add_argument("--tick", type=positive_float, default=0.1,
+    s.add_argument("--tick", type=tick_seconds, default=0.1,
                    help="(--raft) seconds per Raft tick (default %(default)s)")
     s.add_argument("--election-tick", type=election_tick, default=6,
                    help="(--raft) ticks without a leader before a replica campaigns (default %(default)s)")

@@ -12,15 +12,17 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 
+from logtide.engine.logservice.args import seconds_arg
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
 from logtide.engine.logtail.ts_arg import ts_arg
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
+from logtide.errors import InvalidArgument, LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ class ComputeNode:
                  reconnect_delay: float = 0.01, connect_timeout: float = 30.0) -> None:
         self.name = name
         self._connect = connect
-        self.reconnect_delay = reconnect_delay
+        self.reconnect_delay = seconds_arg("reconnect_delay", reconnect_delay, allow_none=False)
+        connect_timeout = seconds_arg("connect_timeout", connect_timeout, allow_none=False)
         self.cache = BlockCache(store)
         self.store = store
         self.states: dict[str, PartitionState] = {}
@@ -85,6 +88,7 @@ class ComputeNode:
         """Subscribe to a table and wait until its state is in; UnknownTableError for a bad name
         (a refused name changes nothing)."""
         _table_name(table)      # before `wanted`: every reconnect subscribes to what it holds again
+        timeout = seconds_arg("timeout", timeout, allow_none=False)
         with self._cv:
             n_err = len(self.errors)
             self.wanted.add(table)
@@ -120,6 +124,7 @@ class ComputeNode:
         TypeError for a ts that is not an int, InvalidArgument (a ValueError) for a negative one."""
         ts = ts_arg("ts", ts)
         _table_name(table)
+        timeout = seconds_arg("timeout", timeout, allow_none=False)
         with self._cv:
             if table not in self.wanted:
                 raise UnknownTableError(f"{self.name} is not subscribed to {table!r}")
@@ -142,9 +147,13 @@ class ComputeNode:
     def get(self, table: str, pk: int, ts: int | None = None, *, timeout: float = 30.0) -> dict | None:
         """The row with primary key pk as of ts (default: the watermark), or None; ts is checked as
         wait_for checks it."""
+        if isinstance(pk, (bool, np.bool_)) or not isinstance(pk, (int, np.integer)):
+            raise TypeError(f"pk must be an int (the int64 primary key), got {type(pk).__name__} {pk!r}")
+        if not -(1 << 63) <= pk < 1 << 63:
+            raise InvalidArgument(f"pk must fit the int64 primary key, got {pk!r}")
         ts = self.watermark(table) if ts is None else ts_arg("ts", ts)
         self.wait_for(table, ts, timeout)
-        return self.states[table].get(pk, ts)
+        return self.states[table].get(int(pk), ts)
 
     # ------------------------------------------------------------------ receiving
 

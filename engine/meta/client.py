@@ -18,7 +18,7 @@ from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import WatchEvent, check_cursor, check_filter
 from logtide.engine.meta.wire import (
     event_from_pb, seqv_from_pb, txn_reply_from_pb, txn_to_pb, upsert_reply_from_pb, upsert_to_pb)
-from logtide.errors import (ConnectionRefused, DeadlineExceededError, MessageTooLarge,
+from logtide.errors import (ConnectionRefused, DeadlineExceededError, InvalidArgument, MessageTooLarge,
                             MetaClosedError, MetaDeadlineExceeded, MetaInvalidArgument, MetaNotLeader,
                             MetaUnavailableError, RpcError, RpcStreamBroken, TlsError)
 
@@ -129,7 +129,7 @@ class MetaClient:
         self.leader: Optional[str] = None
         self._addresses = list(addresses or [])
         self._connect = connect_rpc
-        self._timeout = seconds_arg("timeout", timeout, allow_none=False)
+        self._timeout = _timeout_arg(timeout)
         self._follow = follow_leader
         self._rpcs = {self._addresses[0]: rpc} if self._addresses else {}
         self._current = self._addresses[0] if self._addresses else None
@@ -302,6 +302,14 @@ class MetaClient:
         self.close()
 
 
+def _timeout_arg(timeout: object) -> float:
+    """The client's timeout, refused as the client's other arguments are (a MetaError too)."""
+    try:
+        return seconds_arg("timeout", timeout, allow_none=False)
+    except InvalidArgument as exc:
+        raise MetaInvalidArgument(str(exc)) from None
+
+
 def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carrier: str = "wire") -> MetaClient:
     """A client with the MetaService API: over the network for "host:port" (or "h1:p1,h2:p2,h3:p3",
     the replicas of a Raft group: any one's address works, the client follows the leader its
@@ -310,7 +318,7 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
     from logtide.engine.rpc import connect
     from logtide.engine.meta.server import META, MetaServicer
     from logtide.engine.meta.service import MetaService
-    timeout = seconds_arg("timeout", timeout, allow_none=False)      # before dialling: the dial uses it
+    timeout = _timeout_arg(timeout)      # before dialling: the dial uses it
     if isinstance(target, MetaService):
         return MetaClient(connect(META, MetaServicer(target), copy=True))
     if not isinstance(target, str):

@@ -29,12 +29,14 @@ from logtide.engine.nodehost.proposal_group import ProposalGroup
 from logtide.engine.nodehost.transport import RaftTransport
 from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
+from logtide.errors import InvalidArgument
 
 log = logging.getLogger("logtide.raft")
 # one line per role change: a leader lost to check-quorum shows as "follower, leader 0" in the same term
 role_log = logging.getLogger("logtide.raft.role")
 
 TICK_INTERVAL = 0.1      # seconds per tick
+MIN_TICK_INTERVAL = 0.001  # shorter ticks only spin the driver: a peer's round trip is longer
 ELECTION_TICK = 6        # 0.6-1.2 s without a leader before a follower campaigns
 HEARTBEAT_TICK = 1       # the leader's heartbeat every tick
 SNAPSHOT_ENTRIES = 20000  # applied entries between state machine snapshots (then the log is compacted)
@@ -92,10 +94,14 @@ class RaftNode:
                  cluster_id: int = 1, tick_interval: float = TICK_INTERVAL, election_tick: int = ELECTION_TICK,
                  heartbeat_tick: int = HEARTBEAT_TICK, snapshot_entries: int = SNAPSHOT_ENTRIES,
                  compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None) -> None:
+        if (isinstance(tick_interval, bool) or not isinstance(tick_interval, (int, float))
+                or not MIN_TICK_INTERVAL <= tick_interval < float("inf")):
+            raise InvalidArgument(f"tick_interval must be a finite number of seconds >= {MIN_TICK_INTERVAL:g}, "
+                                  f"got {tick_interval!r}")
         self.id = node_id
         self.storage = storage
         self.sm = sm
-        self.tick_interval = tick_interval
+        self.tick_interval = float(tick_interval)
         self.snapshot_entries = snapshot_entries
         self.compact_keep = compact_keep
         self.compact_bound = compact_bound  # () -> the highest index the application lets go of

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from logtide.arg_types import non_negative_float, non_negative_int, positive_float, positive_int
+from logtide.arg_types import non_negative_float, non_negative_int, positive_int, tick_seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--spare-stores", type=non_negative_int, default=None, help="log stores kept spare (default 1)")
     u.add_argument("--non-voting-replicas", type=non_negative_int, default=None,
                    help="non-voting replicas of the log shard HAKeeper keeps on spare stores (default 0)")
-    u.add_argument("--tick", type=positive_float, default=None,
+    u.add_argument("--tick", type=tick_seconds, default=None,
                    help="seconds per Raft tick of every group (default 0.05)")
     u.add_argument("--tn-load", type=non_negative_int, default=None,
                    help="transactions per second the TN commits to its table t on its own (default 0)")
