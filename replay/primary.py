@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from logtide._ext.primary_insert import SingleInsert
 from logtide.engine.dir_lock import DirLock
-from logtide.engine.logservice.args import int_arg, seconds_arg
+from logtide.arg_checks import int_arg, seconds_arg
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.checkpointer import Checkpointer
 from logtide.replay.control_file import read_control

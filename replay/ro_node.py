@@ -31,7 +31,7 @@ import numpy as np
 
 from logtide._ext import page as pg
 from logtide._ext import redo
-from logtide.engine.logservice.args import int_arg, lsn_arg, seconds_arg
+from logtide.arg_checks import int_arg, lsn_arg, seconds_arg
 from logtide.errors import (CorruptionError, InvalidArgument, ReplicaDroppedError, ReplicaError,
                             ReplicaTimeoutError, TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool

@@ -7,7 +7,7 @@ from that segment's first pages), then grouped by page.
 """
 from __future__ import annotations
 
-from logtide.engine.logservice.args import lsn_arg
+from logtide.arg_checks import lsn_arg
 from logtide.errors import InvalidArgument
 
 PAGE_KEY = ["spc", "db", "rel", "fork", "block"]

@@ -12,7 +12,7 @@ from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig,
 from logtide.engine.logservice.rpc_service import LOGSERVICE
 from logtide.engine.logservice.log_format import MIN_MESSAGE_SIZE, USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix
-from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg, reader_name, seconds_arg
+from logtide.arg_checks import BYTES_LIKE, lsn_arg, reader_name, seconds_arg
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE, GrpcTransport, Transport
 from logtide.engine.rpc.wire_client import WireTransport

@@ -31,7 +31,7 @@ from logtide.engine.nodehost.disk_storage import DiskStorage
 from logtide.engine.raft.errors import CompactedError, NotLeader, RaftTimeout
 from logtide.engine.raft.messages import ConfChange
 from logtide.engine.nodehost.node import RaftNode
-from logtide.engine.logservice.args import reader_name
+from logtide.arg_checks import reader_name
 from logtide.engine.logservice.dir_kind import RAFT_SUBDIR
 from logtide.engine.nodehost.transport import RAFT_SERVICE
 from logtide.engine.rpc import RpcServer, ServiceDef

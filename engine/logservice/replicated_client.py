@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from logtide.engine.logservice import replicated_pb2 as pb
-from logtide.engine.logservice.args import int_arg, lsn_arg, reader_name, seconds_arg
+from logtide.arg_checks import int_arg, lsn_arg, reader_name, seconds_arg
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.record import LogRecord, data_prefix

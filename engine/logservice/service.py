@@ -19,7 +19,7 @@ from logtide.engine.dir_lock import DirLock
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
 from logtide.engine.logservice.log_format import (
     DEFAULT_MAX_RECORD_SIZE, DEFAULT_SEGMENT_SIZE, FSYNC_MODES, LOCK_FILE, MAX_FRAME_LENGTH, STATE_FILE, USER_RECORD)
-from logtide.engine.logservice.args import BYTES_LIKE, lsn_arg, reader_name
+from logtide.arg_checks import BYTES_LIKE, lsn_arg, reader_name
 from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
 from logtide.engine.logservice.loop_durability import LoopDurability

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from logtide.engine.logservice.args import seconds_arg
+from logtide.arg_checks import seconds_arg
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from logtide.engine.logservice.args import lsn_arg
+from logtide.arg_checks import lsn_arg
 
 
 def ts_arg(name: str, v: object) -> int:

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, List, Optional, Sequence, Tuple
 
-from logtide.engine.logservice.args import seconds_arg
+from logtide.arg_checks import seconds_arg
 from logtide.engine.meta import grpc_format as G
 from logtide.engine.meta import meta_pb2 as pb
 from logtide.engine.meta.command import TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec

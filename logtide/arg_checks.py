@@ -1,4 +1,6 @@
-"""Argument checks shared by the embedded log service, its clients and its replicated server."""
+"""Checks of API arguments (LSNs, seconds, counts, reader names) shared by the log service, its
+clients, the logtail API, the replay nodes, the meta client and Spark: each refuses a bad value
+with InvalidArgument naming it. (argparse options: logtide.arg_types.)"""
 from __future__ import annotations
 
 from logtide.errors import InvalidArgument
