@@ -17,7 +17,7 @@ import numpy as np
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import BLOCK, OFFSET, TS
-from logtide.engine.logtail.ts_arg import ts_arg
+from logtide.engine.logtail.logtail_args import ts_arg
 from logtide.engine.objectstore import BLOCK_ROWS
 from logtide.errors import UnknownTableError
 from logtide.spark.errors import SnapshotRangeError

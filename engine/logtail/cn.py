@@ -12,7 +12,6 @@ import threading
 import time
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
 
 from logtide.arg_checks import seconds_arg
@@ -20,9 +19,9 @@ from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.logtail_format import Entry
 from logtide.engine.logtail.partition_state import BlockCache, PartitionState
 from logtide.engine.logtail.transport import encode_request
-from logtide.engine.logtail.ts_arg import ts_arg
+from logtide.engine.logtail.logtail_args import pk_arg, ts_arg
 from logtide.engine.objectstore import ObjectStore
-from logtide.errors import InvalidArgument, LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
+from logtide.errors import LogtailError, RpcError, StreamClosedError, UnknownTableError, WatermarkTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -146,14 +145,11 @@ class ComputeNode:
 
     def get(self, table: str, pk: int, ts: int | None = None, *, timeout: float = 30.0) -> dict | None:
         """The row with primary key pk as of ts (default: the watermark), or None; ts is checked as
-        wait_for checks it."""
-        if isinstance(pk, (bool, np.bool_)) or not isinstance(pk, (int, np.integer)):
-            raise TypeError(f"pk must be an int (the int64 primary key), got {type(pk).__name__} {pk!r}")
-        if not -(1 << 63) <= pk < 1 << 63:
-            raise InvalidArgument(f"pk must fit the int64 primary key, got {pk!r}")
+        wait_for checks it, pk must be an int64."""
+        pk = pk_arg("pk", pk)
         ts = self.watermark(table) if ts is None else ts_arg("ts", ts)
         self.wait_for(table, ts, timeout)
-        return self.states[table].get(int(pk), ts)
+        return self.states[table].get(pk, ts)
 
     # ------------------------------------------------------------------ receiving
 

@@ -3,7 +3,7 @@ range starts below it (docs/logtail_format.md)."""
 from __future__ import annotations
 
 from logtide.engine.logtail.logtail_format import META
-from logtide.engine.logtail.ts_arg import ts_arg
+from logtide.engine.logtail.logtail_args import ts_arg
 
 
 class TnPull:

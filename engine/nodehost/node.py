@@ -29,6 +29,7 @@ from logtide.engine.nodehost.proposal_group import ProposalGroup
 from logtide.engine.nodehost.transport import RaftTransport
 from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
+from logtide.arg_checks import seconds_arg
 from logtide.errors import InvalidArgument
 
 log = logging.getLogger("logtide.raft")
@@ -94,14 +95,13 @@ class RaftNode:
                  cluster_id: int = 1, tick_interval: float = TICK_INTERVAL, election_tick: int = ELECTION_TICK,
                  heartbeat_tick: int = HEARTBEAT_TICK, snapshot_entries: int = SNAPSHOT_ENTRIES,
                  compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None) -> None:
-        if (isinstance(tick_interval, bool) or not isinstance(tick_interval, (int, float))
-                or not MIN_TICK_INTERVAL <= tick_interval < float("inf")):
-            raise InvalidArgument(f"tick_interval must be a finite number of seconds >= {MIN_TICK_INTERVAL:g}, "
-                                  f"got {tick_interval!r}")
+        tick_interval = seconds_arg("tick_interval", tick_interval, allow_none=False)
+        if tick_interval < MIN_TICK_INTERVAL:
+            raise InvalidArgument(f"tick_interval must be >= {MIN_TICK_INTERVAL:g} s, got {tick_interval!r}")
         self.id = node_id
         self.storage = storage
         self.sm = sm
-        self.tick_interval = float(tick_interval)
+        self.tick_interval = tick_interval
         self.snapshot_entries = snapshot_entries
         self.compact_keep = compact_keep
         self.compact_bound = compact_bound  # () -> the highest index the application lets go of
