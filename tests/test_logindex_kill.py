@@ -44,6 +44,8 @@ if __name__ == "__main__":
 
 N_RECORDS = 60_000
 KILLS = 22
+MAX_KILLS = 90      # a slow run keeps killing until enough kills have landed inside a flush
+TORN_WANTED = 3
 
 
 def _stream(tmp_path):
@@ -83,8 +85,9 @@ def _torn_flush(path) -> bool:
     seg, slot = divmod(nxt, TABLES_PER_FILE)
     for name, unit in ((table_file_name(seg), SLOT_SIZE), (bloom_file_name(seg), BLOOM_BLOCK)):
         f = path / name
-        # written past the committed tables, after the last commit
-        if f.exists() and f.stat().st_size > slot * unit and f.stat().st_mtime_ns > committed:
+        # written past the committed tables, not before the last commit (file times are coarse:
+        # a table written in the same clock tick as the last commit has an equal time)
+        if f.exists() and f.stat().st_size > slot * unit and f.stat().st_mtime_ns >= committed:
             return True
     return False
 
@@ -98,7 +101,7 @@ def test_sigkill_during_flushes_loses_nothing(tmp_path):
     want = _expected(tags, lsns)
     rnd = random.Random(1121)
     kills, starts, torn = 0, [], 0
-    while kills < KILLS:
+    while kills < KILLS or (torn < TORN_WANTED and kills < MAX_KILLS):
         p = subprocess.Popen([sys.executable, str(script), str(d), str(N_RECORDS), "40"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = p.stdout.readline()
@@ -114,7 +117,7 @@ def test_sigkill_during_flushes_loses_nothing(tmp_path):
         torn += _torn_flush(d)
         starts.append(_verify_saved(d, want, max(0, max(starts[-1:] or [0]) - 64)))
     print("replay points after each kill:", starts, "kills inside a flush:", torn)
-    assert torn >= 3, f"only {torn} of {kills} kills landed inside a flush"
+    assert torn >= TORN_WANTED, f"only {torn} of {kills} kills landed inside a flush"
     assert kills >= 20, f"only {kills} kills before the writer finished: make the stream longer"
     assert starts == sorted(starts) and starts[-1] > starts[0]
     # reopen once more and re-insert from replay_needed_from(), past where the writer got
