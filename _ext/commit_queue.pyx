@@ -42,8 +42,8 @@ from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_loc
 from logtide._ext.ready_list cimport rl_stall_at
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
-from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_waiter,
-                                          wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
+from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_spin_bound,
+                                          lt_waiter, wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
                                           wl_settle, wl_sleep, wl_take_all, wl_take_ready, wl_take_stalled)
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
@@ -59,7 +59,9 @@ TIMEOUT = "timeout"
 DEF Q_OPEN = 0
 DEF Q_CLOSING = 1
 DEF Q_FAILED = 2
-DEF PY_SPIN = 5e-6               # seconds a woken appender waits at most for another to leave Python
+# seconds a woken appender waits at least (if another is on its way into Python) before it takes
+# the GIL; longer, up to its queue's spin_max, when a sleep and a wake cost more on this machine
+DEF PY_SPIN_MIN = 5e-6
 DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, not kept for reuse
 
 
@@ -74,6 +76,7 @@ cdef class CommitQueue:
         self.zero.fd = -1
         self.waiters.ready.stall = handoff_stall
         self.waiters.handoff = handoff
+        self.spin_max = PY_SPIN_MIN
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
         self.durable = self.synced = next_lsn - 1
@@ -166,7 +169,7 @@ cdef class CommitQueue:
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
             # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
-            lt_py_enter(PY_SPIN)
+            lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max))
         if w.r.word == W_FAILED:
             self._refuse()
         return w.lsn
@@ -848,6 +851,16 @@ cdef class CommitQueue:
         lt_unlock(&self.mu)
         self._wait(&w, False, hand)
         return lt_load64(&self.published)
+
+    def set_spin_limit(self, double seconds) -> None:
+        """How long a woken appender may spin, at most, for another to leave Python before it takes
+        the GIL; it spins about as long as a sleep and a wake were measured to cost here (a spin as
+        long as a sleep costs is never worse than twice the better choice), and at least 5 us.
+        Writers that run much Python per record (the TN, the primary) gain from a longer limit;
+        plain appenders, whose Python is a loop step, from the least."""
+        if not (0.0 <= seconds <= 0.001):
+            raise ValueError(f"a spin limit is between 0 and 0.001 s, not {seconds!r}")
+        self.spin_max = seconds
 
     def set_handoff(self, bint handoff) -> None:
         """How publish wakes durable waiters from now on: by handoff, one and each later one when an

@@ -17,6 +17,7 @@ from logtide._ext.commit_queue cimport CommitQueue
 from logtide.errors import GroupCommitFailed, InvalidArgument, LogtideError
 
 DEF USER_RECORD = 0
+DEF WRITER_SPIN_MAX = 60e-6   # seconds (CommitQueue.set_spin_limit)
 DEF COMPACT_AT = 1024       # published entries kept at the lists' head before they are cut off
 
 
@@ -30,6 +31,9 @@ cdef class PipelinedCore:
         direct = direct() if callable(direct) else None
         if direct is not None:
             self.q, self.prefix, self.max_payload = direct
+            # a writer runs Python for 10-20 us per record: woken, it may wait that long for the
+            # GIL, which a sleep on the GIL and a wake across CPUs can cost more than
+            self.q.set_spin_limit(WRITER_SPIN_MAX)
         self.publish_fn = publish
         self.on_fail = on_fail
         self.lock_acquire = lock.acquire

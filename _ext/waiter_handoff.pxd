@@ -5,7 +5,7 @@
 # A waiter lives on its waiting thread's stack. It sleeps on a futex: its group's shared word (one
 # FUTEX_WAKE wakes the group) or, with shared == NULL, its own outcome word. Registered waiters are
 # kept in LSN order, so making records durable detaches a prefix of the list.
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from logtide._ext.futex cimport lt_bump, lt_futex_wait_forever, lt_futex_wake, lt_load, lt_store
 from logtide._ext.ready_list cimport ReadyList, rl_node, rl_pop, rl_push, rl_take, rl_take_stalled, rl_wake
@@ -34,9 +34,35 @@ cdef extern from *:
         __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
     }
     static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
+
+    /* What sleeping costs here: how long after its wake was issued the first woken waiter of a
+       group ran again (a moving average, ns). On one host a wake across CPUs takes 1-5 us, on
+       another (a VM whose idle vCPUs halt) 30 us. A woken appender spins for the GIL about as
+       long as sleeping on it would cost (its own sleep and the wake: twice that latency) before
+       it sleeps: spinning as long as a sleep costs is never worse than twice the better choice. */
+    static int64_t lt_wake_issued_ns;   /* when the last group's wake was issued; 0: seen */
+    static int64_t lt_wake_lat_ns = 5000;
+    static inline void lt_wake_issued(void) {
+        __atomic_store_n(&lt_wake_issued_ns, (int64_t)(lt_now() * 1e9), __ATOMIC_RELAXED);
+    }
+    static inline void lt_wake_seen(void) {
+        int64_t t = __atomic_exchange_n(&lt_wake_issued_ns, 0, __ATOMIC_RELAXED), d, l;
+        if (t <= 0) return;
+        d = (int64_t)(lt_now() * 1e9) - t;
+        if (d < 0 || d > 1000000) return;   /* a mark left from long ago, not a wake's latency */
+        l = __atomic_load_n(&lt_wake_lat_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&lt_wake_lat_ns, l + (d - l) / 8, __ATOMIC_RELAXED);
+    }
+    static inline double lt_spin_bound(double lo, double hi) {
+        double s = (double)__atomic_load_n(&lt_wake_lat_ns, __ATOMIC_RELAXED) * 2e-9;
+        return s < lo ? lo : (s > hi ? hi : s);
+    }
     """
     void lt_py_enter(double spin) nogil
     void lt_py_leave() nogil
+    void lt_wake_issued() nogil
+    void lt_wake_seen() nogil
+    double lt_spin_bound(double lo, double hi) nogil
 
 cdef enum:
     W_WAITING = 0
@@ -155,6 +181,8 @@ cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
     cdef int* sh
     cdef int* w0 = NULL
     cdef int* w1 = NULL
+    if w != NULL:
+        lt_wake_issued()
     while w != NULL:
         nxt = wl_next(w)
         sh = w.shared
@@ -180,13 +208,18 @@ cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:
     """Sleep until w is settled. No timeout: the word changes before its wake (no wake is lost),
     and a timed wait arms and cancels a timer at every append."""
     cdef int seen
+    cdef bint slept = False
     if w.shared == NULL:
         while lt_load(&w.r.word) == W_WAITING:
             lt_futex_wait_forever(&w.r.word, W_WAITING)
-        return
-    # the group's word: read it before the outcome, so that a bump after that read fails the wait
-    while True:
-        seen = lt_load(w.shared)
-        if lt_load(&w.r.word) != W_WAITING:
-            return
-        lt_futex_wait_forever(w.shared, seen)
+            slept = True
+    else:
+        # the group's word: read it before the outcome, so that a bump after that read fails the wait
+        while True:
+            seen = lt_load(w.shared)
+            if lt_load(&w.r.word) != W_WAITING:
+                break
+            lt_futex_wait_forever(w.shared, seen)
+            slept = True
+    if slept:
+        lt_wake_seen()

@@ -385,3 +385,29 @@ def test_run_writes_indexes_and_publishes_into_the_bound_segment(tmp_path):
     finally:
         q.fail(RuntimeError("test over"))
         os.close(fd)
+
+
+@pytest.mark.timeout(60)
+def test_spin_limit_is_checked_and_a_woken_group_still_gets_its_lsns(tmp_path):
+    """set_spin_limit refuses a limit outside [0, 1 ms] (NaN included) and a non-number, and leaves
+    the queue as it was; with the writers' limit (60 us) a group woken at once returns each
+    appender its own LSN."""
+    q = CommitQueue(1, handoff=False)
+    for bad in (-1e-6, 0.0011, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            q.set_spin_limit(bad)
+    with pytest.raises(TypeError):
+        q.set_spin_limit("60us")
+    q.set_spin_limit(60e-6)
+    fl = QueueFlusher(q, tmp_path, 1)
+    q.mark = 0  # the group comes back to Python: the test publishes it
+    try:
+        apps = [_registered(q, [b"r%d" % i]) for i in range(8)]
+        first, last, _, _ = fl.run(1.0)
+        assert (first, last) == (1, 8)
+        assert fl.run(0.05, publish=8) is TIMEOUT
+        for a in apps:
+            a.thread.join(SETTLE)
+        assert [a.result for a in apps] == list(range(1, 9))
+    finally:
+        fl.close()

@@ -11,9 +11,10 @@ else was queued meanwhile. The first writer of a durable group to get the GIL ba
 the publication lock, every pending item up to the durable LSN, in order (`publish(items, lsns)`);
 the others find theirs published. A writer returns only once its item is durable and published.
 
-The log wakes a durable group's writers by handoff (`set_handoff(True)`, see __init__.py), or all
-at once when the committer is made on a thread confined to one CPU (logtide.cpu_affinity). There is
-no leader and no group boundary in Python: the log's flusher takes everything queued whenever it is
+The log's flusher wakes a durable group's writers all at once, with one futex wake; each then
+spins for the GIL about as long as a sleep would cost on this machine (commit_queue.pyx), rather
+than being handed on one at a time by the writer before it. There is no leader and no group
+boundary in Python: the log's flusher takes everything queued whenever it is
 free, and no writer waits for another writer's wake-up to hand its record over.
 
 Over the embedded log service the enqueue frames the record straight into the commit queue and the
@@ -25,7 +26,6 @@ in-memory state may be ahead of its log.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable
 
@@ -46,12 +46,6 @@ class PipelinedCommitter(PipelinedCore):
 
     def __init__(self, log, publish: Callable[[list, list[int]], None], lock=None,
                  on_fail: Callable[[BaseException], None] | None = None) -> None:
-        # Across CPUs, a durable group's writers woken at once would each wake only to queue for the
-        # GIL behind the others (1.6-3.3 context switches more per write and 10-25 us more CPU, in
-        # paired runs of the TN and the primary at 16 threads): they are handed on one at a time.
-        # Confined to one CPU (logtide.cpu_affinity) the scheduler runs them one after another
-        # anyway, each finding the GIL free, so they are woken at once (no chain; about 10% less CPU).
-        set_handoff = getattr(log, "set_handoff", None)
-        if callable(set_handoff):
-            set_handoff(len(os.sched_getaffinity(0)) > 1)
+        # the log wakes a durable group's writers all at once: handing them on one at a time would
+        # put one wake across CPUs per writer in series (30 us each on a VM whose idle vCPUs halt)
         super().__init__(log, publish, lock if lock is not None else threading.Lock(), on_fail)
