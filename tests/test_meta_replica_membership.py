@@ -14,7 +14,7 @@ import pytest
 from logtide import connect_meta
 from logtide.errors import LogtideError
 
-from meta_cluster import LOGTIDE, MetaCluster, wait_ready
+from meta_cluster import LOGTIDE, TICK, MetaCluster, wait_ready
 
 DEADLINE = 60.0
 
@@ -103,6 +103,9 @@ def test_learner_joins_is_promoted_and_an_old_member_is_removed(tmp_path):
             cluster.kill(f2)
             c.upsert("after/1", b"quorum with the new member")
             assert c.get("after/1").data == b"quorum with the new member"
+            # the leader marks a voter inactive only at its check-quorum round, once per election
+            # timeout (6 ticks): wait past two such rounds since the kill, so that it has seen f2 go
+            time.sleep(3 * 6 * float(TICK))
             # removing 4 now would leave {lead, f2} with only the leader answering: refused
             rc, out = _member(cluster, lead, "remove", "4")
             assert rc == 2 and "MetaMembershipRefused" in out and "lose quorum" in out, out
