@@ -46,7 +46,10 @@ cdef extern from *:
         __atomic_store_n(&lt_wake_issued_ns, (int64_t)(lt_now() * 1e9), __ATOMIC_RELAXED);
     }
     static inline void lt_wake_seen(void) {
-        int64_t t = __atomic_exchange_n(&lt_wake_issued_ns, 0, __ATOMIC_RELAXED), d, l;
+        int64_t t, d, l;
+        /* read first: only the group's first waiter back writes the shared line, not all of them */
+        if (__atomic_load_n(&lt_wake_issued_ns, __ATOMIC_RELAXED) == 0) return;
+        t = __atomic_exchange_n(&lt_wake_issued_ns, 0, __ATOMIC_RELAXED);
         if (t <= 0) return;
         d = (int64_t)(lt_now() * 1e9) - t;
         if (d < 0 || d > 1000000) return;   /* a mark left from long ago, not a wake's latency */

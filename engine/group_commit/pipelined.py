@@ -14,8 +14,8 @@ the others find theirs published. A writer returns only once its item is durable
 The log's flusher wakes a durable group's writers all at once, with one futex wake; each then
 spins for the GIL about as long as a sleep would cost on this machine (commit_queue.pyx), rather
 than being handed on one at a time by the writer before it. There is no leader and no group
-boundary in Python: the log's flusher takes everything queued whenever it is
-free, and no writer waits for another writer's wake-up to hand its record over.
+boundary in Python: the log's flusher takes everything queued whenever it is free, and no writer
+waits for another writer's wake-up to hand its record over.
 
 Over the embedded log service the enqueue frames the record straight into the commit queue and the
 wait sleeps there, all in C (_ext/pipelined_core.pyx), and the TN's and the primary's C paths call
