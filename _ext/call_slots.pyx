@@ -3,25 +3,20 @@
 
 A caller's `call(method, request, timeout)` packs its call frame straight into the connection's
 pending buffer (the id is assigned there, under a C mutex), registers a waiter on its own stack and
-sleeps on the waiter's futex with the GIL released. The sender `take()`s (or `poll()`s) the pending
+sleeps with the GIL released. The sender `take()`s (or `poll()`s) the pending
 frames as one blob (the batch rule of docs/rpc.md: once every caller whose reply was just handed over has
 called again, or LINGER_S after the last call, at most LINGER_MAX_S after the first). The reader
 `deliver()`s a REPLIES frame: one call splits the reply frames, settles the waiters by id and
-wakes them, as `handoff` says:
-- HANDOFF_ALL: all at once (they then queue on the GIL: a wake-up and a GIL wait each).
-- HANDOFF_AT_WAKE: the first at once, the others are *ready*, and each caller, as soon as its futex
-  wait returns and before it takes the GIL, wakes the next ready one.
-- HANDOFF_AT_CALL: the first at once, and each caller wakes the next ready one when its next call
-  gives up the GIL, in the same GIL release as its own wait: each woken caller finds the GIL free,
-  one context switch per call. The next call of a woken caller may never come (it went on to other
-  work): the sender then wakes every ready one left after `stall_s`, counted from when the last
-  woken caller ran (all at once: one by one, each would wait a stall_s more than the one before).
-(The stall wake-up is a defence only with HANDOFF_AT_WAKE. A settled caller nobody woke claims its
-outcome itself after RECHECK_S.)
+wakes them all with one futex wake (every waiting caller sleeps on the slots' group word). Woken
+together, the callers would queue on the GIL, each sleeping on it and needing one more wake-up: so a
+woken caller that finds another on its way into Python spins for it first, as long as a sleep would
+cost on this host (_ext/gil_gate.pxd). A chain of one caller waking the next costs one wake-up's
+latency per caller in series (33 us on a VM whose idle vCPUs halt): 32K calls/s from 32 threads,
+where the group wake gives 55K.
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
 client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
 
-    s = CallSlots(linger_s, linger_max_s, max_batch_bytes, stall_s, handoff=HANDOFF_AT_WAKE)
+    s = CallSlots(linger_s, linger_max_s, max_batch_bytes)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
                                         the failure (an exception) | False (already failed: not queued)
     s.take(timeout=-1) -> frames blob | b"" (timeout) | None (failed)
@@ -36,7 +31,6 @@ Frames are those of engine/rpc/call_frames.py (little-endian):
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
-from libc.math cimport INFINITY
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove
 from posix.unistd cimport close
@@ -74,30 +68,28 @@ cdef extern from *:
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
-from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load, lt_lock, lt_mutex, lt_mutex_destroy,
-                                 lt_mutex_init, lt_notify, lt_now, lt_unlock)
-from logtide._ext.ready_list cimport (ReadyList, rl_node, rl_pop, rl_push, rl_remove, rl_stall_at, rl_take,
-                                      rl_take_stalled, rl_wake, rl_wake_all)
+from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_futex_wake_all, lt_load, lt_lock, lt_mutex,
+                                 lt_mutex_destroy, lt_mutex_init, lt_notify, lt_now, lt_store, lt_unlock)
+from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_spin_bound, lt_wake_issued, lt_wake_seen
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
-DEF RECHECK_S = 0.05      # a sleeping thread re-checks at least this often (a settled caller that
-                          # nobody woke, the sender being busy, then claims its outcome itself)
-cdef enum:
-    H_ALL = 0         # deliver wakes every settled caller at once
-    H_AT_WAKE = 1     # a woken caller wakes the next ready one before it takes the GIL
-    H_AT_CALL = 2     # a caller wakes the next ready one when its next call gives up the GIL
-HANDOFF_ALL, HANDOFF_AT_WAKE, HANDOFF_AT_CALL = H_ALL, H_AT_WAKE, H_AT_CALL
+DEF RECHECK_S = 0.05      # a sleeping caller re-checks its deadline at least this often
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
-DEF WOKEN = 1             # a waiter's word once it is woken (0 while it waits)
+DEF WOKEN = 1             # a waiter's word once it is settled (0 while it waits)
+# a woken caller's spin for the GIL: at least this, at most SPIN_MAX (a caller's Python between
+# calls is 5-20 us, so a longer wait is for a caller that went on to other work)
+DEF SPIN_MIN = 5e-6
+DEF SPIN_MAX = 60e-6
 
 
 cdef struct cs_waiter:
     # one waiting call, on its caller's stack
-    rl_node r             # first: the futex word it sleeps on (0 waiting, WOKEN), its link in the ready list
+    int word              # 0 while it waits, WOKEN once its outcome is set
     int state             # S_WAITING, S_REPLY or S_FAILED: whether its outcome is set and which
     uint64_t id
     PyObject* result      # the outcome (a new reference)
+    cs_waiter* next       # its link in a settled list
 
 
 cdef inline void _futex_wait_s(int* w, int val, double s) noexcept nogil:
@@ -105,18 +97,28 @@ cdef inline void _futex_wait_s(int* w, int val, double s) noexcept nogil:
     lt_futex_wait(w, val, <long long>((s if s > 0 else 0.0) * 1e9))
 
 
-cdef inline void _settle(cs_waiter* w, object result, rl_node** head, rl_node** tail):
-    """Give waiter `w` its outcome (a new reference to `result`) and append it to the list
-    head..tail of callers to wake."""
+cdef inline void _settle(cs_waiter* w, object result, cs_waiter** head):
+    """Give waiter `w` its outcome (a new reference to `result`) and push it on the list of callers to wake."""
     Py_INCREF(result)
     w.result = <PyObject*>result
     w.state = S_REPLY
-    w.r.next = NULL
-    if tail[0] == NULL:
-        head[0] = &w.r
-    else:
-        tail[0].next = &w.r
-    tail[0] = &w.r
+    w.next = head[0]
+    head[0] = w
+
+
+cdef inline void _wake_all(cs_waiter* w, int* group_word) noexcept nogil:
+    """Mark every settled waiter of the list woken, then wake the group word's sleepers at once.
+    Reads next before the store: once its word is set, a waiter may return and its stack frame be
+    reused."""
+    cdef cs_waiter* nxt
+    if w == NULL:
+        return
+    lt_wake_issued()
+    while w != NULL:
+        nxt = w.next
+        lt_store(&w.word, WOKEN)
+        w = nxt
+    lt_futex_wake_all(group_word)
 
 
 cdef class CallSlots:
@@ -129,7 +131,7 @@ cdef class CallSlots:
     cdef size_t out_cap
     cdef uint64_t next_id
     cdef dict table             # call id -> address of its waiter (GIL and mutex held)
-    cdef ReadyList ready        # settled callers not woken yet (handoff), in delivery order; stall_s its stall
+    cdef int group_word         # every waiting caller sleeps on it; bumped to wake them
     cdef Py_ssize_t returning   # callers whose reply was handed over and that have not called again
     cdef uint64_t epoch         # bumped when the batch rule stops waiting for the returning callers
     cdef double first_at, last_call
@@ -140,19 +142,14 @@ cdef class CallSlots:
     cdef object broken
     cdef readonly double linger_s, linger_max_s
     cdef readonly size_t max_batch_bytes
-    cdef readonly int handoff   # HANDOFF_ALL, HANDOFF_AT_WAKE or HANDOFF_AT_CALL (module doc)
     cdef readonly uint64_t batches, calls
 
-    def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10,
-                  double stall_s=0.0002, int handoff=H_AT_WAKE):
+    def __cinit__(self, double linger_s=0.001, double linger_max_s=0.01, size_t max_batch_bytes=256 << 10):
         lt_mutex_init(&self.mu)
         self.next_id = 1
         self.table = {}
-        self.linger_s, self.linger_max_s, self.ready.stall = linger_s, linger_max_s, stall_s
+        self.linger_s, self.linger_max_s = linger_s, linger_max_s
         self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
-        if handoff < H_ALL or handoff > H_AT_CALL:
-            raise ValueError(f"handoff must be 0, 1 or 2, got {handoff}")
-        self.handoff = handoff
         self.broken = None
         self.notify_fd = -1
 
@@ -178,16 +175,6 @@ cdef class CallSlots:
         """Call frames queued and not taken by the sender yet."""
         return self.pend_n
 
-    @property
-    def stall_s(self) -> float:
-        """Seconds after which the sender wakes the ready callers nobody handed off to."""
-        return self.ready.stall
-
-    @property
-    def stalls(self) -> int:
-        """Times the sender did that."""
-        return self.ready.stalls
-
     @cython.boundscheck(False)
     @cython.wraparound(False)
     def call(self, unsigned int method, bytes request, double timeout):
@@ -198,14 +185,13 @@ cdef class CallSlots:
         cdef void* p
         cdef uint8_t* f
         cdef uint64_t ep
-        cdef bint wake_sender
-        cdef rl_node* hand
-        cdef int where
+        cdef bint wake_sender, slept = False
+        cdef int seen
         cdef double now, end, left
         if method > 0xFFFF or n > 0xFFFFFFFF:
             raise ValueError("call frame: method index or request too large")
-        w.r.word = 0
-        w.r.next = NULL
+        w.word = 0
+        w.next = NULL
         w.state = S_WAITING
         w.result = NULL
         lt_lock(&self.mu)
@@ -243,68 +229,42 @@ cdef class CallSlots:
         wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
         if wake_sender:
             self.snd_word += 1
-        hand = rl_pop(&self.ready) if self.handoff == H_AT_CALL else NULL
         lt_unlock(&self.mu)
         end = now + timeout
-        while True:
-            with nogil:
-                # in the same GIL release as the sleep: a woken thread never waits for this one's GIL
-                if wake_sender:
-                    wake_sender = False
-                    lt_futex_wake(&self.snd_word, 1)
-                    if self.notify_fd >= 0:
-                        lt_notify(self.notify_fd)
-                if hand != NULL:       # this thread gives up the GIL now: the next one finds it free
-                    rl_wake(hand, WOKEN)
-                    hand = NULL
-                while lt_load(&w.r.word) == 0:
-                    left = end - lt_now()
-                    if left <= 0:
-                        break
-                    _futex_wait_s(&w.r.word, 0, left if left < RECHECK_S else RECHECK_S)
-                    if lt_load(&w.r.word) == 0 and lt_load(&w.state) != S_WAITING:
-                        break                   # settled, and nobody woke it for RECHECK_S: claim it
-                if lt_load(&w.r.word) != 0 and self.handoff == H_AT_WAKE:
-                    # woken: pass the wake-up on at once, before taking the GIL, so the next
-                    # caller's wake-up latency overlaps this one's GIL wait and Python work
-                    lt_lock(&self.mu)
-                    hand = rl_pop(&self.ready)
-                    lt_unlock(&self.mu)
-                    if hand != NULL:
-                        rl_wake(hand, WOKEN)
-                elif lt_load(&w.r.word) != 0 and self.handoff == H_AT_CALL:
-                    # the stall clock runs from when the woken caller runs, not from its wake-up:
-                    # one still waiting for a CPU is late, not gone
-                    lt_lock(&self.mu)
-                    if self.ready.head != NULL:
-                        self.ready.handed = lt_now()
-                    lt_unlock(&self.mu)
-            if lt_load(&w.r.word) != 0:
-                break
+        with nogil:
+            if wake_sender:
+                lt_futex_wake(&self.snd_word, 1)
+                if self.notify_fd >= 0:
+                    lt_notify(self.notify_fd)
+            lt_py_leave()          # this thread gives up the GIL: a woken caller need not wait for it
+            while True:
+                # the group word before the own word: a wake after this read fails the sleep
+                seen = lt_load(&self.group_word)
+                if lt_load(&w.word) != 0:
+                    break
+                left = end - lt_now()
+                if left <= 0:
+                    break
+                _futex_wait_s(&self.group_word, seen, left if left < RECHECK_S else RECHECK_S)
+                slept = True
+            if lt_load(&w.word) != 0:
+                if slept:
+                    lt_wake_seen()
+                lt_py_enter(lt_spin_bound(SPIN_MIN, SPIN_MAX))
+        if lt_load(&w.word) == 0:
             lt_lock(&self.mu)
             if w.state == S_WAITING:
-                if lt_now() < end:          # a spurious wake-up
-                    lt_unlock(&self.mu)
-                    continue
                 self.table.pop(w.id, None)  # the deadline passed: forget the call (a late reply is dropped)
                 lt_unlock(&self.mu)
                 return None
-            # settled: if it is still in the ready list, take it out; else someone detached it
-            # and is waking it right now
-            where = rl_remove(&self.ready, &w.r)
-            if where == 1:
-                hand = rl_pop(&self.ready)      # it headed a stalled list: pass the wake-up on
-                lt_unlock(&self.mu)
-                if hand != NULL:
-                    with nogil:
-                        rl_wake(hand, WOKEN)
-            else:
-                lt_unlock(&self.mu)
-                if where == 0:
-                    with nogil:
-                        while lt_load(&w.r.word) == 0:
-                            _futex_wait_s(&w.r.word, 0, RECHECK_S)
-            break
+            lt_unlock(&self.mu)
+            # settled just now: its deliverer is about to mark it woken, and must not find the frame gone
+            with nogil:
+                while True:
+                    seen = lt_load(&self.group_word)
+                    if lt_load(&w.word) != 0:
+                        break
+                    _futex_wait_s(&self.group_word, seen, RECHECK_S)
         r = <object>w.result
         Py_XDECREF(w.result)
         if w.state == S_REPLY:
@@ -321,7 +281,6 @@ cdef class CallSlots:
         cdef int word
         cdef size_t cut = 0
         cdef bint broken = False, empty = False
-        cdef rl_node* stalled = NULL
         give_up = lt_now() + timeout if timeout >= 0 else -1.0
         with nogil:
             lt_lock(&self.mu)
@@ -330,7 +289,7 @@ cdef class CallSlots:
                     broken = True
                     break
                 now = lt_now()
-                due = self._batch_due_locked(now, &stalled)
+                due = self._batch_due_locked(now)
                 if due == 0:
                     break
                 if due > 0:
@@ -342,33 +301,25 @@ cdef class CallSlots:
                     until = give_up
                 else:
                     until = now + RECHECK_S
-                until = rl_stall_at(&self.ready, until)
                 self.snd_sleeping = True
                 word = self.snd_word
                 lt_unlock(&self.mu)
-                rl_wake_all(stalled, WOKEN)
-                stalled = NULL
                 _futex_wait_s(&self.snd_word, word, until - now)
                 lt_lock(&self.mu)
                 self.snd_sleeping = False
             if not broken and not empty:
                 cut = self._cut_locked()
             lt_unlock(&self.mu)
-            rl_wake_all(stalled, WOKEN)
         if broken:
             return None
         if empty:
             return b""
         return self._out_blob(cut)
 
-    cdef double _batch_due_locked(self, double now, rl_node** stalled) noexcept nogil:
+    cdef double _batch_due_locked(self, double now) noexcept nogil:
         """Under the mutex, the batch rule (module doc) for take() and poll(): 0 when a batch goes
-        now, else when it goes at the latest (the linger's end), or -1 with nothing queued. A ready
-        list left unclaimed for stall_s is detached into *stalled, to wake once the mutex is released
-        (the caller woken before them did not come back): all of them at once, so a caller that goes
-        on to other work delays the others of its frame by one stall_s, not one each."""
+        now, else when it goes at the latest (the linger's end), or -1 with nothing queued."""
         cdef double lend
-        stalled[0] = rl_take_stalled(&self.ready, now)
         if self.pend_n and self.returning == 0:
             return 0
         if self.pend_n:
@@ -444,7 +395,6 @@ cdef class CallSlots:
         cdef double now, due, wait = -1.0
         cdef size_t cut = 0
         cdef bint broken = False, send = False
-        cdef rl_node* stalled = NULL
         with nogil:
             lt_lock(&self.mu)
             self.snd_sleeping = False
@@ -452,16 +402,14 @@ cdef class CallSlots:
                 broken = True
             else:
                 now = lt_now()
-                due = self._batch_due_locked(now, &stalled)
+                due = self._batch_due_locked(now)
                 if due == 0:
                     send = True
                     cut = self._cut_locked()
                 else:
-                    due = rl_stall_at(&self.ready, due if due > 0 else INFINITY)
-                    wait = max(0.0, due - now) if due < INFINITY else -1.0
+                    wait = max(0.0, due - now) if due > 0 else -1.0
                     self.snd_sleeping = True
             lt_unlock(&self.mu)
-            rl_wake_all(stalled, WOKEN)
         if broken:
             return None
         if not send:
@@ -479,9 +427,7 @@ cdef class CallSlots:
         cdef size_t pos = 0
         cdef uint64_t cid
         cdef uint32_t n
-        cdef rl_node* head = NULL
-        cdef rl_node* tail = NULL
-        cdef rl_node* now_wake = NULL
+        cdef cs_waiter* head = NULL
         cdef Py_ssize_t settled = 0
         while pos < end:                   # check first: a blob that does not split settles nothing
             if end - pos < REPLY_HEADER:
@@ -504,57 +450,47 @@ cdef class CallSlots:
                 addr = table.pop(cid, None)
                 if addr is not None:
                     _settle(<cs_waiter*><size_t>addr,
-                            PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n), &head, &tail)
+                            PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n), &head)
                     settled += 1
                 pos += REPLY_HEADER + n
             for cid_obj, e in err_ids:
                 addr = table.pop(cid_obj, None)
                 if addr is not None:
-                    _settle(<cs_waiter*><size_t>addr, e, &head, &tail)
+                    _settle(<cs_waiter*><size_t>addr, e, &head)
                     settled += 1
         except BaseException:
             # out of memory half way: the callers settled so far still get their replies
-            now_wake = self._settle_locked(head, tail, settled)
-            lt_unlock(&self.mu)
-            with nogil:
-                rl_wake_all(now_wake, WOKEN)
+            self._release_settled(head, settled)
             raise
-        now_wake = self._settle_locked(head, tail, settled)
-        lt_unlock(&self.mu)
-        with nogil:
-            rl_wake_all(now_wake, WOKEN)
+        self._release_settled(head, settled)
         return settled
 
-    cdef rl_node* _settle_locked(self, rl_node* head, rl_node* tail, Py_ssize_t settled) noexcept nogil:
-        """Under the mutex: queue the settled list head..tail; returns what to wake now."""
-        if head == NULL:
-            return NULL
+    cdef void _release_settled(self, cs_waiter* head, Py_ssize_t settled) noexcept:
+        """With the mutex held: count the settled callers as returning, unlock, and wake them with
+        the GIL released (woken while this thread holds it, they would all sleep on it)."""
         self.returning += settled
-        if self.handoff == H_ALL:
-            return head
-        return rl_push(&self.ready, head, tail)
+        lt_unlock(&self.mu)
+        with nogil:
+            _wake_all(head, &self.group_word)
 
     def fail(self, exc):
         """End every call queued or in flight with `exc` (the first failure sticks); later calls
         return False without being queued."""
-        cdef rl_node* head
+        cdef cs_waiter* head = NULL
         cdef cs_waiter* w
-        cdef rl_node* ready
         lt_lock(&self.mu)
         if not self.cbroken:
             self.cbroken = True
             self.broken = exc
         exc = self.broken
-        head = NULL
         for addr in self.table.values():
             w = <cs_waiter*><size_t>addr
             Py_INCREF(exc)
             w.result = <PyObject*>exc
             w.state = S_FAILED
-            w.r.next = head
-            head = &w.r
+            w.next = head
+            head = w
         self.table.clear()
-        ready = rl_take(&self.ready)       # settled with their replies before the failure
         self.pend_len = 0
         self.pend_n = 0
         self.returning = 0
@@ -562,5 +498,4 @@ cdef class CallSlots:
         lt_unlock(&self.mu)
         with nogil:
             lt_futex_wake(&self.snd_word, 1)
-            rl_wake_all(ready, WOKEN)
-            rl_wake_all(head, WOKEN)
+            _wake_all(head, &self.group_word)

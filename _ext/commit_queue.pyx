@@ -39,12 +39,13 @@ cimport numpy as cnp
 from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_reserve, fb_trim
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy, lt_notify,
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
+from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_spin_bound
 from logtide._ext.ready_list cimport rl_stall_at
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
-from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_py_enter, lt_py_leave, lt_spin_bound,
-                                          lt_waiter, wl_detach_durable, wl_insert, wl_link, wl_pop_ready,
-                                          wl_settle, wl_sleep, wl_take_all, wl_take_ready, wl_take_stalled)
+from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_waiter, wl_detach_durable, wl_insert,
+                                          wl_link, wl_pop_ready, wl_settle, wl_sleep, wl_take_all, wl_take_ready,
+                                          wl_take_stalled)
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 

@@ -31,6 +31,8 @@ cdef extern from *:
         syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
     }
     static inline void lt_futex_wake(int* w, int n) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+    /* wake every sleeper of a shared word: bumped first, so a waiter that read it before does not sleep */
+    static inline void lt_futex_wake_all(int* w) { lt_bump(w); lt_futex_wake(w, 0x7FFFFFFF); }
     /* wake whatever watches eventfd fd (an event loop): one nonblocking write; a full counter only
        means a wake-up is already due */
     static inline void lt_notify(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, 8); (void)r; }
@@ -56,6 +58,7 @@ cdef extern from *:
     void lt_futex_wait(int* w, int val, long long ns) nogil
     void lt_futex_wait_forever(int* w, int val) nogil
     void lt_futex_wake(int* w, int n) nogil
+    void lt_futex_wake_all(int* w) nogil
     void lt_notify(int fd) nogil
     double lt_now() nogil
     void lt_mutex_init(lt_mutex* m) nogil

@@ -1,8 +1,8 @@
 # Waiters whose outcome is set and that are woken by handoff: one at once, and each later one by the
 # waiter woken before it, when that one gives up the GIL (so it finds the GIL free), with a stall
-# clock for an owner thread (the commit queue's flusher, the call slots' sender) to wake at once the
-# ready waiters nobody came back for. Used by the commit queue (waiter_handoff.pxd) and the RPC
-# client's call slots (call_slots.pyx), whose waiter structs begin with an rl_node. Every rl_*
+# clock for an owner thread (the commit queue's flusher) to wake at once the ready waiters nobody
+# came back for. Used by the commit queue (waiter_handoff.pxd), whose waiter struct begins with an
+# rl_node. Every rl_*
 # function but rl_wake and rl_wake_all runs under its owner's mutex; waking happens after unlocking.
 from libc.stdint cimport uint64_t
 

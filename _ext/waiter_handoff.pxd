@@ -7,65 +7,10 @@
 # kept in LSN order, so making records durable detaches a prefix of the list.
 from libc.stdint cimport int64_t, uint64_t
 
-from logtide._ext.futex cimport lt_bump, lt_futex_wait_forever, lt_futex_wake, lt_load, lt_store
+from logtide._ext.futex cimport lt_futex_wait_forever, lt_futex_wake, lt_futex_wake_all, lt_load, lt_store
+from logtide._ext.gil_gate cimport lt_wake_issued, lt_wake_seen
 from logtide._ext.ready_list cimport ReadyList, rl_node, rl_pop, rl_push, rl_take, rl_take_stalled, rl_wake
 
-cdef extern from *:
-    """
-    /* A hint, process-wide like the GIL: set while a woken appender is on its way back into Python,
-       cleared when any appender releases the GIL to wait. A woken appender that finds it set spins
-       for at most `spin` seconds for it to clear before taking the GIL. */
-    static int lt_py_busy;
-    static inline void lt_cpu_relax(void) {
-    #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-    #elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-    #endif
-    }
-    static inline void lt_py_enter(double spin) {
-        double until = -1.0, now;
-        while (__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) {
-            now = lt_now();  /* futex.pxd's */
-            if (until < 0) until = now + spin;
-            else if (now >= until) break;
-            lt_cpu_relax();
-        }
-        __atomic_store_n(&lt_py_busy, 1, __ATOMIC_RELAXED);
-    }
-    static inline void lt_py_leave(void) { __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELAXED); }
-
-    /* What sleeping costs here: how long after its wake was issued the first woken waiter of a
-       group ran again (a moving average, ns). On one host a wake across CPUs takes 1-5 us, on
-       another (a VM whose idle vCPUs halt) 30 us. A woken appender spins for the GIL about as
-       long as sleeping on it would cost (its own sleep and the wake: twice that latency) before
-       it sleeps: spinning as long as a sleep costs is never worse than twice the better choice. */
-    static int64_t lt_wake_issued_ns;   /* when the last group's wake was issued; 0: seen */
-    static int64_t lt_wake_lat_ns = 5000;
-    static inline void lt_wake_issued(void) {
-        __atomic_store_n(&lt_wake_issued_ns, (int64_t)(lt_now() * 1e9), __ATOMIC_RELAXED);
-    }
-    static inline void lt_wake_seen(void) {
-        int64_t t, d, l;
-        /* read first: only the group's first waiter back writes the shared line, not all of them */
-        if (__atomic_load_n(&lt_wake_issued_ns, __ATOMIC_RELAXED) == 0) return;
-        t = __atomic_exchange_n(&lt_wake_issued_ns, 0, __ATOMIC_RELAXED);
-        if (t <= 0) return;
-        d = (int64_t)(lt_now() * 1e9) - t;
-        if (d < 0 || d > 1000000) return;   /* a mark left from long ago, not a wake's latency */
-        l = __atomic_load_n(&lt_wake_lat_ns, __ATOMIC_RELAXED);
-        __atomic_store_n(&lt_wake_lat_ns, l + (d - l) / 8, __ATOMIC_RELAXED);
-    }
-    static inline double lt_spin_bound(double lo, double hi) {
-        double s = (double)__atomic_load_n(&lt_wake_lat_ns, __ATOMIC_RELAXED) * 2e-9;
-        return s < lo ? lo : (s > hi ? hi : s);
-    }
-    """
-    void lt_py_enter(double spin) nogil
-    void lt_py_leave() nogil
-    void lt_wake_issued() nogil
-    void lt_wake_seen() nogil
-    double lt_spin_bound(double lo, double hi) nogil
 
 cdef enum:
     W_WAITING = 0
@@ -169,12 +114,6 @@ cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
     return w
 
 
-cdef inline void wake_word(int* word) noexcept nogil:
-    """Wake everything sleeping on a group word: bumped first, so a waiter about to sleep does not."""
-    lt_bump(word)
-    lt_futex_wake(word, 0x7FFFFFFF)
-
-
 cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
     """Give each waiter of a detached list its outcome and wake it. Reads next before the store: once
     its word is set, a waiter may return and its stack frame be reused (a late futex wake there is
@@ -199,12 +138,12 @@ cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
                 elif w1 == NULL:
                     w1 = sh
                 else:  # (a queue has two group words) wake it now rather than lose it
-                    wake_word(sh)
+                    lt_futex_wake_all(sh)
         w = nxt
     if w0 != NULL:
-        wake_word(w0)
+        lt_futex_wake_all(w0)
     if w1 != NULL:
-        wake_word(w1)
+        lt_futex_wake_all(w1)
 
 
 cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
 
-from logtide._ext.call_slots import HANDOFF_ALL, HANDOFF_AT_CALL, HANDOFF_AT_WAKE, CallSlots
+from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc.call_frames import MalformedFrames, pack_call, pack_reply, unpack_calls
 from logtide.errors import RpcStreamBroken
 
@@ -53,10 +53,9 @@ def _model_batches(frames: list[bytes], limit: int) -> list[bytes]:
 
 @scaled(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
-       st.integers(1, 200), st.randoms(use_true_random=False),
-       st.sampled_from([HANDOFF_ALL, HANDOFF_AT_WAKE, HANDOFF_AT_CALL]))
-def test_calls_batches_and_replies_match_the_model(calls, limit, rnd, handoff):
-    slots = CallSlots(0.001, 0.01, limit, 0.0002, handoff)
+       st.integers(1, 200), st.randoms(use_true_random=False))
+def test_calls_batches_and_replies_match_the_model(calls, limit, rnd):
+    slots = CallSlots(0.001, 0.01, limit)
     results: dict = {}
     ths = [_start(slots, m, d, 20.0, results, k) for k, (m, d) in enumerate(calls)]
     frames = [pack_call(k + 1, m, d) for k, (m, d) in enumerate(calls)]
@@ -138,10 +137,9 @@ def test_failure_ends_every_call_and_refuses_new_ones():
     assert slots.failure is boom
 
 
-@pytest.mark.parametrize("handoff", [HANDOFF_AT_WAKE, HANDOFF_AT_CALL])
-def test_batch_waits_for_the_returning_callers_then_goes(handoff):
+def test_batch_waits_for_the_returning_callers_then_goes():
     """After a batch of replies the next batch waits (up to the linger) for the callers that got them."""
-    slots = CallSlots(0.05, 0.5, 1 << 20, 0.0002, handoff)
+    slots = CallSlots(0.05, 0.5, 1 << 20)
     stop = threading.Event()
     per_thread = {}
 
@@ -175,24 +173,58 @@ def test_batch_waits_for_the_returning_callers_then_goes(handoff):
     assert sizes[5:30].count(8) >= 20, sizes
 
 
-def test_handoff_at_call_goes_on_when_a_woken_caller_does_not_call_again():
-    """HANDOFF_AT_CALL: a woken caller wakes the next one at its next call; a caller that never
-    calls again leaves the ready ones to the sender, which wakes all of them after stall_s (not
-    RECHECK_S, and not one stall_s per caller)."""
-    slots = CallSlots(0.001, 0.01, 1 << 20, 0.002, HANDOFF_AT_CALL)
+def test_one_delivery_wakes_every_caller_of_the_batch_even_those_that_do_not_call_again():
+    """A REPLIES frame wakes all of its callers at once: none waits for another to call again (a
+    caller that goes on to other work holds nobody up), and the sender does nothing more."""
+    slots = CallSlots(0.001, 0.01, 1 << 20)
     results: dict = {}
-    ths = [_start(slots, 0, b"c%d" % k, 20.0, results, k) for k in range(4)]
+    ths = [_start(slots, 0, b"c%d" % k, 20.0, results, k) for k in range(16)]
     got = []
-    while sum(len(unpack_calls(b)) for b in got) < 4:
+    while sum(len(unpack_calls(b)) for b in got) < 16:
         got.append(slots.take(5.0))
     ids = [cid for b in got for cid, _, _ in unpack_calls(b)]
-    t0 = time.monotonic()
-    assert slots.deliver(b"".join(pack_reply(i, b"r%d" % i) for i in ids)) == 4
-    while any(th.is_alive() for th in ths):
-        assert time.monotonic() - t0 < 5
-        assert slots.take(0.01) == b""           # the sender's wait wakes the stalled ones
+    assert slots.deliver(b"".join(pack_reply(i, b"r%d" % i) for i in ids)) == 16
+    for th in ths:
+        th.join(5)
+        assert not th.is_alive()
     assert sorted(results.values()) == sorted(b"r%d" % i for i in ids)
-    assert slots.stalls == 1                      # the three after the first, at once, by the sender
+    assert slots.inflight == 0
+
+
+@scaled(max_examples=10, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_replies_racing_deadlines_give_the_reply_or_none_and_never_hang(seed):
+    """Callers with deadlines of 1-4 ms against a sender whose replies come 0-5 ms late: every call
+    ends with its own reply or None (its deadline passed first), a reply lands only on its own
+    caller, and the slots end with nothing in flight."""
+    import random
+    rnd = random.Random(seed)
+    slots = CallSlots(0.0005, 0.002, 1 << 20)
+    out: dict = {}
+    lock = threading.Lock()
+
+    def caller(t):
+        r = random.Random(seed * 31 + t)
+        for k in range(40):
+            req = b"%d:%d" % (t, k)
+            res = slots.call(t % 4, req, r.uniform(0.001, 0.004))
+            with lock:
+                out[req] = res
+
+    ths = [threading.Thread(target=caller, args=(t,), daemon=True) for t in range(6)]
+    for th in ths:
+        th.start()
+    end = time.monotonic() + 60
+    while any(th.is_alive() for th in ths):
+        assert time.monotonic() < end, "a caller hung"
+        blob = slots.take(0.01)
+        if not blob:
+            continue
+        time.sleep(rnd.uniform(0, 0.005))
+        slots.deliver(b"".join(pack_reply(cid, b"re:" + d) for cid, _, d in unpack_calls(blob)))
+    assert len(out) == 6 * 40
+    assert all(v is None or v == b"re:" + k for k, v in out.items())
+    assert slots.inflight == 0
 
 
 def _poll_sender(slots: CallSlots, n_calls: int, deadline: float = 10.0) -> list[bytes]:
@@ -219,7 +251,7 @@ def _poll_sender(slots: CallSlots, n_calls: int, deadline: float = 10.0) -> list
 @given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=60)), min_size=1, max_size=10),
        st.integers(1, 200))
 def test_poll_with_the_notify_eventfd_takes_the_same_batches_as_take(calls, limit):
-    slots = CallSlots(0.001, 0.01, limit, 0.0002, True)
+    slots = CallSlots(0.001, 0.01, limit)
     slots.open_notify()
     assert slots.poll() == -1.0                   # idle: wait for the eventfd only
     results: dict = {}
@@ -257,7 +289,7 @@ def test_poll_waits_the_linger_for_returning_callers():
     """After replies, poll() gives the time left of the linger while a caller that got one has not
     called again, and the eventfd turns readable once it did: then both calls go in one batch."""
     import select
-    slots = CallSlots(0.5, 2.0, 1 << 20, 0.0002, False)
+    slots = CallSlots(0.5, 2.0, 1 << 20)
     efd = slots.open_notify()
     results: dict = {}
     second_go = threading.Event()

@@ -22,7 +22,7 @@ from collections import namedtuple
 from typing import Any, Iterable
 
 from logtide._ext import wire_codec as wc
-from logtide._ext.call_slots import HANDOFF_AT_CALL, CallSlots
+from logtide._ext.call_slots import CallSlots
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.error_mapping import code_of, from_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
@@ -42,14 +42,6 @@ K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
 # whose replies just came to call again, LINGER_S after the last call, LINGER_MAX_S at most
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
-# ready callers wait this long at most for a woken one that does not call again (not its GIL wait
-# or a late CPU: the clock starts when it runs), then are woken together; short would wake the
-# loop thread within a chain
-HANDOFF_STALL_S = 0.001
-# a REPLIES frame wakes its first caller, and each caller wakes the next when its next call gives up
-# the GIL (as the log's group commit hands a durable group's appenders on): woken all at once they
-# would queue on the GIL, a context switch more each
-HANDOFF = HANDOFF_AT_CALL
 MAX_BATCH_BYTES = 256 << 10
 # messages a stream's receiver takes before the sender waits for credit (both directions)
 STREAM_WINDOW = 32
@@ -197,7 +189,7 @@ class _Conn(asyncio.Protocol):
         self.outbox = FrameOutbox(lambda: self.wl.call_soon(self._flush))   # frames from other threads
         self.write_paused = False
         self.timer = None
-        self.pump_timer: asyncio.TimerHandle | None = None   # the one armed linger/stall wake-up
+        self.pump_timer: asyncio.TimerHandle | None = None   # the one armed linger wake-up
         self.pump_at = 0.0
         self.heard = time.monotonic()         # when a frame last came in
         self.ping_at = 0.0                    # when the unanswered ping went (0: none)
@@ -224,7 +216,7 @@ class _Conn(asyncio.Protocol):
         except OSError as exc:
             raise RpcError(f"could not connect to {self.address}: {exc}") from None
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
-        self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch, HANDOFF_STALL_S, HANDOFF)
+        self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch)
         loop.add_reader(self.slots.open_notify(), self._on_notify)
         self.timer = loop.call_later(self.keepalive, self._tick)
         self._pump()    # from now on a call that the batch rule lets go writes the eventfd
@@ -274,7 +266,7 @@ class _Conn(asyncio.Protocol):
                                            f"frame of kind {k}, which only a client sends"))
                 return
         if delivered:
-            self._pump()                       # arms the linger and stall timers for the woken callers
+            self._pump()                       # arms the linger timer for the woken callers
 
     def connection_lost(self, exc) -> None:
         if isinstance(exc, ssl.SSLError) or (self.tls and self.ready is not None and not self.ready.done()):
