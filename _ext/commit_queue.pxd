@@ -7,7 +7,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from logtide._ext.frame_buffer cimport FrameBuf
 from logtide._ext.futex cimport lt_mutex
 from logtide._ext.segment_prealloc cimport Prealloc
-from logtide._ext.waiter_handoff cimport WaitList, lt_waiter
+from logtide._ext.waiter_list cimport WaitList, lt_waiter
 
 
 @cython.final
@@ -34,7 +34,7 @@ cdef class CommitQueue:
     cdef readonly double max_commit_delay
     cdef readonly uint64_t groups, records
     cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)
-    # the futex words the waiters of the filling group sleep on (without handoff): one per group
+    # the futex words the waiters of the filling group sleep on: one per group
     # parity, since only the group in the flusher's hands and the one filling have waiters
     cdef int gword[2]
     cdef uint64_t fill_gen
@@ -71,7 +71,7 @@ cdef class CommitQueue:
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil
     cdef bint _count_append_locked(self) noexcept nogil
     cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0
-    cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0
+    cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0
     cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                           size_t dlen) except? 0
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,

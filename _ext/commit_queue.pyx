@@ -4,10 +4,10 @@
 It is group commit's pipelined mechanism (engine/group_commit) for every appender of the embedded
 log. Appenders frame their records straight into the queue's fill buffer (frame_buffer.pxd; LSNs
 are assigned there, under a C mutex), register a waiter for their last LSN and sleep, with the GIL
-released (waiter_handoff.pxd). One flusher thread, in `run`, takes the whole fill buffer at once,
+released (waiter_list.pxd). One flusher thread, in `run`, takes the whole fill buffer at once,
 writes it with one write() (segment_prealloc.pxd) at the end of the bound segment (`bind_index`: its
 fd, offset array and count cell) and, with fsync="always", one fdatasync(), indexes it and publishes
-it: exactly the waiters whose LSN is <= the group's last are settled, by handoff or all at once.
+it: exactly the waiters whose LSN is <= the group's last are settled, and woken at once.
 All of it runs without the GIL, group after group; `run` returns only what needs Python (a group
 that rolls the segment, reaches the pre-allocation `mark` or fills the index, which the caller
 indexes and then publishes with `publish(lsn)`). `fail(exc)` wakes every waiter with
@@ -40,12 +40,10 @@ from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_r
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy, lt_notify,
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
 from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_spin_bound
-from logtide._ext.ready_list cimport rl_stall_at
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
-from logtide._ext.waiter_handoff cimport (W_DURABLE, W_FAILED, WaitList, lt_waiter, wl_detach_durable, wl_insert,
-                                          wl_link, wl_pop_ready, wl_settle, wl_sleep, wl_take_all, wl_take_ready,
-                                          wl_take_stalled)
+from logtide._ext.waiter_list cimport (W_DURABLE, W_FAILED, WaitList, lt_waiter, wl_detach_durable, wl_insert,
+                                       wl_link, wl_settle, wl_sleep, wl_take_all)
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
@@ -69,14 +67,11 @@ DEF KEEP_BYTES = 8 << 20         # a flushed buffer larger than this is freed, n
 cdef class CommitQueue:
     """The append queue of one log writer. LSNs start at next_lsn. (Its fields: commit_queue.pxd.)"""
 
-    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001, bint handoff=True,
-                  double handoff_stall=0.0002):
+    def __cinit__(self, uint64_t next_lsn, double max_commit_delay=0.001):
         lt_mutex_init(&self.mu)
         self.user_max = -1
         lt_mutex_init(&self.zero.mu)
         self.zero.fd = -1
-        self.waiters.ready.stall = handoff_stall
-        self.waiters.handoff = handoff
         self.spin_max = PY_SPIN_MIN
         self.next_lsn = next_lsn
         self.published = next_lsn - 1
@@ -93,16 +88,6 @@ cdef class CommitQueue:
         free(self.zero.zeros)
         lt_mutex_destroy(&self.mu)
         lt_mutex_destroy(&self.zero.mu)
-
-    @property
-    def handoff(self) -> bool:
-        """Whether publish wakes durable waiters by handoff (see set_handoff)."""
-        return self.waiters.handoff
-
-    @property
-    def stalls(self) -> int:
-        """Times the flusher had to wake ready waiters nobody handed off to."""
-        return self.waiters.ready.stalls
 
     @property
     def generation(self) -> int:
@@ -159,19 +144,18 @@ cdef class CommitQueue:
         self.next_lsn += n
         return first
 
-    cdef uint64_t _wait(self, lt_waiter* w, bint wake, lt_waiter* hand) except? 0:
+    cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0:
         with nogil:
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
             # this thread is giving up the GIL: the next durable appender can take it uncontended
             lt_py_leave()
-            wl_settle(hand, W_DURABLE)
             wl_sleep(w)
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
             # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
             lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max))
-        if w.r.word == W_FAILED:
+        if w.word == W_FAILED:
             self._refuse()
         return w.lsn
 
@@ -182,7 +166,6 @@ cdef class CommitQueue:
             raise ValueError("a record's data does not fit a u32 length")
         cdef size_t size = WAL_HEADER_SIZE + plen + dlen
         cdef lt_waiter w
-        cdef lt_waiter* hand
         cdef bint wake
         lt_lock(&self.mu)
         if self.state != Q_OPEN:
@@ -201,9 +184,8 @@ cdef class CommitQueue:
         self.next_lsn += 1
         fb_put(&self.fill, w.lsn, rtype, pre, plen, src, dlen)
         wake = self._enqueue_locked(&w)
-        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
-        return self._wait(&w, wake, hand)
+        return self._wait(&w, wake)
 
     cdef uint64_t _append_solo(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,
                                size_t dlen, size_t size) except? 0:
@@ -336,7 +318,6 @@ cdef class CommitQueue:
             free(lens)
             raise ValueError("append_many needs at least one payload")
         cdef lt_waiter w
-        cdef lt_waiter* hand = NULL
         cdef bint wake
         cdef uint64_t first
         try:
@@ -365,12 +346,11 @@ cdef class CommitQueue:
                     fb_put(&self.fill, first + i, rtype, pre, plen, ptrs[i], lens[i])
             w.lsn = first + n - 1
             wake = self._enqueue_locked(&w)
-            hand = wl_pop_ready(&self.waiters)
             lt_unlock(&self.mu)
         finally:
             free(ptrs)
             free(lens)
-        self._wait(&w, wake, hand)
+        self._wait(&w, wake)
         return first
 
     # -- the flusher --
@@ -384,22 +364,15 @@ cdef class CommitQueue:
         cdef bint napped = False, timed
         cdef Py_ssize_t appends
         cdef FrameBuf tmp
-        cdef lt_waiter* stalled
         lt_lock(&self.mu)
         self.busy = False
         until = lt_now() + timeout
         while True:
             now = lt_now()
-            # when to look again; a nap, a due batch sync or unclaimed hand-offs may bring it
-            # nearer, but only `until` ends the wait with TIMEOUT (else an ended nap would return
-            # before it ends the expectation, and every later call would nap again)
+            # when to look again; a nap or a due batch sync may bring it nearer, but only `until`
+            # ends the wait with TIMEOUT (else an ended nap would return before it ends the
+            # expectation, and every later call would nap again)
             wait_until = until
-            stalled = wl_take_stalled(&self.waiters, now)
-            if stalled != NULL:
-                lt_unlock(&self.mu)
-                wl_settle(stalled, W_DURABLE)
-                lt_lock(&self.mu)
-                continue
             if self.solo:  # a lone appender is writing its record itself: after it
                 pass
             elif self._sync_due(now):
@@ -419,10 +392,6 @@ cdef class CommitQueue:
                 break
             elif self.state != Q_OPEN:
                 outcome = 2
-                stalled = wl_take_ready(&self.waiters)  # the last appenders are settled before the flusher leaves
-                lt_unlock(&self.mu)
-                wl_settle(stalled, W_DURABLE)
-                lt_lock(&self.mu)
                 break
             elif now >= until:
                 outcome = 3
@@ -443,7 +412,6 @@ cdef class CommitQueue:
             seen = self.fl_word
             self.fl_sleeping = True
             self.fl_timed = timed
-            wait_until = rl_stall_at(&self.waiters.ready, wait_until)
             lt_unlock(&self.mu)
             lt_futex_wait(&self.fl_word, seen, <long long>(max(0.0, wait_until - now) * 1e9) + 1)
             lt_lock(&self.mu)
@@ -677,12 +645,9 @@ cdef class CommitQueue:
         return added
 
     def publish(self, uint64_t lsn) -> None:
-        """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it.
-
-        Waking them all at once would have them fight for the GIL (each wakes, sleeps on the GIL,
-        wakes again). So one is woken here and the rest are queued as ready: each appender that
-        enters its own wait, and so releases the GIL, wakes the next ready one; the flusher wakes
-        any left unclaimed for handoff_stall seconds (an appender that did not come back)."""
+        """Every record up to lsn is durable (and indexed): settle exactly the waiters at or below it,
+        and wake them at once (a group's with one futex wake; each then takes the GIL through the
+        gate of gil_gate.pxd rather than sleep on it)."""
         cdef lt_waiter* first
         with nogil:
             lt_lock(&self.mu)
@@ -720,7 +685,6 @@ cdef class CommitQueue:
     def fail(self, exc) -> None:
         """A write failed: wake every waiter with LogServiceFailed and refuse every later append."""
         cdef lt_waiter* all_
-        cdef lt_waiter* ready
         lt_lock(&self.mu)
         if self.state != Q_FAILED:
             self.failure = exc
@@ -729,13 +693,11 @@ cdef class CommitQueue:
             self.dur_at = 0
             lt_notify(self.dur_fd)
         all_ = wl_take_all(&self.waiters)
-        ready = wl_take_ready(&self.waiters)
         fb_clear(&self.fill)
         self.appends = 0
         self.fl_word += 1
         lt_unlock(&self.mu)
         with nogil:
-            wl_settle(ready, W_DURABLE)  # published before the failure
             wl_settle(all_, W_FAILED)
             lt_futex_wake(&self.fl_word, 1)
 
@@ -833,7 +795,6 @@ cdef class CommitQueue:
     cdef uint64_t wait_published(self, uint64_t lsn) except? 0:
         """wait_durable: the published LSN once it reaches lsn."""
         cdef lt_waiter w
-        cdef lt_waiter* hand
         lt_lock(&self.mu)
         if lsn <= self.published:
             lsn = self.published
@@ -848,9 +809,8 @@ cdef class CommitQueue:
         # appends link at the tail as they take their LSNs; this waiter comes later
         w.lsn = lsn
         wl_insert(&self.waiters, &w)
-        hand = wl_pop_ready(&self.waiters)
         lt_unlock(&self.mu)
-        self._wait(&w, False, hand)
+        self._wait(&w, False)
         return lt_load64(&self.published)
 
     def set_spin_limit(self, double seconds) -> None:
@@ -862,13 +822,3 @@ cdef class CommitQueue:
         if not (0.0 <= seconds <= 0.001):
             raise ValueError(f"a spin limit is between 0 and 0.001 s, not {seconds!r}")
         self.spin_max = seconds
-
-    def set_handoff(self, bint handoff) -> None:
-        """How publish wakes durable waiters from now on: by handoff, one and each later one when an
-        appender gives up the GIL through this queue (True), or all at once by the flusher (False).
-        Writers that run much Python per record (the TN, the primary) gain from handoff: woken at
-        once they would queue for the GIL. Safe at any time: waiters already due by handoff are
-        still woken (by the next waiter, or by the flusher after handoff_stall)."""
-        lt_lock(&self.mu)
-        self.waiters.handoff = handoff
-        lt_unlock(&self.mu)

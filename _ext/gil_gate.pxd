@@ -3,7 +3,7 @@
 # wake-up, which on some hosts (a VM whose idle vCPUs halt) costs 30 us. So a woken thread that finds
 # another on its way into Python spins for it, about as long as sleeping would cost here: measured as
 # the engine runs, from how late woken threads run after their wake was issued. Used by the commit
-# queue's appenders (waiter_handoff.pxd) and the RPC client's callers (call_slots.pyx). The state is
+# queue's appenders (waiter_list.pxd) and the RPC client's callers (call_slots.pyx). The state is
 # static: each extension module that cimports this has its own gate and its own measurement.
 from logtide._ext.futex cimport lt_now
 

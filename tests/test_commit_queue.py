@@ -25,7 +25,6 @@ from logtide._ext.commit_queue import CLOSED, KICKED, TIMEOUT, CommitQueue
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 SETTLE = 5.0          # seconds a durable waiter may take to return (a loaded CI machine)
-STALL = 0.0003        # > the queue's hand-off stall (0.2 ms): a flusher wait then wakes every durable waiter
 TICK = 0.001          # seconds the test's flusher waits when it has nothing to take (> the hand-off stall)
 # where a run's pre-allocation mark lies: past the written end by this much, or nowhere (frames are
 # 22-322 bytes, so a group's end falls on either side)
@@ -72,13 +71,12 @@ def _registered(q: CommitQueue, payloads: list[bytes]) -> Appender:
 
 
 class CommitQueueMachine(RuleBasedStateMachine):
-    @initialize(start=st.sampled_from([1, 2, 1000, 2**40]), handoff=st.booleans(), sync=st.booleans(),
+    @initialize(start=st.sampled_from([1, 2, 1000, 2**40]), sync=st.booleans(),
                 roll_at=st.sampled_from([NEVER, 2048]))
-    def setup(self, start, handoff, sync, roll_at):
+    def setup(self, start, sync, roll_at):
         self.dir = tempfile.mkdtemp(prefix="cq-")
         self.start = start
-        self.handoff = handoff
-        self.q = CommitQueue(start, handoff=handoff)
+        self.q = CommitQueue(start)
         self.fl = QueueFlusher(self.q, self.dir, start, sync, roll_at)
         self.next = start          # model: the next LSN handed out
         self.queued = []           # model: (appender, first, last) not yet taken by a run
@@ -185,19 +183,12 @@ class CommitQueueMachine(RuleBasedStateMachine):
     def exactly_the_durable_waiters_return(self):
         if not hasattr(self, "q"):
             return
-        time.sleep(STALL)
-        # By handoff, a durable waiter may wait for the flusher's next wait (after the stall). With
-        # nothing queued, that is a run() here; with appends queued, run() would take them, so
-        # such a waiter is checked once the model's own run has written them.
-        settled = self.failed or not self.handoff
         if not self.queued and not self.failed:
             self._run(None, 0)
-            settled = True
         for a, first, last in self.queued + self.flushed:
             if last <= self.published:
-                if settled:
-                    a.thread.join(SETTLE)
-                    assert a.done, f"append {first}..{last} is durable ({self.published}) but still waits"
+                a.thread.join(SETTLE)
+                assert a.done, f"append {first}..{last} is durable ({self.published}) but still waits"
                 assert not a.done or a.result == first, a.result
             elif self.failed:
                 a.thread.join(SETTLE)
@@ -230,8 +221,7 @@ def test_publish_wakes_a_prefix_only_in_lsn_order(tmp_path):
         assert (first, last) == (1, 12)
         for k in (3, 3, 7, 12):
             q.publish(k)
-            time.sleep(STALL)
-            assert fl.run(TICK) is TIMEOUT  # the flusher's wait: unclaimed hand-offs are woken
+            assert fl.run(TICK) is TIMEOUT  # nothing else is queued
             for i, a in enumerate(apps, start=1):
                 if i <= k:
                     a.thread.join(SETTLE)
@@ -249,7 +239,7 @@ def test_group_words_wake_exactly_the_published_waiters(tmp_path):
     and 3 sleep on the same word. Publishing part of group 1 wakes that word, and the waiters whose
     LSN is not published (the rest of group 1, all of group 3) must go back to sleep; group 2, on
     the other word, must not return either."""
-    q = CommitQueue(1, handoff=False)
+    q = CommitQueue(1)
     fl = QueueFlusher(q, tmp_path, 1)
     q.mark = 0  # each group comes back to Python unpublished
     groups = []
@@ -294,7 +284,7 @@ def _after_a_synced_group_of_3(q: CommitQueue, fl: QueueFlusher) -> None:
 def test_flusher_naps_once_for_an_expected_group(tmp_path):
     """After a synced group of 3 the flusher expects another: with nothing queued it naps for the
     commit delay; an append then gets its group as usual."""
-    q = CommitQueue(1, handoff=False)
+    q = CommitQueue(1)
     fl = QueueFlusher(q, tmp_path, 1, sync_always=True)
     try:
         _after_a_synced_group_of_3(q, fl)
@@ -312,7 +302,7 @@ def test_flusher_naps_once_for_an_expected_group(tmp_path):
 def test_flusher_naps_once_then_sleeps_until_woken(tmp_path):
     """A nap that ends with nothing queued ends the expectation (docs/wal_format.md, "Commit
     delay"): the flusher then sleeps until the timeout or an append, which wakes it."""
-    q = CommitQueue(1, handoff=False)
+    q = CommitQueue(1)
     fl = QueueFlusher(q, tmp_path, 1, sync_always=True)
     late = []
     try:
@@ -392,7 +382,7 @@ def test_spin_limit_is_checked_and_a_woken_group_still_gets_its_lsns(tmp_path):
     """set_spin_limit refuses a limit outside [0, 1 ms] (NaN included) and a non-number, and leaves
     the queue as it was; with the writers' limit (60 us) a group woken at once returns each
     appender its own LSN."""
-    q = CommitQueue(1, handoff=False)
+    q = CommitQueue(1)
     for bad in (-1e-6, 0.0011, float("nan"), float("inf")):
         with pytest.raises(ValueError):
             q.set_spin_limit(bad)

@@ -26,7 +26,6 @@ from logtide._ext.commit_queue import CLOSED, TIMEOUT, CommitQueue
 from logtide.errors import LogServiceClosed, LogServiceFailed
 
 SETTLE = 5.0          # seconds a durable waiter may take to return (a loaded CI machine)
-STALL = 0.0003        # > the queue's hand-off stall (0.2 ms): a flusher wait then wakes every durable waiter
 TICK = 0.001          # seconds the test's flusher waits when it has nothing to take (> the hand-off stall)
 
 
@@ -59,13 +58,12 @@ class Waiter:
 
 
 class PipelinedQueueMachine(RuleBasedStateMachine):
-    @initialize(start=st.sampled_from([1, 2, 2**40]), handoff=st.booleans())
-    def setup(self, start, handoff):
+    @initialize(start=st.sampled_from([1, 2, 2**40]))
+    def setup(self, start):
         self.dir = tempfile.mkdtemp(prefix="cqp-")
         self.start = start
-        self.q = CommitQueue(start, handoff=handoff)
+        self.q = CommitQueue(start)
         self.fl = QueueFlusher(self.q, self.dir, start)
-        self.handoff_used = handoff  # durable waiters may have been left to a flusher wait
         self.next = start          # model: the next LSN handed out
         self.queued_to = start - 1  # model: LSNs below this one are queued (taken or not)
         self.written = 0           # bytes in the file
@@ -174,13 +172,6 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         self.q.publish(lsn)
         self.published = max(self.published, lsn)
 
-    @rule(on=st.booleans())
-    def set_handoff(self, on):
-        """Switching how durable waiters are woken, at any time, changes none of the outcomes."""
-        self.q.set_handoff(on)
-        self.handoff_used |= on
-        assert self.q.handoff == on
-
     @rule()
     def fail(self):
         self.q.fail(OSError(5, "I/O error"))
@@ -195,19 +186,12 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
     def exactly_the_durable_waiters_return(self):
         if not hasattr(self, "q"):
             return
-        time.sleep(STALL)
-        # By handoff, a durable waiter may wait for the flusher's next wait (after the stall). With
-        # nothing queued, that is a run() here; with records queued, run() would take them, so
-        # such a waiter is checked once the model's own run has written them.
-        settled = self.failed or not self.handoff_used
         if self.written_lsn == self.next - 1 and not self.failed:
             self._run(False, 0)
-            settled = True
         for w in self.waiters + self.blocking:
             if w.lsn <= self.published:
-                if settled:
-                    w.thread.join(SETTLE)
-                    assert w.done, f"a wait for {w.lsn} still waits; {self.published} is published"
+                w.thread.join(SETTLE)
+                assert w.done, f"a wait for {w.lsn} still waits; {self.published} is published"
                 if not w.done:
                     continue
                 if w in self.blocking:

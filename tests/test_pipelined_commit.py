@@ -133,8 +133,7 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
         recs, _ = log.read(1, 1 << 20)
         assert [r.payload for r in recs] == [b"x"] + [b"p%d" % i for i in range(5)] + [b"ba"]
         assert recs[-1].replica_id == 3
-        # waking one at a time: every append and wait still returns, each with its own LSN
-        log.set_handoff(True)
+        # appends and queued waits from 8 threads: every one returns, each with its own LSN
         got, lock = [], threading.Lock()
 
         def appender(k):
@@ -149,7 +148,6 @@ def test_log_service_enqueue_and_wait_durable(tmp_path):
             th.join(60)
         assert not any(th.is_alive() for th in ths) and len(got) == 400
         assert len({g for g in got if g}) == 200 and log.get_latest_lsn() == lsns[-1] + 401
-        log.set_handoff(False)
         with pytest.raises(InvalidArgument):
             log.wait_durable(log.get_latest_lsn() + 1)       # not handed out yet
         with pytest.raises(InvalidArgument):
@@ -239,20 +237,18 @@ def test_a_stopped_primary_still_closes_and_a_new_one_recovers(tmp_path):
         log2.close()
 
 
-def test_a_durable_group_is_woken_at_once_on_any_cpus(tmp_path):
-    """On every placement (all CPUs, or a thread confined to one) the committer leaves its log waking
-    a durable group's writers at once, never handed on one at a time, and every writer gets its own
-    durable LSN."""
+def test_every_writer_gets_its_own_durable_lsn_on_any_cpus(tmp_path):
+    """On every placement (all CPUs, or a thread confined to one) every writer of the committer
+    gets its own durable LSN."""
     from logtide.cpu_affinity import allowed_cpus, confined
     from logtide.engine.group_commit import open_committer
     cpus = sorted(allowed_cpus())
-    for place, want in ((cpus, False), (cpus[:1], False)):
+    for place in (cpus, cpus[:1]):
         log = LogService.open(tmp_path / f"log-{len(place)}", fsync="always", truncation_interval=0)
         published: list[int] = []
         try:
             with confined(place):
                 c = open_committer(log, publish=lambda items, lsns: published.extend(lsns), write_group=None)
-                assert log.handoff is want
                 lsns: list[int] = []
 
                 def writer():

@@ -68,7 +68,7 @@ class LogWriter:
         self._flush_error: BaseException | None = None
         self._closed = False
         # the flusher wakes each group's appenders itself, GIL-free (docs/wal_format.md, "Wake-up")
-        self.queue = CommitQueue(next_lsn, handoff=False)
+        self.queue = CommitQueue(next_lsn)
         self.queue.configure(fsync == "always", fsync != "always", batch_sync_interval if fsync == "batch" else 0.0)
         # the flusher writes at the segment's logical end; past it the file holds only zeros (or
         # nothing): recovery cut anything else

@@ -540,16 +540,3 @@ class LogService(LogServiceClient):
         if type(self).enqueue is not LogService.enqueue or type(self).wait_durable is not LogService.wait_durable:
             return None
         return self._writer.queue, _PREFIXES[0], self._max_payload
-
-    @property
-    def handoff(self) -> bool:
-        """Whether durable appenders are woken one at a time (see set_handoff)."""
-        return self._writer.queue.handoff
-
-    def set_handoff(self, on: bool) -> None:
-        """How appenders whose records became durable are woken: one at a time, each as the one
-        before gives up the GIL (True; for writers with much Python work per record, such as the TN
-        and the primary, which turn it on for their log), or all at once by the flusher (False, the
-        default: best for plain appenders). Only speed changes, never what is durable or when an
-        append returns relative to its durability."""
-        self._writer.queue.set_handoff(bool(on))

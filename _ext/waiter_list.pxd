@@ -1,15 +1,14 @@
-# The commit queue's waiters and how durable ones are woken: by handoff (one at a time, each when an
-# appender gives up the GIL through the queue: ready_list.pxd) or all at once. Every wl_* function
-# but wl_settle and wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
+# The commit queue's waiters, and how durable ones are woken: all at once, a group with one futex
+# wake (a woken appender then takes the GIL through gil_gate.pxd). Every wl_* function but wl_settle
+# and wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
 #
 # A waiter lives on its waiting thread's stack. It sleeps on a futex: its group's shared word (one
 # FUTEX_WAKE wakes the group) or, with shared == NULL, its own outcome word. Registered waiters are
 # kept in LSN order, so making records durable detaches a prefix of the list.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport uint64_t
 
 from logtide._ext.futex cimport lt_futex_wait_forever, lt_futex_wake, lt_futex_wake_all, lt_load, lt_store
 from logtide._ext.gil_gate cimport lt_wake_issued, lt_wake_seen
-from logtide._ext.ready_list cimport ReadyList, rl_node, rl_pop, rl_push, rl_take, rl_take_stalled, rl_wake
 
 
 cdef enum:
@@ -19,7 +18,8 @@ cdef enum:
 
 
 cdef struct lt_waiter:
-    rl_node r             # first: its outcome word (W_WAITING, W_DURABLE or W_FAILED) and its link
+    int word              # its outcome: W_WAITING, W_DURABLE or W_FAILED
+    lt_waiter* next       # its link in the list
     int* shared           # the group word it sleeps on, or NULL: its own word
     uint64_t lsn          # settled once every record up to it is durable
 
@@ -27,24 +27,17 @@ cdef struct lt_waiter:
 cdef struct WaitList:
     lt_waiter* head       # registered and not yet durable, in LSN order
     lt_waiter* tail
-    ReadyList ready       # durable and not woken yet (handoff), in LSN order; its stall clock the flusher's
-    bint handoff          # durable waiters are woken by handoff (else all at once)
-
-
-cdef inline lt_waiter* wl_next(lt_waiter* w) noexcept nogil:
-    return <lt_waiter*>w.r.next
 
 
 cdef inline void wl_link(WaitList* l, lt_waiter* w, int* group_word) noexcept nogil:
-    """Register w at the tail (its LSN is the newest handed out). Handoff wakes waiters one at a
-    time, so each then sleeps on its own word; else on `group_word`, its group's."""
-    w.r.word = W_WAITING
-    w.r.next = NULL
-    w.shared = NULL if l.handoff else group_word
+    """Register w at the tail (its LSN is the newest handed out), to sleep on `group_word`, its group's."""
+    w.word = W_WAITING
+    w.next = NULL
+    w.shared = group_word
     if l.tail == NULL:
         l.head = w
     else:
-        l.tail.r.next = &w.r
+        l.tail.next = w
     l.tail = w
 
 
@@ -52,63 +45,42 @@ cdef inline void wl_insert(WaitList* l, lt_waiter* w) noexcept nogil:
     """Register w where its LSN belongs (it waits for a record queued earlier). It sleeps on its own
     word: its LSN may be in a group the flusher already holds."""
     cdef lt_waiter* p
-    w.r.word = W_WAITING
+    w.word = W_WAITING
     w.shared = NULL
     if l.head == NULL or l.head.lsn > w.lsn:
-        w.r.next = <rl_node*>l.head
+        w.next = l.head
         l.head = w
         if l.tail == NULL:
             l.tail = w
         return
     p = l.head
-    while wl_next(p) != NULL and wl_next(p).lsn <= w.lsn:
-        p = wl_next(p)
-    w.r.next = p.r.next
-    p.r.next = &w.r
-    if w.r.next == NULL:
+    while p.next != NULL and p.next.lsn <= w.lsn:
+        p = p.next
+    w.next = p.next
+    p.next = w
+    if w.next == NULL:
         l.tail = w
 
 
 cdef inline lt_waiter* wl_detach_durable(WaitList* l, uint64_t lsn) noexcept nogil:
-    """Every record up to lsn is durable: detach the waiters at or below it, and return those to
-    wake now. By handoff that is the first one (the rest join the ready list, behind any still
-    there: then none is woken now); else all of them."""
-    cdef lt_waiter* first = NULL
+    """Every record up to lsn is durable: detach the waiters at or below it, to wake."""
     cdef lt_waiter* w = l.head
     cdef lt_waiter* last = NULL
+    cdef lt_waiter* first = l.head
     while w != NULL and w.lsn <= lsn:
         last = w
-        w = wl_next(w)
+        w = w.next
     if last == NULL:
         return NULL
-    first = l.head
     l.head = w
     if w == NULL:
         l.tail = NULL
-    last.r.next = NULL
-    if not l.handoff:
-        return first
-    return <lt_waiter*>rl_push(&l.ready, &first.r, &last.r)
-
-
-cdef inline lt_waiter* wl_pop_ready(WaitList* l) noexcept nogil:
-    """The next ready waiter, detached (NULL: none): an appender about to give up the GIL wakes it."""
-    return <lt_waiter*>rl_pop(&l.ready)
-
-
-cdef inline lt_waiter* wl_take_ready(WaitList* l) noexcept nogil:
-    """Every ready waiter, detached."""
-    return <lt_waiter*>rl_take(&l.ready)
-
-
-cdef inline lt_waiter* wl_take_stalled(WaitList* l, double now) noexcept nogil:
-    """The ready waiters, when none was woken for `stall` seconds (an appender that did not come
-    back to hand off): the flusher then wakes them all."""
-    return <lt_waiter*>rl_take_stalled(&l.ready, now)
+    last.next = NULL
+    return first
 
 
 cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
-    """Every registered waiter (not the ready ones), detached."""
+    """Every registered waiter, detached."""
     cdef lt_waiter* w = l.head
     l.head = l.tail = NULL
     return w
@@ -126,19 +98,18 @@ cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
     if w != NULL:
         lt_wake_issued()
     while w != NULL:
-        nxt = wl_next(w)
+        nxt = w.next
         sh = w.shared
+        lt_store(&w.word, outcome)
         if sh == NULL:
-            rl_wake(&w.r, outcome)
-        else:
-            lt_store(&w.r.word, outcome)
-            if sh != w0 and sh != w1:
-                if w0 == NULL:
-                    w0 = sh
-                elif w1 == NULL:
-                    w1 = sh
-                else:  # (a queue has two group words) wake it now rather than lose it
-                    lt_futex_wake_all(sh)
+            lt_futex_wake(&w.word, 1)
+        elif sh != w0 and sh != w1:
+            if w0 == NULL:
+                w0 = sh
+            elif w1 == NULL:
+                w1 = sh
+            else:  # (a queue has two group words) wake it now rather than lose it
+                lt_futex_wake_all(sh)
         w = nxt
     if w0 != NULL:
         lt_futex_wake_all(w0)
@@ -152,14 +123,14 @@ cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:
     cdef int seen
     cdef bint slept = False
     if w.shared == NULL:
-        while lt_load(&w.r.word) == W_WAITING:
-            lt_futex_wait_forever(&w.r.word, W_WAITING)
+        while lt_load(&w.word) == W_WAITING:
+            lt_futex_wait_forever(&w.word, W_WAITING)
             slept = True
     else:
         # the group's word: read it before the outcome, so that a bump after that read fails the wait
         while True:
             seen = lt_load(w.shared)
-            if lt_load(&w.r.word) != W_WAITING:
+            if lt_load(&w.word) != W_WAITING:
                 break
             lt_futex_wait_forever(w.shared, seen)
             slept = True
