@@ -13,11 +13,12 @@ Two mechanisms, one per kind of log, chosen by `open_committer`:
 - leader (leader.py): one writer at a time writes every queued item with one log call (a remote or
   replicated log, which cannot queue a record without waiting for it).
 
-Both wake a durable group's writers by handoff: one at a time, each as the writer before it gives
-up the GIL, so a woken writer finds the GIL free instead of queueing for it behind its group. A
-pipelined committer made on a thread confined to one CPU (logtide.cpu_affinity) wakes them all at
-once instead: the scheduler then runs them one after another, which is the same order without the
-chain.
+They wake a durable group's writers differently. The pipelined committer's writers sleep in the C
+commit queue on their group's futex word: the flusher wakes the group with one wake, and each woken
+writer takes the GIL through the gate of _ext/gil_gate.pxd rather than sleeping on it again. The
+leader committer's writers sleep on Python locks and are woken by handoff, one at a time, each as
+the writer before it resumes, so that a woken writer finds the GIL free: woken all at once from
+Python, with no gate, they would each queue on the GIL behind the next leader.
 """
 from __future__ import annotations
 
