@@ -250,7 +250,7 @@ cdef class CallSlots:
             if lt_load(&w.word) != 0:
                 if slept:
                     lt_wake_seen()
-                lt_py_enter(lt_spin_bound(SPIN_MIN, SPIN_MAX))
+                lt_py_enter(lt_spin_bound(SPIN_MIN, SPIN_MAX), 0)   # not patient: the server may need this CPU
         if lt_load(&w.word) == 0:
             lt_lock(&self.mu)
             if w.state == S_WAITING:

@@ -31,6 +31,7 @@ cdef class CommitQueue:
     cdef Py_ssize_t last_groups[2]
     cdef double fsync_avg
     cdef double spin_max            # a woken appender's longest spin for the GIL (set_spin_limit)
+    cdef bint patient               # past the spin, a woken appender yields and waits on (set_spin_limit)
     cdef readonly double max_commit_delay
     cdef readonly uint64_t groups, records
     cdef readonly uint64_t naps     # times the flusher napped for an expected group (see _take)

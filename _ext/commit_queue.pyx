@@ -154,7 +154,7 @@ cdef class CommitQueue:
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits a moment for it to be back in a wait (a
             # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
-            lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max))
+            lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max), self.patient)
         if w.word == W_FAILED:
             self._refuse()
         return w.lsn
@@ -806,19 +806,24 @@ cdef class CommitQueue:
         if lsn >= self.next_lsn:
             lt_unlock(&self.mu)
             raise ValueError(f"LSN {lsn} was not handed out (the next is {self.next_lsn})")
-        # appends link at the tail as they take their LSNs; this waiter comes later
+        # appends link at the tail as they take their LSNs; this waiter comes later. Its group is
+        # the filling one, or else the one the flusher holds (the other parity)
         w.lsn = lsn
-        wl_insert(&self.waiters, &w)
+        wl_insert(&self.waiters, &w, &self.gword[(self.fill_gen + (lsn < self.next_lsn - <uint64_t>self.fill.n)) & 1])
         lt_unlock(&self.mu)
         self._wait(&w, False)
         return lt_load64(&self.published)
 
-    def set_spin_limit(self, double seconds) -> None:
+    def set_spin_limit(self, double seconds, bint patient=False) -> None:
         """How long a woken appender may spin, at most, for another to leave Python before it takes
         the GIL; it spins about as long as a sleep and a wake were measured to cost here (a spin as
         long as a sleep costs is never worse than twice the better choice), and at least 5 us.
         Writers that run much Python per record (the TN, the primary) gain from a longer limit;
-        plain appenders, whose Python is a loop step, from the least."""
+        plain appenders, whose Python is a loop step, from the least. `patient`: past the spin, a
+        woken appender yields its CPU and waits on for its turn (while others pass regularly)
+        instead of sleeping on the GIL; for writer threads whose process has nothing else to run
+        meanwhile (see _ext/gil_gate.pxd)."""
         if not (0.0 <= seconds <= 0.001):
             raise ValueError(f"a spin limit is between 0 and 0.001 s, not {seconds!r}")
         self.spin_max = seconds
+        self.patient = patient

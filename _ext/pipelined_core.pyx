@@ -32,8 +32,9 @@ cdef class PipelinedCore:
         if direct is not None:
             self.q, self.prefix, self.max_payload = direct
             # a writer runs Python for 10-20 us per record: woken, it may wait that long for the
-            # GIL, which a sleep on the GIL and a wake across CPUs can cost more than
-            self.q.set_spin_limit(WRITER_SPIN_MAX)
+            # GIL, which a sleep on the GIL and a wake across CPUs can cost more than; and with
+            # 16-32 writers woken a group at a time, its turn may take several of those
+            self.q.set_spin_limit(WRITER_SPIN_MAX, True)
         self.publish_fn = publish
         self.on_fail = on_fail
         self.lock_acquire = lock.acquire

@@ -2,12 +2,12 @@
 # wake (a woken appender then takes the GIL through gil_gate.pxd). Every wl_* function but wl_settle
 # and wl_sleep runs under the queue's mutex; waking happens after it is unlocked.
 #
-# A waiter lives on its waiting thread's stack. It sleeps on a futex: its group's shared word (one
-# FUTEX_WAKE wakes the group) or, with shared == NULL, its own outcome word. Registered waiters are
-# kept in LSN order, so making records durable detaches a prefix of the list.
+# A waiter lives on its waiting thread's stack. It sleeps on a futex, its group's shared word: one
+# FUTEX_WAKE wakes the group. Registered waiters are kept in LSN order, so making records durable
+# detaches a prefix of the list.
 from libc.stdint cimport uint64_t
 
-from logtide._ext.futex cimport lt_futex_wait_forever, lt_futex_wake, lt_futex_wake_all, lt_load, lt_store
+from logtide._ext.futex cimport lt_futex_wait_forever, lt_futex_wake_all, lt_load, lt_store
 from logtide._ext.gil_gate cimport lt_wake_issued, lt_wake_seen
 
 
@@ -20,7 +20,7 @@ cdef enum:
 cdef struct lt_waiter:
     int word              # its outcome: W_WAITING, W_DURABLE or W_FAILED
     lt_waiter* next       # its link in the list
-    int* shared           # the group word it sleeps on, or NULL: its own word
+    int* shared           # the group word it sleeps on
     uint64_t lsn          # settled once every record up to it is durable
 
 
@@ -41,12 +41,14 @@ cdef inline void wl_link(WaitList* l, lt_waiter* w, int* group_word) noexcept no
     l.tail = w
 
 
-cdef inline void wl_insert(WaitList* l, lt_waiter* w) noexcept nogil:
-    """Register w where its LSN belongs (it waits for a record queued earlier). It sleeps on its own
-    word: its LSN may be in a group the flusher already holds."""
+cdef inline void wl_insert(WaitList* l, lt_waiter* w, int* group_word) noexcept nogil:
+    """Register w where its LSN belongs (it waits for a record queued earlier), to sleep on
+    `group_word`: that of the group its LSN is in (the filling one, or the one the flusher holds).
+    Any group word would be correct, since settling wakes the word of every waiter it settles; the
+    right one spares the other group a spurious wake-up."""
     cdef lt_waiter* p
     w.word = W_WAITING
-    w.shared = NULL
+    w.shared = group_word
     if l.head == NULL or l.head.lsn > w.lsn:
         w.next = l.head
         l.head = w
@@ -87,10 +89,9 @@ cdef inline lt_waiter* wl_take_all(WaitList* l) noexcept nogil:
 
 
 cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
-    """Give each waiter of a detached list its outcome and wake it. Reads next before the store: once
-    its word is set, a waiter may return and its stack frame be reused (a late futex wake there is
-    only spurious). Waiters on a shared group word are woken with one FUTEX_WAKE per word, after every
-    outcome is set: one syscall for the group, so the flusher is not preempted per waiter."""
+    """Give each waiter of a detached list its outcome and wake it: one FUTEX_WAKE per group word,
+    after every outcome is set, so the flusher is not preempted per waiter. Reads next before the
+    store: once its word is set, a waiter may return and its stack frame be reused."""
     cdef lt_waiter* nxt
     cdef int* sh
     cdef int* w0 = NULL
@@ -101,9 +102,7 @@ cdef inline void wl_settle(lt_waiter* w, int outcome) noexcept nogil:
         nxt = w.next
         sh = w.shared
         lt_store(&w.word, outcome)
-        if sh == NULL:
-            lt_futex_wake(&w.word, 1)
-        elif sh != w0 and sh != w1:
+        if sh != w0 and sh != w1:
             if w0 == NULL:
                 w0 = sh
             elif w1 == NULL:
@@ -122,17 +121,12 @@ cdef inline void wl_sleep(lt_waiter* w) noexcept nogil:
     and a timed wait arms and cancels a timer at every append."""
     cdef int seen
     cdef bint slept = False
-    if w.shared == NULL:
-        while lt_load(&w.word) == W_WAITING:
-            lt_futex_wait_forever(&w.word, W_WAITING)
-            slept = True
-    else:
-        # the group's word: read it before the outcome, so that a bump after that read fails the wait
-        while True:
-            seen = lt_load(w.shared)
-            if lt_load(&w.word) != W_WAITING:
-                break
-            lt_futex_wait_forever(w.shared, seen)
-            slept = True
+    # the group's word: read it before the outcome, so that a bump after that read fails the wait
+    while True:
+        seen = lt_load(w.shared)
+        if lt_load(&w.word) != W_WAITING:
+            break
+        lt_futex_wait_forever(w.shared, seen)
+        slept = True
     if slept:
         lt_wake_seen()

@@ -378,17 +378,18 @@ def test_run_writes_indexes_and_publishes_into_the_bound_segment(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_spin_limit_is_checked_and_a_woken_group_still_gets_its_lsns(tmp_path):
+@pytest.mark.parametrize("patient", [False, True])
+def test_spin_limit_is_checked_and_a_woken_group_still_gets_its_lsns(tmp_path, patient):
     """set_spin_limit refuses a limit outside [0, 1 ms] (NaN included) and a non-number, and leaves
-    the queue as it was; with the writers' limit (60 us) a group woken at once returns each
-    appender its own LSN."""
+    the queue as it was; with the writers' limit (60 us), patient or not, a group woken at once
+    returns each appender its own LSN."""
     q = CommitQueue(1)
     for bad in (-1e-6, 0.0011, float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            q.set_spin_limit(bad)
+            q.set_spin_limit(bad, patient)
     with pytest.raises(TypeError):
         q.set_spin_limit("60us")
-    q.set_spin_limit(60e-6)
+    q.set_spin_limit(60e-6, patient)
     fl = QueueFlusher(q, tmp_path, 1)
     q.mark = 0  # the group comes back to Python: the test publishes it
     try:

@@ -9,6 +9,7 @@ typed error, and the log keeps what was made durable.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from hypothesis import given, strategies as st
@@ -266,3 +267,41 @@ def test_every_writer_gets_its_own_durable_lsn_on_any_cpus(tmp_path):
             assert published == sorted(published) and set(lsns) <= set(published)
         finally:
             log.close()
+
+
+def test_a_gate_claim_left_by_a_writer_that_never_waits_again_is_taken_over(tmp_path):
+    """The committer makes its log's woken writers patient (they yield and wait their turn into
+    Python rather than sleep on the GIL). A writer that claims that turn and then stays in Python
+    without writing again must not hold the others up for good: its claim goes stale and is taken
+    over. Every append returns, each with its own LSN."""
+    from logtide.engine.group_commit import open_committer
+    log = LogService.open(tmp_path / "log", fsync="always", truncation_interval=0)
+    try:
+        open_committer(log, publish=lambda items, lsns: None, write_group=None)
+        start = threading.Barrier(6)
+        got, lock = [], threading.Lock()
+
+        def leaver():
+            start.wait()
+            lsn = log.append(b"leaver")
+            with lock:
+                got.append(lsn)
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:     # Python, and no wait: its claim of the gate goes stale
+                pass
+
+        def writer():
+            start.wait()
+            for _ in range(40):
+                lsn = log.append(b"w")
+                with lock:
+                    got.append(lsn)
+        ths = [threading.Thread(target=leaver)] + [threading.Thread(target=writer) for _ in range(5)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        assert not any(th.is_alive() for th in ths), "a woken writer waited for good on a stale claim"
+        assert len(got) == 201 and len(set(got)) == 201
+    finally:
+        log.close()
