@@ -152,8 +152,8 @@ cdef class CommitQueue:
             lt_py_leave()
             wl_sleep(w)
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
-            # finds another on its way into Python waits a moment for it to be back in a wait (a
-            # loop step of Python, 1-3 us) rather than sleep on the GIL and need another wake-up.
+            # finds another on its way into Python waits for it to be back in a wait rather than
+            # sleep on the GIL and need another wake-up (gil_gate.pxd; patient: set_spin_limit).
             lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max), self.patient)
         if w.word == W_FAILED:
             self._refuse()
@@ -795,6 +795,7 @@ cdef class CommitQueue:
     cdef uint64_t wait_published(self, uint64_t lsn) except? 0:
         """wait_durable: the published LSN once it reaches lsn."""
         cdef lt_waiter w
+        cdef uint64_t gen
         lt_lock(&self.mu)
         if lsn <= self.published:
             lsn = self.published
@@ -806,10 +807,11 @@ cdef class CommitQueue:
         if lsn >= self.next_lsn:
             lt_unlock(&self.mu)
             raise ValueError(f"LSN {lsn} was not handed out (the next is {self.next_lsn})")
-        # appends link at the tail as they take their LSNs; this waiter comes later. Its group is
-        # the filling one, or else the one the flusher holds (the other parity)
+        # appends link at the tail as they take their LSNs; this waiter comes later. It sleeps on
+        # its record's group word: the filling group's, else that of the group the flusher holds
         w.lsn = lsn
-        wl_insert(&self.waiters, &w, &self.gword[(self.fill_gen + (lsn < self.next_lsn - <uint64_t>self.fill.n)) & 1])
+        gen = self.fill_gen if lsn >= self.next_lsn - <uint64_t>self.fill.n else self.fill_gen - 1
+        wl_insert(&self.waiters, &w, &self.gword[gen & 1])
         lt_unlock(&self.mu)
         self._wait(&w, False)
         return lt_load64(&self.published)

@@ -84,7 +84,7 @@ cdef extern from *:
     static int64_t lt_wake_issued_ns;   /* when the last group's wake was issued; 0: seen */
     static int64_t lt_wake_lat_ns = 5000;
     static inline void lt_wake_issued(void) {
-        __atomic_store_n(&lt_wake_issued_ns, (int64_t)(lt_now() * 1e9), __ATOMIC_RELAXED);
+        __atomic_store_n(&lt_wake_issued_ns, lt_now_ns(), __ATOMIC_RELAXED);
     }
     static inline void lt_wake_seen(void) {
         int64_t t, d, l;
@@ -92,7 +92,7 @@ cdef extern from *:
         if (__atomic_load_n(&lt_wake_issued_ns, __ATOMIC_RELAXED) == 0) return;
         t = __atomic_exchange_n(&lt_wake_issued_ns, 0, __ATOMIC_RELAXED);
         if (t <= 0) return;
-        d = (int64_t)(lt_now() * 1e9) - t;
+        d = lt_now_ns() - t;
         if (d < 0 || d > 1000000) return;   /* a mark left from long ago, not a wake's latency */
         l = __atomic_load_n(&lt_wake_lat_ns, __ATOMIC_RELAXED);
         __atomic_store_n(&lt_wake_lat_ns, l + (d - l) / 8, __ATOMIC_RELAXED);
