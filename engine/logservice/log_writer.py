@@ -78,6 +78,7 @@ class LogWriter:
         discard_prealloc(dirpath)
         self._prealloc_path = os.path.join(dirpath, PREALLOC_FILE)
         self._next_size = 0       # bytes of the prepared next segment file, 0 when none (under _mu)
+        self._prealloc_busy = False  # that file is being written, or renamed by a roll (under _mu)
         # the flusher wakes the pre-allocation thread when the end reaches this mark (_mu); the
         # thread's first run (below) sets it
         self._wake_at = _NEVER
@@ -201,10 +202,15 @@ class LogWriter:
         new = Segment(self.dirpath, first_lsn)
         with self._mu:
             size, self._next_size = self._next_size, 0
+            self._prealloc_busy = self._prealloc_busy or bool(size)
         if size:
-            if os.path.lexists(new.path):
-                raise FileExistsError(f"log segment {new.path} exists already")
-            os.rename(self._prealloc_path, new.path)
+            try:
+                if os.path.lexists(new.path):
+                    raise FileExistsError(f"log segment {new.path} exists already")
+                os.rename(self._prealloc_path, new.path)
+            finally:
+                with self._mu:
+                    self._prealloc_busy = False
             new.wfd = os.open(new.path, os.O_WRONLY)
         else:
             new.wfd = os.open(new.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -243,7 +249,12 @@ class LogWriter:
         if self.queue.zeroed < target:
             self.queue.prefill(generation, target, sync)
         zeroed = self.queue.zeroed
-        if zeroed >= self.segment_size and self._next_size == 0:
+        with self._mu:
+            # a roll may have taken the prepared file and not renamed it yet: preparing again
+            # then would truncate (and zero) the file that is becoming a segment
+            claim = zeroed >= self.segment_size and self._next_size == 0 and not self._prealloc_busy
+            self._prealloc_busy = self._prealloc_busy or claim
+        if claim:
             self._prepare_next(sync)
         with self._mu:
             if self.segments[-1] is not seg:
@@ -256,20 +267,24 @@ class LogWriter:
         """Write the next segment's first zeros (fsynced) under PREALLOC_FILE; the roll renames it."""
         size = min(self.segment_size, PREFILL_MAX)
         zeros = bytes(min(size, PREFILL_MIN))
-        fd = os.open(self._prealloc_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            off = 0
-            while off < size:
-                off += os.pwrite(fd, zeros[: size - off], off)
-            if sync:
-                os.fdatasync(fd)
+            fd = os.open(self._prealloc_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                off = 0
+                while off < size:
+                    off += os.pwrite(fd, zeros[: size - off], off)
+                if sync:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
         except BaseException:
-            os.close(fd)
             discard_prealloc(self.dirpath)
+            with self._mu:
+                self._prealloc_busy = False
             raise
-        os.close(fd)
         with self._mu:
             self._next_size = size
+            self._prealloc_busy = False
 
     # --- sync and close ------------------------------------------------------------------------
 
