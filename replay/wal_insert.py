@@ -116,11 +116,10 @@ class WalInsert:
         self.queue.push_many(lsns, [xw.wal_meta(rec) for rec, _ in items])
         self.write_lsn = lsns[-1]
 
-    def _write_group(self, group: list[tuple], handoff) -> None:
+    def _write_group(self, group: list[tuple]) -> None:
         """The leader committer's write: append the group's records with one fsync, then publish
-        them in order. The previous group's writers are woken just before the append (handoff)."""
+        them in order."""
         recs = [r for _, rs, _ in group for r in rs]
-        handoff()
         try:
             first = self.wal.append_many(recs)
         except BaseException:

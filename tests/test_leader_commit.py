@@ -1,11 +1,12 @@
 """The leader group committer (engine/group_commit/leader.py) against a serial model, driven by many threads.
 
 The serial model: every item is appended once, in ticket order, and its writer returns after it was
-appended. Hypothesis chooses the writers, their items, the flush's time, whether the flush calls
-`handoff` itself (else the committer does, after it), and a group that fails. Checked: the flushed
-sequence is the model's (a prefix of it when a group fails), groups are contiguous runs of tickets,
-every writer returns only after its own group's flush returned and after the next group's handoff
-(or with no next group), and a failure fails its group and everything after it, never a flushed item.
+appended. Hypothesis chooses the writers, their items, the flush's time, and a group that fails.
+Checked: the flushed sequence is the model's (a prefix of it when a group fails), groups are
+contiguous runs of tickets, every writer returns only after its own group's flush returned, and a
+failure fails its group and everything after it, never a flushed item. Then: a written group's
+writers all return though none of them waits again, the next leader is named when the group ahead
+is written, and a writer whose deadline passes gets GroupCommitTimeout without stranding the rest.
 """
 import threading
 import time
@@ -19,16 +20,14 @@ from logtide.engine.group_commit import LeaderCommitter
 from logtide.errors import GroupCommitFailed
 
 
-def _run(writers: int, per_writer: int, delay: float, calls_handoff: bool, fail_at: int | None):
+def _run(writers: int, per_writer: int, delay: float, fail_at: int | None):
     groups: list[list[int]] = []
     flushed_at: dict[int, int] = {}        # item -> index of its group (set once its flush returned)
     state = threading.Lock()
 
-    def write_group(group, handoff):
+    def write_group(group):
         g = len(groups)
         groups.append(list(group))
-        if calls_handoff:
-            handoff()
         time.sleep(delay)             # the append's fsync, with the GIL released
         if fail_at is not None and group[0] <= fail_at <= group[-1]:
             raise OSError("disk gone")
@@ -78,11 +77,11 @@ def _run(writers: int, per_writer: int, delay: float, calls_handoff: bool, fail_
 
 @scaled(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writers=st.integers(1, 12), per_writer=st.integers(1, 12), delay=st.sampled_from([0.0, 0.0005, 0.002]),
-       calls_handoff=st.booleans(), fail=st.one_of(st.none(), st.floats(0.0, 1.0)))
-def test_leader_committer_matches_serial_model(writers, per_writer, delay, calls_handoff, fail):
+       fail=st.one_of(st.none(), st.floats(0.0, 1.0)))
+def test_leader_committer_matches_serial_model(writers, per_writer, delay, fail):
     total = writers * per_writer
     fail_at = None if fail is None else 1 + int(fail * (total - 1))
-    gc, groups, flushed_at, acked, failed, completed = _run(writers, per_writer, delay, calls_handoff, fail_at)
+    gc, groups, flushed_at, acked, failed, completed = _run(writers, per_writer, delay, fail_at)
     seq = [i for g in groups for i in g]
     model = list(range(1, len(seq) + 1))
     assert seq == model                                   # each item once, in ticket order, groups contiguous
@@ -104,66 +103,82 @@ def test_leader_committer_matches_serial_model(writers, per_writer, delay, calls
 
 
 @pytest.mark.timeout(60)
-def test_leader_committer_wakes_a_group_behind_the_next_append():
-    """A flushed group's writer is not woken when its group's flush returns but just before the GIL
-    is next given up: by a writer about to sleep, or by the next leader's handoff (just before its
-    append); with no next group, at once."""
-    gates = {2: threading.Event(), 3: threading.Event()}   # flush of the group ending at item k waits here
-    before_handoff = threading.Event()
+def test_a_written_group_wakes_all_its_writers_and_names_the_next_leader():
+    """Writers of one group return together when its write returns, though none of them waits
+    again (nobody wakes the next: one wake for the group); the first writer queued behind it leads
+    the next group, which holds everything queued meanwhile."""
+    gates = {2: threading.Event(), 5: threading.Event()}
     leading = threading.Event()
-    flushed = []
+    groups = []
 
-    def write_group(group, handoff):
+    def write_group(group):
+        groups.append(list(group))
         if group[-1] == 2:
             leading.set()
-            gates[2].wait(10)
-        else:
-            before_handoff.set()
-            gates[3].wait(10)        # encoding the next group: the previous group's writer still sleeps
-        handoff()
-        flushed.extend(group)
+        gates[group[-1]].wait(10)
 
     gc = LeaderCommitter(write_group, timeout=10)
     returned = {}
 
     def waiter(ticket):
         gc.wait(ticket)
-        returned[ticket] = list(flushed)
+        returned[ticket] = threading.get_ident()
 
-    assert gc.enqueue(1) == 1 and gc.enqueue(2) == 2
-    lead = threading.Thread(target=waiter, args=(2,))      # leads the group [1, 2]
+    for k in (1, 2):
+        assert gc.enqueue(k) == k
+    lead = threading.Thread(target=waiter, args=(2,))          # leads the group [1, 2]
     lead.start()
     assert leading.wait(10)
-    w1 = threading.Thread(target=waiter, args=(1,))        # a writer of that group
+    w1 = threading.Thread(target=waiter, args=(1,))            # a writer of that group
     w1.start()
-    time.sleep(0.05)
-    assert gc.enqueue(3) == 3
-    w3 = threading.Thread(target=waiter, args=(3,))        # queued behind it: the next leader
-    w3.start()
-    time.sleep(0.05)
-    gates[2].set()                                         # [1, 2] is durable
-    assert before_handoff.wait(10)
-    lead.join(10)
-    assert 2 in returned                                   # the leader itself returns at once
-    time.sleep(0.05)
-    assert 1 not in returned and w1.is_alive()             # not woken when its group was settled
-    assert gc.enqueue(4) == 4
-    w4 = threading.Thread(target=waiter, args=(4,))        # a writer about to sleep wakes it
-    w4.start()
-    w1.join(10)
-    assert not w1.is_alive() and returned[1] == [1, 2]     # woken before the next append
-    gates[3].set()
-    w3.join(10)
-    w4.join(10)
-    assert returned[3][:3] == [1, 2, 3] and returned[4] == [1, 2, 3, 4]
-
-    # no next group: the writers are woken when their group is flushed
-    gc2 = LeaderCommitter(lambda group, handoff: time.sleep(0.01))
-    for _ in range(4):
-        gc2.enqueue(None)
-    ths = [threading.Thread(target=gc2.wait, args=(t,)) for t in (4, 1, 2, 3)]
-    for th in ths:
+    for k in (3, 4, 5):
+        assert gc.enqueue(k) == k                              # queued behind it
+    behind = [threading.Thread(target=waiter, args=(t,)) for t in (3, 4, 5)]
+    for th in behind:
         th.start()
-    for th in ths:
+    time.sleep(0.1)
+    assert not returned and gc.pending() == 5
+    gates[2].set()                                             # [1, 2] written
+    lead.join(10)
+    w1.join(10)
+    assert 1 in returned and 2 in returned and not any(t in returned for t in (3, 4, 5))
+    gates[5].set()
+    for th in behind:
         th.join(10)
-    assert not any(th.is_alive() for th in ths) and gc2.groups == 1 and gc2.pending() == 0
+    assert sorted(returned) == [1, 2, 3, 4, 5]
+    assert groups == [[1, 2], [3, 4, 5]] and gc.groups == 2 and gc.pending() == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_writer_past_its_deadline_times_out_and_the_rest_still_commit():
+    """The writer queued first behind a stuck group (the one to lead next) gives up at its deadline
+    with GroupCommitTimeout; when the group is written, the writers queued behind are still led."""
+    from logtide.errors import GroupCommitTimeout
+    release = threading.Event()
+    groups = []
+
+    def write_group(group):
+        groups.append(list(group))
+        if group == ["a"]:
+            release.wait(20)
+
+    gc = LeaderCommitter(write_group, timeout=0.3)
+    gc.enqueue("a")
+    lead = threading.Thread(target=gc.wait, args=(1,))
+    lead.start()
+    while not groups:
+        time.sleep(0.005)
+    gc.enqueue("b")
+    with pytest.raises(GroupCommitTimeout):
+        gc.wait(2)                                             # the candidate: the group ahead is stuck
+    gc.timeout = 10
+    gc.enqueue("c")
+    other = threading.Thread(target=gc.wait, args=(3,))
+    other.start()
+    time.sleep(0.05)
+    release.set()
+    lead.join(10)
+    other.join(10)
+    assert not other.is_alive() and gc.pending() == 0
+    assert groups == [["a"], ["b", "c"]]
+    gc.wait(2)                                                 # its item was written all the same

@@ -13,12 +13,11 @@ Two mechanisms, one per kind of log, chosen by `open_committer`:
 - leader (leader.py): one writer at a time writes every queued item with one log call (a remote or
   replicated log, which cannot queue a record without waiting for it).
 
-They wake a durable group's writers differently. The pipelined committer's writers sleep in the C
-commit queue on their group's futex word: the flusher wakes the group with one wake, and each woken
-writer takes the GIL through the gate of _ext/gil_gate.pxd rather than sleeping on it again. The
-leader committer's writers sleep on Python locks and are woken by handoff, one at a time, each as
-the writer before it resumes, so that a woken writer finds the GIL free: woken all at once from
-Python, with no gate, they would each queue on the GIL behind the next leader.
+Both wake a durable group's writers at once, with one wake, and no writer wakes another. The
+pipelined committer's writers sleep in the C commit queue on their group's futex word (the flusher
+wakes it), the leader committer's in _ext/group_wake.pyx on their group's word (the leader wakes
+it). Each woken writer takes the GIL through the gate of _ext/gil_gate.pxd rather than sleeping on
+it again.
 """
 from __future__ import annotations
 
@@ -32,15 +31,14 @@ Committer = Union[PipelinedCommitter, LeaderCommitter]
 
 
 def open_committer(log, *, publish: Callable[[list, list[int]], None],
-                   write_group: Callable[[list, Callable[[], None]], None],
+                   write_group: Callable[[list], None],
                    lock: threading.Lock | threading.RLock | None = None,
                    on_fail: Callable[[BaseException], None] | None = None) -> Committer:
     """The committer for `log`: pipelined when the log can queue records, else leader.
 
     Pipelined: `enqueue(payload, item)`, and `publish(items, lsns)` runs under `lock` once the
     items are durable; `on_fail(exc)` is told once when the committer fails. Leader: `enqueue(item)`,
-    and `write_group(items, handoff)` writes and publishes a group (calling `handoff()` right before
-    it waits for the disk). `committer.pipelined` says which one it is."""
+    and `write_group(items)` writes and publishes a group. `committer.pipelined` says which one it is."""
     if callable(getattr(log, "enqueue", None)) and callable(getattr(log, "wait_durable", None)):
         return PipelinedCommitter(log, publish, lock, on_fail=on_fail)
     return LeaderCommitter(write_group)

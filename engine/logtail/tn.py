@@ -152,12 +152,10 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
             return self.committer.enqueue(fmt.encode(rec), _Queued(rec, publish))
         return self.committer.enqueue(_Queued(rec, publish))
 
-    def _write_group(self, group: list[_Queued], handoff) -> None:
+    def _write_group(self, group: list[_Queued]) -> None:
         """The leader committer's write: encode the group's records (outside the commit lock), append
-        them with one `append_many` (one fsync), then publish them in ts order. The previous group's
-        committers are woken just before the append (handoff)."""
+        them with one `append_many` (one fsync), then publish them in ts order."""
         payloads = [fmt.encode(q.rec) for q in group]
-        handoff()
         if self._append_each is None:
             first = self.log.append_many(payloads)
             lsns = range(first, first + len(group))

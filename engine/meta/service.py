@@ -176,10 +176,9 @@ class MetaService:
         """Return once the proposals up to `ticket` are durable and applied."""
         self._committer.wait(ticket)
 
-    def _write_group(self, batch: list[_Slot], handoff) -> None:
+    def _write_group(self, batch: list[_Slot]) -> None:
         """The leader committer's write: append one group (consecutive LSNs, one fsync), then apply it."""
         payloads = [encode_entry(s.time, s.cmd) for s in batch]
-        handoff()
         first = self._log.append_many(payloads)
         self._publish_group(batch, range(first, first + len(batch)))
 
