@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable, Generic, TypeVar
 
-from logtide._ext.group_wake import FAILED, LEAD, LEAD_WORD, TIMED_OUT, WRITTEN, GroupWake
+from logtide._ext.group_wake import LEAD, LEAD_WORD, TIMED_OUT, WRITTEN, GroupWake
 from logtide.errors import GroupCommitFailed, GroupCommitTimeout
 
 T = TypeVar("T")
@@ -133,7 +133,8 @@ class LeaderCommitter(Generic[T]):
             self.groups += 1
             self.items += len(batch)
             self._wake.set_done(self._done)
-            # the candidate came to wait after this group was taken, but its item may be in it
+            # a candidate that came to wait before this group was taken (while the last leader
+            # handed over) has its item in it: it is written, not named to lead
             cand, self._candidate = self._candidate, 0
             lead = cand > self._done
             if lead:
