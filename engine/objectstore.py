@@ -62,16 +62,20 @@ class ObjectStore:
         Returns the object size in bytes."""
         if not blocks:
             raise ObjectStoreError(f"object {name!r} needs at least one block")
+        for b in blocks:
+            if b.num_rows > BLOCK_ROWS:
+                raise ObjectStoreError(f"a block has {b.num_rows} rows, more than {BLOCK_ROWS}")
         final = self.path(name)
         tmp = f"{final}.{uuid.uuid4().hex}.tmp" if self.local else final
-        with pq.ParquetWriter(tmp, blocks[0].schema, filesystem=self.fs) as w:
-            for b in blocks:
-                if b.num_rows > BLOCK_ROWS:
-                    raise ObjectStoreError(f"a block has {b.num_rows} rows, more than {BLOCK_ROWS}")
-                w.write_table(b, row_group_size=BLOCK_ROWS)
-        if self.local:
-            self._commit(tmp, final)
-        return self.fs.get_file_info(final).size
+        try:
+            with pq.ParquetWriter(tmp, blocks[0].schema, filesystem=self.fs) as w:
+                for b in blocks:
+                    w.write_table(b, row_group_size=BLOCK_ROWS)
+            if self.local:
+                self._commit(tmp, final)
+            return self.fs.get_file_info(final).size
+        except OSError as exc:
+            raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
 
     def read_block(self, name: str, block: int) -> pa.Table:
         """One row group of an object."""
@@ -97,10 +101,13 @@ class ObjectStore:
         """Write a small object (a checkpoint) atomically."""
         final = self.path(name)
         tmp = f"{final}.{uuid.uuid4().hex}.tmp" if self.local else final
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        if self.local:
-            self._commit(tmp, final)
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            if self.local:
+                self._commit(tmp, final)
+        except OSError as exc:
+            raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
 
     def get(self, name: str) -> bytes:
         try:

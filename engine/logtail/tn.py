@@ -26,6 +26,7 @@ from logtide.engine.group_commit import open_committer
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
 from logtide.engine.logtail.column_batch import ColumnBatch
+from logtide.engine.logtail.commit_tso import CommitTso
 from logtide.engine.logtail.commit_check import SMALL_TXN_KEYS, check_many, check_small
 from logtide.engine.logtail.logtail_format import DELETE, INSERT, Entry, Record
 from logtide.engine.logtail.logtail_table import Handle, LogtailTable, OneEntryHandle
@@ -37,7 +38,7 @@ from logtide.engine.logtail.tn_table import DELETE_LAYOUT, TableState, filled
 from logtide.engine.logtail.transport import LocalStream
 from logtide.engine.logtail.txn import NO_DELS, NO_INS, Txn, gather_rows
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
-from logtide.errors import LogtailError, UnknownTableError
+from logtide.errors import GroupCommitFailed, LogtailError, UnknownTableError
 
 __all__ = ["CHECKPOINT_PREFIX", "READER_NAME", "SMALL_TXN_KEYS", "Checkpoint", "TableState", "TransactionNode", "Txn"]
 
@@ -80,6 +81,7 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         self.committer = open_committer(log, publish=self._publish_group, write_group=self._write_group,
                                         lock=self._lock)
         self._pipelined = self.committer.pipelined
+        self._tso = CommitTso(log.get_tso_timestamp)   # the ts a commit takes under the commit lock
         self._commits = CommitPath(self.tables, self._lock, self.log.get_tso_timestamp, self.committer, BLOCK_ROWS,
                                    SMALL_TXN_KEYS, c_commits)
         self._recover()
@@ -129,10 +131,11 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
 
     def create_table(self, name: str, columns: dict, pk: str) -> TableDef:
         tdef = TableDef.make(name, columns, pk)
+        since = self._tso.failures
         with self._lock:
             if name in self.tables:
                 raise LogtailError(f"table {name!r} exists")
-            ts = self.log.get_tso_timestamp(1)
+            ts = self._tso.take(since)
             self.tables[name] = TableState(tdef)   # commits to it queue behind its record
             ticket = self._queue(Record(fmt.CREATE_TABLE, ts, {"table": tdef.to_json()}), self._publish_ts)
         self.committer.wait(ticket)
@@ -144,6 +147,9 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
     # ------------------------------------------------------------------ transactions
 
     def begin(self) -> Txn:
+        failed = self.committer.failed
+        if failed is not None:   # refused at once: a partitioned log would hold the TSO call to its deadline
+            raise GroupCommitFailed(f"the TN's log write failed ({failed!r}); reopen the TN") from failed
         return Txn(self, self._commits, self.log.get_tso_timestamp(1))
 
     def _queue(self, rec: Record, publish) -> int:
@@ -212,11 +218,12 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         if not work:
             return self.last_ts
         small = keys <= SMALL_TXN_KEYS
+        since = self._tso.failures
         with self._lock:      # the commit lock (the condition's own: no Python frame to enter it)
             # check everything first: a conflict in any table leaves nothing reserved
             plans = [(check_small if small else check_many)(table, st, ins_pks, dels, txn.start_ts)
                      for table, st, _, ins_pks, dels in work]
-            ts = self.log.get_tso_timestamp(1)
+            ts = self._tso.take(since)
             batches = []
             for (table, st, ins_cols, ins_pks, _), (del_pks, del_rowids) in zip(work, plans):
                 # batches as numpy columns: the Arrow bytes are made by the committer, outside the lock

@@ -33,23 +33,19 @@ class TnFlush:
     def flush(self, tables: list[str] | None = None) -> int:
         """Write in-memory rows to objects; returns the flush's ts (its metadata goes out as logtail)."""
         with self._flush_lock:
+            since = self._tso.failures
             with self._cv:
                 names = sorted(self.tables) if tables is None else [self._table(t).tdef.name for t in tables]
-                start = self.log.get_tso_timestamp(1)      # the cleanup ts: everything before it is frozen
+                start = self._tso.take(since)      # the cleanup ts: everything before it is frozen
                 for name in names:
                     self.tables[name].freeze()     # commits after `start` write to new blocks
                 ticket = self.committer.queued     # every commit with a ts below `start` is queued
             self.committer.wait(ticket)            # ... and now published
             with self._cv:
-                if tables is None:
-                    self.last_cleanup = start
-                frozen = {}
-                for name in names:
-                    st = self.tables[name]
-                    frozen[name] = ([e for e in st.mem_inserts if e.ts < start],
-                                    [e for e in st.mem_deletes if e.ts < start])
-                    st.mem_inserts = [e for e in st.mem_inserts if e.ts >= start]
-                    st.mem_deletes = [e for e in st.mem_deletes if e.ts >= start]
+                # left in memory until the flush record is published (_apply_flush drops them):
+                # a flush that fails (object store, log) leaves them for the next one
+                frozen = {name: ([e for e in self.tables[name].mem_inserts if e.ts < start],
+                                 [e for e in self.tables[name].mem_deletes if e.ts < start]) for name in names}
             # commits go on while the objects are written
             meta = {}
             for name, (inserts, deletes) in frozen.items():
@@ -59,10 +55,14 @@ class TnFlush:
                 if deletes:
                     objs.append(self._write_tombstone(name, deletes))
                 meta[name] = {"cleanup_ts": start, "objects": objs}
+            since = self._tso.failures
             with self._cv:
-                ts = self.log.get_tso_timestamp(1)
+                ts = self._tso.take(since)
                 ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda rec: self._apply_flush(rec.ts, meta))
             self.committer.wait(ticket)
+            if tables is None:
+                with self._cv:
+                    self.last_cleanup = start   # what a checkpoint may cut below: set once it is durable
             return ts
 
     def _write_data_object(self, table: str, entries: list[Entry]) -> dict:

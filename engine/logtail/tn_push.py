@@ -2,16 +2,20 @@
 order (or a heartbeat) by one push thread."""
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import TYPE_CHECKING
 
 from logtide.engine.logtail.push_batch import merge_entries
 from logtide.engine.logtail.transport import LocalStream, decode_request
-from logtide.errors import MalformedMessageError, StreamClosedError, UnknownTableError
+from logtide.errors import LogtideError, MalformedMessageError, StreamClosedError, UnknownTableError
 
 if TYPE_CHECKING:
     from logtide.engine.logtail.tn import TransactionNode
+
+log = logging.getLogger(__name__)
+FAILED_TSO_BACKOFF_S = 0.2   # between heartbeat attempts while the log's TSO fails
 
 
 class TnPush:
@@ -72,21 +76,27 @@ class TnPush:
         """Under _cv: None once closed, else whether nothing is waiting to be pushed."""
         return None if self._closed else self.last_ts <= self.pushed_ts
 
-    def _push_round(self) -> bool:
-        """Under _cv, after the push thread's wait (see run_pusher): push what is new, or a heartbeat.
-        False once the TN is closed."""
+    def _push_round(self) -> bool | None:
+        """Under _cv, after the push thread's wait (see run_pusher): push what is new. False once the
+        TN is closed; None when a heartbeat is due (nothing new, nothing in flight)."""
         if self._closed:
             return False
         if self.last_ts > self.pushed_ts:
-            to_ts = self.last_ts
+            self._push_to(self.last_ts)
         elif self.committer.pending() == 0:
-            # heartbeat: an empty transaction that only takes a ts, moving every watermark;
-            # only with nothing in flight, or a queued commit's ts would fall below it
-            to_ts = self.log.get_tso_timestamp(1)
-        else:
-            return True
-        self._push_to(to_ts)
+            return None
         return True
+
+    def _push_heartbeat(self, ts: int) -> None:
+        """Under _cv: a heartbeat, an empty transaction at `ts`, moving every watermark. `ts` was
+        taken outside the commit lock; a commit that took an older ts was then holding the lock, so
+        it is queued (no heartbeat: its ts would fall below it) or published (pushed first)."""
+        if self._closed:
+            return
+        if self.last_ts > self.pushed_ts:
+            self._push_to(self.last_ts)
+        elif self.committer.pending() == 0 and ts > self.pushed_ts:
+            self._push_to(ts)
 
     def _push_to(self, to_ts: int) -> None:
         """Send (pushed_ts, to_ts] to every stream, one batch per table and kind. Holds _cv."""
@@ -112,7 +122,12 @@ class TnPush:
 def run_pusher(ref: "weakref.ref[TransactionNode]", cv: threading.Condition, heartbeat_s: float) -> None:
     """The push thread: waits up to a heartbeat for commits, then pushes them (or a heartbeat),
     until the TN is closed. It holds the TN only while it pushes, not while it waits, so a TN nobody
-    closed is still collected, and closed by its __del__, possibly on this thread."""
+    closed is still collected, and closed by its __del__, possibly on this thread.
+
+    A heartbeat's ts comes from the log's TSO outside the commit lock: with a remote log the call
+    waits on a peer, up to the log's deadline, and commits must not wait behind it. A failed call
+    is logged and retried; the thread outlives it."""
+    failing = False
     while True:
         with cv:
             tn = ref()
@@ -121,8 +136,27 @@ def run_pusher(ref: "weakref.ref[TransactionNode]", cv: threading.Condition, hea
             if idle is None:
                 return
             if idle:
-                cv.wait(heartbeat_s)
+                cv.wait(FAILED_TSO_BACKOFF_S if failing else heartbeat_s)
             tn = ref()
-            if tn is None or not tn._push_round():
+            if tn is None:
                 return
+            todo = tn._push_round()
+            if todo is False:
+                return
+            if todo is not None:
+                del tn
+                continue
+        try:
+            ts = tn.log.get_tso_timestamp(1)
+        except LogtideError as exc:
+            if not failing:
+                log.warning("logtail push: no heartbeat ts from the log (%s); retrying", exc)
+            failing = True
             del tn
+            continue
+        if failing:
+            log.warning("logtail push: the log answers again; heartbeats resume")
+            failing = False
+        with cv:
+            tn._push_heartbeat(ts)
+        del tn
