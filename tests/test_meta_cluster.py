@@ -63,3 +63,67 @@ def test_heartbeater_keeps_a_real_lease_alive():
         ms.upsert("tick", b"1")                 # an entry past n2's expiry removes it
         assert set(cm.nodes()) == {"n1"} and hb.beats >= 2 and not hb.lost
         hb.stop()
+
+
+@pytest.mark.timeout(90)
+def test_heartbeater_outlives_a_silent_meta_service(tmp_path):
+    """A real `logtide meta serve` behind a blackholing proxy. Cut for a few renewal periods but
+    less than the lease: renewals fail, the thread goes on, and once healed it keeps the lease. Cut
+    for longer than the lease: it ran out, and the first renewal after the heal reports it lost."""
+    import os
+    import re
+    import subprocess
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from tcp_proxy import TcpProxy
+    from logtide.engine.meta.client import connect_meta
+
+    exe = os.path.join(os.path.dirname(sys.executable), "logtide")
+    out = open(tmp_path / "meta.log", "wb")
+    srv = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta")], stdout=out,
+                           stderr=subprocess.STDOUT)
+    proxy = client = direct = hb = None
+    try:
+        end = time.monotonic() + 60
+        while not (m := re.search(r"listening on (127\.0\.0\.1:\d+)", (tmp_path / "meta.log").read_text())):
+            assert time.monotonic() < end and srv.poll() is None, (tmp_path / "meta.log").read_text()
+            time.sleep(0.05)
+        proxy = TcpProxy(m.group(1))
+        client = connect_meta(proxy.address, timeout=0.5, follow_leader=False)
+        direct = ClusterMeta(connect_meta(m.group(1)))
+        cm = ClusterMeta(client)
+        ttl = 6000                                   # renewals every 2 s
+        cm.register("n1", {"role": "cn"}, ttl_ms=ttl)
+        hb = Heartbeater(cm, "n1", ttl).start()
+        time.sleep(2.5)
+        assert hb.beats >= 1
+        proxy.blackhole(True)                        # renewals at ~4 s fail; the lease lasts to ~8 s
+        time.sleep(2.5)
+        proxy.blackhole(False)
+        end = time.monotonic() + 20
+        beats = hb.beats
+        while hb.beats <= beats:
+            assert time.monotonic() < end, "no renewal after the heal"
+            time.sleep(0.1)
+        assert hb.failures >= 1 and not hb.lost and "n1" in direct.nodes()
+
+        proxy.blackhole(True)                        # longer than the lease
+        end = time.monotonic() + ttl / 1000 + 3
+        while "n1" in direct.nodes():
+            assert time.monotonic() < end, "the lease outlived its TTL"
+            time.sleep(0.2)
+        proxy.blackhole(False)
+        end = time.monotonic() + 20
+        while not hb.lost:
+            assert time.monotonic() < end, "a renewal after the lease ran out did not report it lost"
+            time.sleep(0.1)
+    finally:
+        if hb is not None:
+            hb.stop()
+        for c in (client, direct.meta if direct else None):
+            if c is not None:
+                c.close()
+        if proxy is not None:
+            proxy.close()
+        srv.kill()
+        srv.wait()

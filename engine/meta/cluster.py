@@ -12,6 +12,7 @@ The RO nodes' LSN feedback and the truncation LSN are not here: they go through 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional
@@ -19,7 +20,9 @@ from typing import Dict, List, Optional
 from logtide.engine.meta.command import check_key, op
 from logtide.engine.meta.match_seq import AS_IS, GE
 from logtide.engine.meta.meta_format import U64_MAX
-from logtide.errors import MetaInvalidArgument
+from logtide.errors import LogtideError, MetaClosedError, MetaInvalidArgument
+
+log = logging.getLogger(__name__)
 
 NODES = "cluster/nodes/"
 CHECKPOINTS = "cluster/checkpoints/"
@@ -108,11 +111,17 @@ class ClusterMeta:
 
 
 class Heartbeater:
-    """Keeps one node's lease alive from a background thread: renews every ttl_ms/3."""
+    """Keeps one node's lease alive from a background thread: renews every ttl_ms/3.
+
+    A renewal the meta-service does not answer (unreachable, no leader) is counted in `failures`
+    and retried at the next period; the thread outlives it. `lost` is set, and renewals stop, when
+    a renewal finds the lease gone: the node must register again."""
 
     def __init__(self, cluster: ClusterMeta, node_id: str, ttl_ms: int):
-        self.cluster, self.node_id, self.ttl_ms = cluster, node_id, ttl_ms
+        self.cluster, self.node_id, self.ttl_ms = cluster, _node_id(node_id), ttl_ms
         self.beats = 0
+        self.failures = 0          # renewals that ended in an error
+        self.last_error: Optional[LogtideError] = None
         self.lost = False          # set when a renewal found the lease gone
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{node_id}")
@@ -123,7 +132,19 @@ class Heartbeater:
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_ms / 3000.0):
-            if self.cluster.heartbeat(self.node_id, self.ttl_ms):
+            try:
+                renewed = self.cluster.heartbeat(self.node_id, self.ttl_ms)
+            except MetaClosedError as exc:    # the client was closed under it: nothing to retry
+                self.last_error = exc
+                return
+            except LogtideError as exc:
+                self.failures += 1
+                self.last_error = exc
+                if self.failures <= 3 or self.failures % 30 == 0:
+                    log.warning("heartbeat of %s: the meta-service did not answer (%d so far): %s",
+                                self.node_id, self.failures, exc)
+                continue
+            if renewed:
                 self.beats += 1
             else:
                 self.lost = True
@@ -132,5 +153,3 @@ class Heartbeater:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
