@@ -57,6 +57,14 @@ class ObjectStore:
             finally:
                 os.close(fd)
 
+    def _discard(self, tmp: str) -> None:
+        """Best effort: remove what a failed write left under its temporary name."""
+        if self.local:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
     def write_blocks(self, name: str, blocks: list[pa.Table]) -> int:
         """Write one Parquet object whose row groups are `blocks` (each at most BLOCK_ROWS rows).
         Returns the object size in bytes."""
@@ -75,6 +83,7 @@ class ObjectStore:
                 self._commit(tmp, final)
             return self.fs.get_file_info(final).size
         except OSError as exc:
+            self._discard(tmp)
             raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
 
     def read_block(self, name: str, block: int) -> pa.Table:
@@ -107,6 +116,7 @@ class ObjectStore:
             if self.local:
                 self._commit(tmp, final)
         except OSError as exc:
+            self._discard(tmp)
             raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
 
     def get(self, name: str) -> bytes:
