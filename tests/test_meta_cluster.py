@@ -65,6 +65,14 @@ def test_heartbeater_keeps_a_real_lease_alive():
         hb.stop()
 
 
+def test_heartbeater_refuses_a_bad_lease_or_node_id(cm):
+    for ttl in (0, 2, -5, 1.5, True, None, "1000"):
+        with pytest.raises(MetaInvalidArgument):
+            Heartbeater(cm, "n1", ttl)
+    with pytest.raises(MetaInvalidArgument):
+        Heartbeater(cm, "a/b", 1000)
+
+
 @pytest.mark.timeout(90)
 def test_heartbeater_outlives_a_silent_meta_service(tmp_path):
     """A real `logtide meta serve` behind a blackholing proxy. Cut for a few renewal periods but

@@ -118,6 +118,9 @@ class Heartbeater:
     a renewal finds the lease gone: the node must register again."""
 
     def __init__(self, cluster: ClusterMeta, node_id: str, ttl_ms: int):
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 3 <= ttl_ms <= U64_MAX:
+            # renewals come every ttl_ms / 3: a zero lease would renew in a busy loop
+            raise MetaInvalidArgument(f"ttl_ms must be an int >= 3, got {ttl_ms!r}")
         self.cluster, self.node_id, self.ttl_ms = cluster, _node_id(node_id), ttl_ms
         self.beats = 0
         self.failures = 0          # renewals that ended in an error
