@@ -418,3 +418,15 @@ def test_cn_timeouts_and_keys_are_checked_before_anything_changes(node, tmp_path
     assert rows(cn, ts0) == before and cn.get("t", 1, ts0) == {"id": 1, "v": 10, "w": 0.5}
     cn.subscribe("u", timeout=5)                   # and both keep working
     assert cn.wanted == {"t", "u"}
+
+
+def test_bad_tn_options_are_refused_before_anything_starts(tmp_path):
+    from logtide.errors import InvalidArgument
+    for bad in ({"heartbeat_ms": 0}, {"heartbeat_ms": -1.0}, {"heartbeat_ms": float("nan")},
+                {"heartbeat_ms": float("inf")}, {"heartbeat_ms": "2"}, {"heartbeat_ms": True},
+                {"page_size": 0}, {"page_size": 2.5}, {"max_pull_rows": 0}, {"max_pull_rows": None}):
+        with pytest.raises(InvalidArgument):
+            TransactionNode.open(tmp_path, **bad)
+    tn = TransactionNode.open(tmp_path, heartbeat_ms=0.5)     # the refusals left the log unlocked
+    tn.create_table("t", {"id": "int64"}, "id")
+    tn.close()

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from logtide._ext.tn_txn import CommitPath
+from logtide.arg_checks import int_arg
 from logtide.engine.group_commit import open_committer
 from logtide.engine.logtail import logtail_format as fmt
 from logtide.engine.logtail.catalog import TableDef
@@ -38,7 +39,7 @@ from logtide.engine.logtail.tn_table import DELETE_LAYOUT, TableState, filled
 from logtide.engine.logtail.transport import LocalStream
 from logtide.engine.logtail.txn import NO_DELS, NO_INS, Txn, gather_rows
 from logtide.engine.objectstore import BLOCK_ROWS, ObjectStore
-from logtide.errors import GroupCommitFailed, LogtailError, UnknownTableError
+from logtide.errors import GroupCommitFailed, InvalidArgument, LogtailError, UnknownTableError
 
 __all__ = ["CHECKPOINT_PREFIX", "READER_NAME", "SMALL_TXN_KEYS", "Checkpoint", "TableState", "TransactionNode", "Txn"]
 
@@ -59,11 +60,18 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
                  max_pull_rows: int = 1 << 20, c_commits: bool = True) -> None:
         """`c_commits` False: every commit takes the Python path (the reference the C paths are
         tested against)."""
+        # checked before anything starts: a zero or NaN heartbeat made the push thread spin
+        if isinstance(heartbeat_ms, bool) or not isinstance(heartbeat_ms, (int, float)) \
+                or not 0 < heartbeat_ms < float("inf"):
+            raise InvalidArgument(f"heartbeat_ms must be a finite number of milliseconds > 0, got {heartbeat_ms!r}")
+        heartbeat_s = heartbeat_ms / 1000.0
+        int_arg("page_size", page_size, 1)
+        int_arg("max_pull_rows", max_pull_rows, 1)
         self.log = log
         # a log whose LSNs have gaps (the replicated one) names each record's LSN; else they are dense
         self._append_each = getattr(log, "append_each", None)
         self.store = store
-        self.heartbeat_s = heartbeat_ms / 1000.0
+        self.heartbeat_s = heartbeat_s
         self.max_pull_rows = max_pull_rows
         self.tables: dict[str, TableState] = {}
         self.logtail = LogtailTable(page_size)
@@ -96,7 +104,12 @@ class TransactionNode(TnFlush, TnRecovery, TnPull, TnPush):
         """A TN over `path`/log (log service) and `path`/objects (object store)."""
         from logtide.engine.logservice import LogService
         path = Path(path)
-        tn = cls(LogService.open(path / "log"), ObjectStore(path / "objects"), **options)
+        log = LogService.open(path / "log")
+        try:
+            tn = cls(log, ObjectStore(path / "objects"), **options)
+        except BaseException:
+            log.close()     # else its directory stays locked for the retry
+            raise
         tn._owns_log = True
         return tn
 
