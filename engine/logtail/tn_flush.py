@@ -14,6 +14,7 @@ from logtide.engine.logtail.column_batch import ColumnBatch
 from logtide.engine.logtail.logtail_format import BLOCK, META, OFFSET, TS, Entry, Record, concat_batches
 from logtide.engine.logtail.logtail_table import Handle
 from logtide.engine.objectstore import BLOCK_ROWS
+from logtide.errors import LogtideError
 
 READER_NAME = "logtail-tn"       # the TN's reader of its log: what it replayed may be truncated
 CHECKPOINT_PREFIX = "ckp-"
@@ -47,23 +48,37 @@ class TnFlush:
                 frozen = {name: ([e for e in self.tables[name].mem_inserts if e.ts < start],
                                  [e for e in self.tables[name].mem_deletes if e.ts < start]) for name in names}
             # commits go on while the objects are written
-            meta = {}
-            for name, (inserts, deletes) in frozen.items():
-                objs = []
-                if inserts:
-                    objs.append(self._write_data_object(name, inserts))
-                if deletes:
-                    objs.append(self._write_tombstone(name, deletes))
-                meta[name] = {"cleanup_ts": start, "objects": objs}
-            since = self._tso.failures
-            with self._cv:
-                ts = self._tso.take(since)
-                ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}), lambda rec: self._apply_flush(rec.ts, meta))
+            meta, written = {}, []
+            try:
+                for name, (inserts, deletes) in frozen.items():
+                    objs = meta.setdefault(name, {"cleanup_ts": start, "objects": []})["objects"]
+                    if inserts:
+                        objs.append(self._write_data_object(name, inserts))
+                        written.append(objs[-1]["name"])
+                    if deletes:
+                        objs.append(self._write_tombstone(name, deletes))
+                        written.append(objs[-1]["name"])
+                since = self._tso.failures
+                with self._cv:
+                    ts = self._tso.take(since)
+                    ticket = self._queue(Record(fmt.FLUSH, ts, {"meta": meta}),
+                                         lambda rec: self._apply_flush(rec.ts, meta))
+            except BaseException:
+                # no FLUSH record names them (it was never queued): nothing will ever read them
+                for obj in written:
+                    self._discard_object(obj)
+                raise
             self.committer.wait(ticket)
             if tables is None:
                 with self._cv:
                     self.last_cleanup = start   # what a checkpoint may cut below: set once it is durable
             return ts
+
+    def _discard_object(self, name: str) -> None:
+        try:
+            self.store.delete(name)
+        except (OSError, LogtideError):   # best effort: the store may be what failed
+            pass
 
     def _write_data_object(self, table: str, entries: list[Entry]) -> dict:
         t = _as_table(concat_batches(entries))
