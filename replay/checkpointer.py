@@ -125,13 +125,21 @@ def _checkpoints(ref: "weakref.ref[Checkpointer]", stop: threading.Event, interv
     """The checkpointer thread: a checkpoint every `interval` seconds until stopped. It holds the
     checkpointer (and, through its pool's eviction hook, the primary) only during a checkpoint, so
     a primary nobody closed is still collected (and closed by its __del__, possibly on this thread)."""
+    failed = 0
     while not stop.wait(interval):
         checkpointer = ref()
         if checkpointer is None:
             return
         try:
             checkpointer.checkpoint()
-        except Exception:  # a failed checkpoint is retried; writes go on
-            log.exception("checkpoint failed")
+            if failed:
+                log.warning("checkpoints resume after %d failed", failed)
+            failed = 0
+        except Exception as exc:  # a failed checkpoint is retried; writes go on
+            failed += 1
+            if failed == 1:
+                log.exception("checkpoint failed")
+            elif failed % 30 == 0:   # a peer down for long (the log, HAKeeper): not a traceback per interval
+                log.warning("checkpoint failed %d times in a row: %s: %s", failed, type(exc).__name__, exc)
         finally:
             del checkpointer
