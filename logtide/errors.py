@@ -247,6 +247,11 @@ class GroupCommitFailed(LogtideError):
     """The group a write belonged to (or an earlier one) could not be made durable; the node must be reopened."""
 
 
+class MetaStorageFailed(MetaError, GroupCommitFailed):
+    """The meta-service's log could not make a write durable (a full or failing disk): writes are refused
+    until the service is reopened; reads go on."""
+
+
 class GroupCommitTimeout(LogtideError, TimeoutError):
     """A write was not made durable within its deadline (the group in flight is stuck)."""
 

@@ -25,8 +25,8 @@ from logtide.engine.meta.state_machine import MetaStateMachine
 from logtide.engine.meta.txn_reply import TxnReply
 from logtide.engine.meta.watch import Watcher, WatchHub, check_filter, start_watch
 from logtide.engine.statemachine import Entry
-from logtide.errors import (CorruptionError, InvalidTruncateLsn, LogtideError, MetaClosedError, MetaError,
-                            MetaInvalidArgument)
+from logtide.errors import (CorruptionError, GroupCommitFailed, InvalidTruncateLsn, LogtideError, MetaClosedError,
+                            MetaError, MetaInvalidArgument, MetaStorageFailed)
 
 logger = logging.getLogger(__name__)
 SNAPSHOT_FILE = "meta.snapshot"     # the state machine at some applied LSN (docs/meta_format.md)
@@ -154,7 +154,7 @@ class MetaService:
                 t = self._stamp()
                 return self._sm.apply(self._sm.applied_index + 1, t, cmd)
         slot = _Slot(cmd)
-        self._wait(self._queue([slot]))
+        self._commit([slot])
         if slot.error is not None:
             raise slot.error
         if self._sm.applied_index - self._snapshot_index >= self._snapshot_every:
@@ -172,9 +172,13 @@ class MetaService:
                 ticket = c.enqueue(encode_entry(s.time, s.cmd), s) if c.pipelined else c.enqueue(s)
         return ticket
 
-    def _wait(self, ticket: int) -> None:
-        """Return once the proposals up to `ticket` are durable and applied."""
-        self._committer.wait(ticket)
+    def _commit(self, slots: list[_Slot]) -> None:
+        """Queue proposals and return once they are durable and applied."""
+        try:
+            self._committer.wait(self._queue(slots))
+        except GroupCommitFailed as exc:     # a meta client's error, still a GroupCommitFailed
+            raise MetaStorageFailed(f"the meta-service's log failed ({exc}); writes are refused until "
+                                    f"it is reopened") from exc
 
     def _write_group(self, batch: list[_Slot]) -> None:
         """The leader committer's write: append one group (consecutive LSNs, one fsync), then apply it."""
@@ -275,7 +279,7 @@ class MetaService:
             return out
         slots = [_Slot(c) for c in cmds]
         try:
-            self._wait(self._queue(slots))
+            self._commit(slots)
         except MetaClosedError:
             raise
         except LogtideError as exc:  # the log is unavailable: no command of the group is acknowledged
