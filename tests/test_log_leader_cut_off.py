@@ -39,7 +39,8 @@ class Group:
     """Three replicas, a proxy in front of each, and what the test opened on them (closed at the end)."""
 
     def __init__(self, tmp_path) -> None:
-        self.cluster = Cluster(tmp_path)
+        # 1-2 s elections (the last --tick wins): the leader must stay leader through a cut on a busy machine
+        self.cluster = Cluster(tmp_path, extra=("--tick", "0.1"))
         self.proxies = {i: TcpProxy(self.cluster.addr(i)) for i in self.cluster.ports}
         self.opened: list = []
 
