@@ -664,7 +664,12 @@ class LogIndex:
             self.refresh()
         if self._lookup_ring != self.ring.version or self._lookup_gen != self._gen:
             self._sync_lookup()
-        return self._lookup.lsns(tag, min_lsn, max_lsn)
+        try:
+            return self._lookup.lsns(tag, min_lsn, max_lsn)
+        except OverflowError:
+            _checked_lsn(min_lsn)    # an int bound out of range: the same ValueError as any bad LSN
+            _checked_lsn(max_lsn)
+            raise                    # else a tag field out of range
 
     def _sync_lookup(self) -> None:
         """Hand the per-call lookup the current saved tables and memtables."""
