@@ -1,6 +1,7 @@
-"""The fault matrix (issue 10): each pair of peers over real processes on loopback, each facing three
-faults: the peer is SIGKILLed, SIGSTOPped (it holds its socket and answers nothing), or cut off by a
-TCP proxy that blackholes its traffic.
+"""The fault matrix (issue 10): each pair of peers over real processes on loopback, each facing four
+faults: the peer is SIGKILLed, SIGSTOPped (it holds its socket and answers nothing), cut off by a
+TCP proxy that blackholes its traffic, or half cut off by one that delivers the client's bytes and
+withholds the server's (mute: requests land, their answers never come).
 
 In every case the surviving side keeps serving its other clients and never hangs: its waits end in
 typed errors within the configured timeouts (short ones, set through the CLI and the environment
@@ -32,7 +33,7 @@ from tcp_proxy import TcpProxy  # noqa: E402
 from logtide.errors import (DeadlineExceededError, MetaUnavailableError, PeerTimeoutError, ReplicaError, RpcError,
                             WatermarkTimeoutError)
 
-FAULTS = ("kill", "stop", "blackhole")
+FAULTS = ("kill", "stop", "blackhole", "mute")
 CALL_S = 2.0          # unary call deadline of every client in these tests
 KEEPALIVE_S = 0.5     # keepalive ping interval ...
 KEEPALIVE_WAIT_S = 1.0  # ... and how long a ping may go unanswered
@@ -96,6 +97,8 @@ def _fault(kind: str, p: subprocess.Popen, proxy: TcpProxy) -> None:
     elif kind == "stop":
         os.kill(p.pid, signal.SIGSTOP)
         _until(lambda: all_stopped(p.pid), 10, f"every thread of {p.pid} stopped")
+    elif kind == "mute":
+        proxy.mute_replies(True)
     else:
         proxy.blackhole(True)
 
@@ -189,6 +192,7 @@ def test_primary_and_ro_node(procs, tmp_path, fault):
             os.kill(ro.pid, signal.SIGCONT)
         else:
             proxy.blackhole(False)
+            proxy.mute_replies(False)
         data = b"after the fault"
         r = pc.Insert(rel=REL, data=data)
         model[(r.block, r.slot)] = data
@@ -264,6 +268,7 @@ def test_tn_and_cn(procs, tmp_path, fault):
             os.kill(tn.pid, signal.SIGCONT)
         else:
             proxy.blackhole(False)
+            proxy.mute_replies(False)
         # the CN reconnects and follows again; then it equals a CN built from scratch at the same ts
         _until(lambda: cn.watermark("t") > wm, 30, "the CN's watermark moved after the fault healed")
         fresh = ComputeNode(lambda: RemoteStream(info["listening"], "scratch", **RPC), store, "scratch")
@@ -361,6 +366,7 @@ def test_logservice_client_and_server(procs, tmp_path, fault):
             os.kill(srv.pid, signal.SIGCONT)
         else:
             proxy.blackhole(False)
+            proxy.mute_replies(False)
         # the same client works again once the server answers
         latest = _until(lambda: client.get_latest_lsn() or True, 30, "the client reached the server again")
         for i in range(5):
@@ -411,6 +417,7 @@ def test_meta_client_and_server(procs, tmp_path, fault):
             os.kill(srv.pid, signal.SIGCONT)
         else:
             proxy.blackhole(False)
+            proxy.mute_replies(False)
         _until(lambda: client.get("k00") is not None, 30, "the client reached the server again")
         for i in range(20, 25):
             client.upsert(f"k{i:02d}", f"v{i}".encode())

@@ -1,7 +1,7 @@
 """Real processes: a TN, then a primary, writing on three `logtide logservice serve --raft` replicas,
 which each reaches through loopback TCP proxies, while the proxy to the leader blackholes its
-traffic. The replicas still reach each other, so the leader stays leader and the writer cannot
-write:
+traffic (or mutes it: the writer's requests land, their answers never come). The replicas still
+reach each other, so the leader stays leader and the writer cannot write:
 - every commit or insert ends within the log's deadline in a typed error; none hangs, and commits
   queued on the TN's commit lock fail together rather than one deadline each in turn;
 - a writer whose log write failed refuses writes at once (its memory may be ahead of its log);
@@ -58,14 +58,19 @@ class Group:
         return self.open(connect_logservice(",".join(self.cluster.addr(i) for i in self.cluster.ports),
                                             deadline=30.0))
 
-    def cut_leader(self) -> int:
+    def cut_leader(self, how: str = "blackhole") -> int:
+        """Blackhole the leader's proxy, or mute it: the writer's requests land, the answers never come."""
         lead = self.cluster.leader()
-        self.proxies[lead].blackhole(True)
+        if how == "mute":
+            self.proxies[lead].mute_replies(True)
+        else:
+            self.proxies[lead].blackhole(True)
         return lead
 
     def heal(self) -> None:
         for p in self.proxies.values():
             p.blackhole(False)        # held bytes flow: a late append may commit now
+            p.mute_replies(False)
 
     def same_log_everywhere(self) -> None:
         logs = replica_logs(self.cluster)
@@ -141,13 +146,13 @@ class Writers:
                 return
             k += WRITERS
 
-    def cut_and_wait(self, group: "Group") -> None:
+    def cut_and_wait(self, group: "Group", how: str) -> None:
         """Cut the leader off; every writer ends in a typed error within the bound, and the leader
         stays leader."""
         time.sleep(1.5)
         assert self.acked, "nothing written before the cut"
         cut_at = time.monotonic()
-        lead = group.cut_leader()
+        lead = group.cut_leader(how)
         end = cut_at + DEADLINE * 2 + SLACK   # each waits one deadline, not one per writer ahead of it
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))
@@ -159,7 +164,8 @@ class Writers:
 
 
 @pytest.mark.timeout(180)
-def test_tn_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tmp_path):
+@pytest.mark.parametrize("how", ["blackhole", "mute"])
+def test_tn_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tmp_path, how):
     tn = group.open(TransactionNode(group.log_through_proxies(), ObjectStore(tmp_path / "objects")))
     tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
 
@@ -169,7 +175,7 @@ def test_tn_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tm
         x.commit()
 
     writers = Writers(commit)
-    writers.cut_and_wait(group)
+    writers.cut_and_wait(group, how)
     if tn.committer.failed is not None:
         # a commit was queued when the log went (else all failed taking a ts): the TN is failed,
         # and a new transaction is refused at once, not after another deadline
@@ -195,11 +201,12 @@ def test_tn_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tm
 
 
 @pytest.mark.timeout(180)
-def test_primary_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tmp_path):
+@pytest.mark.parametrize("how", ["blackhole", "mute"])
+def test_primary_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(group, tmp_path, how):
     d, rel = tmp_path / "shared", 16384
     prim = group.open(Primary(d, log=group.log_through_proxies(), checkpoint_interval=0.2, pool_pages=64))
     writers = Writers(lambda k: prim.insert(rel, b"row %d" % k))
-    writers.cut_and_wait(group)
+    writers.cut_and_wait(group, how)
     assert prim.stopped
     t0 = time.monotonic()
     with pytest.raises(LogtideError):
