@@ -57,13 +57,23 @@ class ObjectStore:
             finally:
                 os.close(fd)
 
-    def _discard(self, tmp: str) -> None:
-        """Best effort: remove what a failed write left under its temporary name."""
-        if self.local:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    def _write(self, name: str, write) -> str:
+        """write(path) the object under a temporary name, then move it into place (local stores);
+        its final path. An OSError is ObjectStoreError, and what the write left is removed."""
+        final = self.path(name)
+        tmp = f"{final}.{uuid.uuid4().hex}.tmp" if self.local else final
+        try:
+            write(tmp)
+            if self.local:
+                self._commit(tmp, final)
+        except OSError as exc:
+            if self.local:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
+        return final
 
     def write_blocks(self, name: str, blocks: list[pa.Table]) -> int:
         """Write one Parquet object whose row groups are `blocks` (each at most BLOCK_ROWS rows).
@@ -73,18 +83,12 @@ class ObjectStore:
         for b in blocks:
             if b.num_rows > BLOCK_ROWS:
                 raise ObjectStoreError(f"a block has {b.num_rows} rows, more than {BLOCK_ROWS}")
-        final = self.path(name)
-        tmp = f"{final}.{uuid.uuid4().hex}.tmp" if self.local else final
-        try:
-            with pq.ParquetWriter(tmp, blocks[0].schema, filesystem=self.fs) as w:
+
+        def parquet(path: str) -> None:
+            with pq.ParquetWriter(path, blocks[0].schema, filesystem=self.fs) as w:
                 for b in blocks:
                     w.write_table(b, row_group_size=BLOCK_ROWS)
-            if self.local:
-                self._commit(tmp, final)
-            return self.fs.get_file_info(final).size
-        except OSError as exc:
-            self._discard(tmp)
-            raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
+        return self.fs.get_file_info(self._write(name, parquet)).size
 
     def read_block(self, name: str, block: int) -> pa.Table:
         """One row group of an object."""
@@ -108,16 +112,10 @@ class ObjectStore:
 
     def put(self, name: str, data: bytes) -> None:
         """Write a small object (a checkpoint) atomically."""
-        final = self.path(name)
-        tmp = f"{final}.{uuid.uuid4().hex}.tmp" if self.local else final
-        try:
-            with self.fs.open_output_stream(tmp) as out:
+        def raw(path: str) -> None:
+            with self.fs.open_output_stream(path) as out:
                 out.write(data)
-            if self.local:
-                self._commit(tmp, final)
-        except OSError as exc:
-            self._discard(tmp)
-            raise ObjectStoreError(f"object {name!r} could not be written: {exc}") from exc
+        self._write(name, raw)
 
     def get(self, name: str) -> bytes:
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from logtide._ext import page as pg
+from logtide.failure_log import worth_logging
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.control_file import Control, write_control
 from logtide.replay.meta_queue import MetaQueue
@@ -139,7 +140,7 @@ def _checkpoints(ref: "weakref.ref[Checkpointer]", stop: threading.Event, interv
             failed += 1
             if failed == 1:
                 log.exception("checkpoint failed")
-            elif failed % 30 == 0:   # a peer down for long (the log, HAKeeper): not a traceback per interval
+            elif worth_logging(failed):   # a peer down for long (the log, HAKeeper): not a traceback per interval
                 log.warning("checkpoint failed %d times in a row: %s: %s", failed, type(exc).__name__, exc)
         finally:
             del checkpointer

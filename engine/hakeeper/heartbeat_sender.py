@@ -19,6 +19,7 @@ from logtide.engine.hakeeper.heartbeat import Heartbeat
 from logtide.engine.hakeeper.schedule_command import ScheduleCommand
 from logtide.engine.hakeeper.store_role import StoreRole
 from logtide.errors import LogtideError, UnknownStoreError
+from logtide.failure_log import worth_logging
 
 log = logging.getLogger("logtide.hakeeper")
 
@@ -76,7 +77,7 @@ class HeartbeatSender:
                     self.executor.submit(cmds)
             except LogtideError as exc:
                 self.failed += 1
-                if self.failed <= 3 or self.failed % 30 == 0:
+                if worth_logging(self.failed):
                     log.warning("store %s: heartbeat to HAKeeper failed (%d so far): %s: %s", self.store_id,
                                 self.failed, type(exc).__name__, exc)
             except Exception:  # noqa: BLE001 - a report() bug must not kill the store; keep beating

@@ -21,6 +21,7 @@ from typing import Any
 
 from logtide.engine.hakeeper.client import HAKeeperClient
 from logtide.errors import LogtideError
+from logtide.failure_log import worth_logging
 
 log = logging.getLogger("logtide.hakeeper")
 
@@ -69,7 +70,7 @@ class TruncationHold:
                 self.poll()
             except LogtideError as exc:
                 self.failed += 1
-                if self.failed <= 3 or self.failed % 30 == 0:
+                if worth_logging(self.failed):
                     log.warning("truncation hold: HAKeeper did not answer (%d so far): %s: %s", self.failed,
                                 type(exc).__name__, exc)
             self._stop.wait(self.interval)

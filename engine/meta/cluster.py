@@ -21,6 +21,7 @@ from logtide.engine.meta.command import check_key, op
 from logtide.engine.meta.match_seq import AS_IS, GE
 from logtide.engine.meta.meta_format import U64_MAX
 from logtide.errors import LogtideError, MetaClosedError, MetaInvalidArgument
+from logtide.failure_log import worth_logging
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class Heartbeater:
             except LogtideError as exc:
                 self.failures += 1
                 self.last_error = exc
-                if self.failures <= 3 or self.failures % 30 == 0:
+                if worth_logging(self.failures):
                     log.warning("heartbeat of %s: the meta-service did not answer (%d so far): %s",
                                 self.node_id, self.failures, exc)
                 continue
