@@ -8,7 +8,8 @@ reach each other, so the leader stays leader and the writer cannot write:
 - reopened on the same log once the cut heals (held bytes then flow, and a late append may land),
   it has every acknowledged write, each failed one whole or not at all, and nothing else, and the
   replicas hold the same log;
-- a TN cut off while idle (its heartbeats fail) commits again after the heal and its CN sees it.
+- a TN cut off while idle (its heartbeats fail), or whose replicas are all SIGSTOPped or
+  SIGKILLed, commits again after the heal and its CN sees it.
 """
 import os
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from frozen import freeze, thaw  # noqa: E402
 from tcp_proxy import TcpProxy  # noqa: E402
 from test_logservice_raft_kill import Cluster  # noqa: E402
 from replica_logs import replica_logs  # noqa: E402
@@ -67,6 +69,21 @@ class Group:
             self.proxies[lead].blackhole(True)
         return lead
 
+    def all_down(self, how: str) -> None:
+        """Every replica at once: SIGSTOPped (frozen, sockets held) or SIGKILLed."""
+        for i in list(self.cluster.procs):
+            if how == "stop":
+                freeze(self.cluster.procs[i].pid)
+            else:
+                self.cluster.kill(i)
+
+    def all_up(self, how: str) -> None:
+        for i in self.cluster.ports:
+            if how == "stop":
+                thaw(self.cluster.procs[i].pid)
+            else:
+                self.cluster.start(i)     # same directory, same port: the proxies reach it again
+
     def heal(self) -> None:
         for p in self.proxies.values():
             p.blackhole(False)        # held bytes flow: a late append may commit now
@@ -77,6 +94,8 @@ class Group:
         assert logs[1] == logs[2] == logs[3], "the replicas disagree about the log"
 
     def close(self) -> None:
+        for p in self.cluster.procs.values():
+            thaw(p.pid)                   # a frozen replica would not stop on SIGTERM
         for thing in reversed(self.opened):
             try:
                 thing.close()
@@ -227,8 +246,10 @@ def test_primary_cut_off_from_the_log_leader_fails_typed_and_recovers_whole(grou
 
 
 @pytest.mark.timeout(180)
-def test_tn_idle_through_a_cut_serves_its_cns_after_it(group, tmp_path):
-    """Cut off with nothing to commit, the TN's heartbeats fail past the log's deadline; healed, it
+@pytest.mark.parametrize("how", ["blackhole", "stop", "kill"])
+def test_tn_idle_through_a_cut_serves_its_cns_after_it(group, tmp_path, how):
+    """Cut off with nothing to commit (the leader blackholed, or every replica SIGSTOPped or
+    SIGKILLed), the TN's heartbeats fail past the log's deadline; healed (thawed, restarted), it
     commits again and its CN sees every commit (the push thread outlived the failed heartbeats)."""
     tn = group.open(TransactionNode(group.log_through_proxies(), ObjectStore(tmp_path / "objects")))
     tn.create_table("t", {"id": "int64", "v": "int64"}, "id")
@@ -238,9 +259,15 @@ def test_tn_idle_through_a_cut_serves_its_cns_after_it(group, tmp_path):
     x.insert("t", {"id": [1], "v": [1]})
     ts1 = x.commit()
     assert {r["id"]: r["v"] for r in cn.read("t", ts1).to_pylist()} == {1: 1}
-    group.cut_leader()
+    if how == "blackhole":
+        group.cut_leader()
+    else:
+        group.all_down(how)
     time.sleep(DEADLINE * 2 + 1)           # heartbeats fail: no leader answers within the deadline
-    group.heal()
+    if how == "blackhole":
+        group.heal()
+    else:
+        group.all_up(how)
     ts2 = commit_once_healed(tn, [2])
     assert {r["id"]: r["v"] for r in cn.read("t", ts2, timeout=20).to_pylist()} == {1: 1, 2: 2}
 

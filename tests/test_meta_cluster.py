@@ -73,47 +73,71 @@ def test_heartbeater_refuses_a_bad_lease_or_node_id(cm):
         Heartbeater(cm, "a/b", 1000)
 
 
-@pytest.mark.timeout(90)
-def test_heartbeater_outlives_a_silent_meta_service(tmp_path):
-    """A real `logtide meta serve` behind a blackholing proxy. Cut for a few renewal periods but
-    less than the lease: renewals fail, the thread goes on, and once healed it keeps the lease. Cut
-    for longer than the lease: it ran out, and the first renewal after the heal reports it lost."""
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["blackhole", "stop", "kill"])
+def test_heartbeater_outlives_a_silent_meta_service(tmp_path, how):
+    """A real `logtide meta serve` behind a proxy, blackholed, SIGSTOPped or SIGKILLed (and
+    restarted on its directory and port) for a few renewal periods but less than the lease:
+    renewals fail, the thread goes on, and once healed it keeps the lease. Blackholed for longer
+    than the lease: it ran out, and the first renewal after the heal reports it lost."""
     import os
     import re
     import subprocess
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from frozen import freeze, thaw
+    from ports import free_ports
     from tcp_proxy import TcpProxy
     from logtide.engine.meta.client import connect_meta
 
     exe = os.path.join(os.path.dirname(sys.executable), "logtide")
-    out = open(tmp_path / "meta.log", "wb")
-    srv = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta")], stdout=out,
-                           stderr=subprocess.STDOUT)
+    addr = f"127.0.0.1:{free_ports(1)[0]}"
+
+    def serve(name):
+        log = tmp_path / f"{name}.log"
+        p = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", addr],
+                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        end = time.monotonic() + 60
+        while "listening on" not in log.read_text():
+            assert time.monotonic() < end and p.poll() is None, log.read_text()
+            time.sleep(0.05)
+        return p
+
+    srv = serve("meta")
     proxy = client = direct = hb = None
     try:
-        end = time.monotonic() + 60
-        while not (m := re.search(r"listening on (127\.0\.0\.1:\d+)", (tmp_path / "meta.log").read_text())):
-            assert time.monotonic() < end and srv.poll() is None, (tmp_path / "meta.log").read_text()
-            time.sleep(0.05)
-        proxy = TcpProxy(m.group(1))
+        proxy = TcpProxy(addr)
         client = connect_meta(proxy.address, timeout=0.5, follow_leader=False)
-        direct = ClusterMeta(connect_meta(m.group(1)))
+        direct = ClusterMeta(connect_meta(addr))
         cm = ClusterMeta(client)
-        ttl = 6000                                   # renewals every 2 s
+        ttl = 9000                                   # renewals every 3 s
         cm.register("n1", {"role": "cn"}, ttl_ms=ttl)
         hb = Heartbeater(cm, "n1", ttl).start()
-        time.sleep(2.5)
+        time.sleep(3.5)
         assert hb.beats >= 1
-        proxy.blackhole(True)                        # renewals at ~4 s fail; the lease lasts to ~8 s
-        time.sleep(2.5)
-        proxy.blackhole(False)
+        # the renewal at ~6 s fails; the lease lasts to ~12 s
+        if how == "blackhole":
+            proxy.blackhole(True)
+        elif how == "stop":
+            freeze(srv.pid)
+        else:
+            srv.kill()
+            srv.wait()
+        time.sleep(3.5)
+        if how == "blackhole":
+            proxy.blackhole(False)
+        elif how == "stop":
+            thaw(srv.pid)
+        else:
+            srv = serve("meta-restarted")
         end = time.monotonic() + 20
         beats = hb.beats
         while hb.beats <= beats:
             assert time.monotonic() < end, "no renewal after the heal"
             time.sleep(0.1)
         assert hb.failures >= 1 and not hb.lost and "n1" in direct.nodes()
+        if how != "blackhole":
+            return
 
         proxy.blackhole(True)                        # longer than the lease
         end = time.monotonic() + ttl / 1000 + 3
@@ -133,5 +157,7 @@ def test_heartbeater_outlives_a_silent_meta_service(tmp_path):
                 c.close()
         if proxy is not None:
             proxy.close()
-        srv.kill()
+        if srv.poll() is None:
+            thaw(srv.pid)
+            srv.kill()
         srv.wait()
