@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import struct
@@ -18,6 +19,7 @@ from logtide._ext import wire_codec as wc
 from logtide._ext.crc32c import crc32c
 from logtide.engine.rpc import RpcClient
 from logtide.engine.rpc import diagnostics_pb2 as dpb
+from logtide.engine.rpc.call_frames import pack_reply
 from logtide.engine.rpc.diagnostics import DIAGNOSTICS, DiagnosticsServicer
 from logtide.engine.rpc.wire_client import WireTransport
 from logtide.engine.rpc.wire_server import WireServer
@@ -306,6 +308,69 @@ def test_deferred_methods_answer_later_without_a_worker():
                 c.Ping(payload=b"never", timeout=10)
             assert time.monotonic() - t0 < 5
             assert c.Ping(payload=b"after").payload == b"after"
+    finally:
+        server.stop(0)
+
+
+class DeferredFrames(DiagnosticsServicer):
+    """Diagnostics whose Ping is a `defer_frames_` hook (raw request bytes in, packed reply frames
+    out), answered by a thread of its own: the log service's shape. Payload b"never" is never
+    answered, b"twice" is answered twice, b"raise" makes the hook raise after it queued the batch,
+    b"range" fails typed."""
+    nonblocking_methods = frozenset()
+
+    def __init__(self) -> None:
+        super().__init__("deferred-frames")
+        self.pending: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._answer, name="frames-answerer", daemon=True).start()
+
+    def defer_frames_Ping(self, ids, datas, ctx, done):
+        reqs = [dpb.PingRequest.FromString(d) for d in datas]
+        if any(r.payload == b"raise" for r in reqs):
+            raise KeyError("a servicer bug")
+        self.pending.put((ids, reqs, done))
+
+    def _answer(self):
+        while True:
+            ids, reqs, done = self.pending.get()
+            if any(r.payload == b"never" for r in reqs):
+                continue
+            frames, failed = b"", []
+            for i, r in zip(ids, reqs):
+                if r.payload == b"range":
+                    failed.append((i, InvalidRange("no such LSN")))
+                else:
+                    frames += pack_reply(i, dpb.PingReply(payload=r.payload).SerializeToString())
+            done(frames, failed)
+            if any(r.payload == b"twice" for r in reqs):
+                done(pack_reply(ids[0], dpb.PingReply(payload=b"second").SerializeToString()), [])
+
+
+def test_defer_frames_hook_answers_once_and_expires():
+    """A frame of one `defer_frames_` method is answered by the hook's first done, once; a frame
+    never answered gets DeadlineExceededError from the server's sweeper, and the server goes on."""
+    svc = DeferredFrames()
+    server = WireServer("127.0.0.1:0", max_message_size=1 << 20, deferred_timeout=1.0)
+    server.add_service(DIAGNOSTICS, svc)
+    server.start()
+    try:
+        with client(server) as c:
+            _pings_from_threads(c, threads=8, each=100)
+            with pytest.raises(InvalidRange, match="no such LSN"):
+                c.Ping(payload=b"range")
+            assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
+            with pytest.raises(RemoteError, match="KeyError"):       # the hook's own failure
+                c.Ping(payload=b"raise")
+            t0 = time.monotonic()
+            with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
+                c.Ping(payload=b"never", timeout=10)
+            assert 0.9 < time.monotonic() - t0 < 5
+            assert c.Ping(payload=b"after").payload == b"after"
+            _pings_from_threads(c, threads=4, each=50)
+            deadline = time.monotonic() + 5
+            while server.deferred and time.monotonic() < deadline:   # nothing kept once answered
+                time.sleep(0.05)
+            assert not server.deferred
     finally:
         server.stop(0)
 

@@ -31,6 +31,19 @@ _RESOURCE_EXHAUSTED = 8   # gRPC's status codes, which every carrier's replies u
 _pack_reply = REPLY_HEADER.pack
 
 
+def packed_replies(frames: bytes, failed: list, path: str, out: "Replies | None" = None) -> "Replies":
+    """A `defer_frames_<Method>` group's answer (reply frames packed in C, and (call id, exception)
+    for each failed call) added to `out` (a new Replies if None)."""
+    if out is None:
+        out = Replies()
+    if frames:
+        out.frames.append(frames)
+        out.size += len(frames)
+    for call_id, exc in failed:
+        out.error(error_reply(call_id, exc, path))
+    return out
+
+
 class _Unary:
     __slots__ = ("method", "fn", "batch", "frames", "defer", "defer_frames")
 
@@ -177,11 +190,7 @@ class CallDispatcher:
                     out.error(e)
                 continue
             if results.__class__ is Packed:
-                if results.frames:
-                    out.frames.append(results.frames)
-                    out.size += len(results.frames)
-                for call_id, exc in results.failed:
-                    out.error(error_reply(call_id, exc, u.method.path))
+                packed_replies(results.frames, results.failed, u.method.path, out)
                 continue
             for call_id, res in zip(ids, results):
                 self._reply(out, u, call_id, res, limit)

@@ -9,11 +9,18 @@ thread waits meanwhile: with blocking handlers, each call in flight holds a work
 call costs that worker two sleeps and two wake-ups (and a turn for the GIL among hundreds of them).
 
 The batch is answered once every group is done, or at its deadline: the groups still out then get a
-DeadlineExceededError (whether they take effect is unknown), and their late `done` is ignored.
+DeadlineExceededError (whether they take effect is unknown), and their late `done` is ignored. The
+server expires batches from its sweeper, in the order they started (one deadline for all of them),
+so a batch costs no timer of the event loop.
+
+Most frames carry the calls of one method only, and for the log service's appends that method has a
+`defer_frames_` hook: such a frame is a FramesCall, which has one answer and so needs no lock and no
+bookkeeping per group.
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, NamedTuple
 
 from logtide.errors import DeadlineExceededError
@@ -25,16 +32,60 @@ class Packed(NamedTuple):
     failed: list          # (call id, exception)
 
 
+def _expired(timeout: float) -> DeadlineExceededError:
+    return DeadlineExceededError(f"not answered within {timeout:g} s (whether the call took effect is "
+                                 f"unknown: read it back before retrying)")
+
+
+class FramesCall:
+    """A frame whose calls are all of one method with a `defer_frames_<Method>` hook: `done(frames,
+    failed)` is that hook's callback, and the first of it and `expire` answers the frame."""
+    __slots__ = ("conn", "ids", "path", "calls", "nbytes", "timeout", "deadline", "frames", "failed",
+                 "_token", "_finished")
+
+    def __init__(self, conn: Any, ids: list[int], path: str, nbytes: int, timeout: float,
+                 finished: Callable[["FramesCall"], None]) -> None:
+        self.conn, self.ids, self.path = conn, ids, path
+        self.calls, self.nbytes = len(ids), nbytes
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.frames: bytes = b""
+        self.failed: list = []
+        self._token = [True]               # popped by the one answer: list.pop is atomic under the GIL
+        self._finished = finished
+
+    @property
+    def over(self) -> bool:
+        return not self._token
+
+    def done(self, frames: bytes, failed: list) -> None:
+        try:
+            self._token.pop()
+        except IndexError:                 # answered already, or past its deadline
+            return
+        self.frames, self.failed = frames, failed
+        self._finished(self)
+
+    def expire(self) -> None:
+        try:
+            self._token.pop()
+        except IndexError:
+            return
+        err = _expired(self.timeout)
+        self.failed = [(call_id, err) for call_id in self.ids]
+        self._finished(self)
+
+
 class DeferredBatch:
     """The groups of one frame's calls: (unit, call ids, results) as each group finishes."""
-    __slots__ = ("conn", "calls", "nbytes", "timeout", "timer", "parts", "_lock", "_left", "_sealed",
+    __slots__ = ("conn", "calls", "nbytes", "timeout", "deadline", "parts", "_lock", "_left", "_sealed",
                  "_over", "_finished", "_started")
 
     def __init__(self, conn: Any, calls: int, nbytes: int, timeout: float,
                  finished: Callable[["DeferredBatch"], None]) -> None:
         self.conn, self.calls, self.nbytes = conn, calls, nbytes
         self.timeout = timeout
-        self.timer = None                   # the loop's deadline handle, cancelled once answered
+        self.deadline = time.monotonic() + timeout
         self.parts: list[tuple[Any, list[int], list]] = []
         self._lock = threading.Lock()
         self._left = 0                      # groups started and not done
@@ -42,6 +93,10 @@ class DeferredBatch:
         self._over = False                  # answered (or past its deadline): later results are dropped
         self._finished = finished
         self._started = {}                  # id(done) -> (unit, ids) of the groups still out
+
+    @property
+    def over(self) -> bool:
+        return self._over
 
     def add(self, unit: Any, ids: list[int], results: list) -> None:
         """A group answered at once (on the loop, before `seal`)."""
@@ -103,8 +158,7 @@ class DeferredBatch:
             if self._over:
                 return
             self._over = True
-            err = DeadlineExceededError(f"not answered within {self.timeout:g} s (whether the call took "
-                                        f"effect is unknown: read it back before retrying)")
+            err = _expired(self.timeout)
             for unit, ids in self._started.values():
                 self.parts.append((unit, ids, [err] * len(ids)))
             self._started.clear()

@@ -28,14 +28,15 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from logtide._ext import wire_codec as wc
 from logtide._ext.wire_conn import REPLY_ROOM, ConnCore
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.address import split_address
-from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies, error_reply
-from logtide.engine.rpc.deferred_calls import DeferredBatch
+from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies, error_reply, packed_replies
+from logtide.engine.rpc.deferred_calls import DeferredBatch, FramesCall
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.loop_stream import LoopStream
@@ -361,9 +362,19 @@ class _ServerConn(ConnCore, asyncio.Protocol):
         srv = self.server
         self.inflight_calls += calls
         self.inflight_bytes += nbytes
-        b = DeferredBatch(self, calls, nbytes, srv.deferred_timeout, srv.finished.put)
-        b.timer = srv.wl.loop.call_later(srv.deferred_timeout, b.expire)
-        srv.dispatcher.start_deferred(groups, self.units, self.ctx, b)
+        u = self.units[groups[0][0]] if len(groups) == 1 else None
+        if u is not None and u.defer_frames is not None:     # the common frame: see deferred_calls
+            _m, ids, datas = groups[0]
+            f = FramesCall(self, ids, self.paths[_m], nbytes, srv.deferred_timeout, srv.finished.put)
+            srv.deferred.append(f)
+            try:
+                u.defer_frames(ids, datas, self.ctx, f.done)
+            except Exception as exc:  # noqa: BLE001 - the whole group failed alike
+                f.done(b"", [(call_id, exc) for call_id in ids])
+        else:
+            b = DeferredBatch(self, calls, nbytes, srv.deferred_timeout, srv.finished.put)
+            srv.deferred.append(b)
+            srv.dispatcher.start_deferred(groups, self.units, self.ctx, b)
         if self.inflight_calls > srv.max_inflight_calls or self.inflight_bytes > srv.max_inflight_bytes:
             self._pause()
 
@@ -458,7 +469,9 @@ class WireServer:
         # answer within `keepalive_timeout` closes it (a SIGSTOPped client must not hold its streams)
         self.keepalive = deadlines.KEEPALIVE_S if keepalive is None else keepalive
         self.keepalive_timeout = deadlines.KEEPALIVE_TIMEOUT_S if keepalive_timeout is None else keepalive_timeout
-        self._sweep_every = min(1.0, frame_timeout / 2, self.keepalive / 2, self.keepalive_timeout / 2)
+        self.deferred_timeout = deferred_timeout
+        self._sweep_every = min(1.0, frame_timeout / 2, self.keepalive / 2, self.keepalive_timeout / 2,
+                                deferred_timeout / 4)
         self.dispatcher = CallDispatcher(max_message_size)
         self.streaming: dict[str, tuple[MethodDef, Any]] = {}
         self.loop_streams: dict[str, tuple[MethodDef, Any]] = {}   # bidi methods served on the loop (open_<M>)
@@ -467,8 +480,9 @@ class WireServer:
         self.running_streams: set = set()
         self.wl = WireLoop.get()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # deferred frames in the order they started, so in deadline order: the sweeper expires them
+        self.deferred: deque = deque()
         # deferred batches finished on other threads, answered on the loop (one wake-up per burst)
-        self.deferred_timeout = deferred_timeout
         self.finished = FrameOutbox(lambda: self.wl.call_soon(self.answer_deferred))
         self._workers = [threading.Thread(target=self._work, name="rpc-wire-worker", daemon=True)
                          for _ in range(workers)]
@@ -524,6 +538,9 @@ class WireServer:
         """Close connections that began a frame (or the preface) and did not finish it in time, or
         did not answer a keepalive ping in time; ping the busy ones that went quiet."""
         now = time.monotonic()
+        d = self.deferred
+        while d and (d[0].over or d[0].deadline <= now):
+            d.popleft().expire()              # a no-op for one answered already
         for c in list(self.conns):
             if c.closed:
                 continue
@@ -565,18 +582,22 @@ class WireServer:
     def answer_deferred(self) -> None:
         """On the loop: write the replies of the deferred batches finished since the last call."""
         for b in self.finished.take():
-            if b.timer is not None:
-                b.timer.cancel()
             conn = b.conn
             try:
                 room = conn.peer_limit - REPLY_ROOM
-                frames = self._reply_frames(self.dispatcher.deferred_replies(b, min(self.max_message_size, room)),
-                                            room)
+                if b.__class__ is FramesCall:
+                    frames = self._reply_frames(packed_replies(b.frames, b.failed, b.path), room)
+                else:
+                    frames = self._reply_frames(self.dispatcher.deferred_replies(b, min(self.max_message_size, room)),
+                                                room)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: that connection cannot go on
                 log.error("wire: a deferred batch from %s failed: %s", conn.peer, exc, exc_info=exc)
                 conn.goaway(exc)
                 continue
             conn.answered(frames, b.calls, b.nbytes)
+        d = self.deferred
+        while d and d[0].over:                # answers come mostly in order: this keeps it short
+            d.popleft()
 
     def run_calls(self, conn: _ServerConn, groups: list) -> list[bytes]:
         """The REPLIES frames answering one CALLS frame (more than one only past the client's limit)."""
