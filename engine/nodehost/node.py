@@ -51,6 +51,14 @@ COMMIT_LINGER = 0.003
 # in the next APP, so a busy leader sends fewer, fuller messages (with 32 clients: ~5 -> 7-11
 # entries per follower Ready, follower CPU per append ~195 -> ~100-150 us); a lone client never fills it
 MAX_INFLIGHT = 2
+# Group commit of proposals: a leader holds new proposals back, for at most PROPOSAL_LINGER, while
+# earlier ones are not yet applied or fewer have arrived than it recently had in flight at once. Its
+# clients then move in one group rather than several interleaved ones (32 lockstep clients: batches
+# of ~28 instead of ~8, a quarter of the Readys, fsyncs and APPs per append; leader CPU per append
+# ~90 -> ~58 us, and ~30 % more appends/s at 4, 16 and 32 clients: docs/raft.md). A lone client is
+# never held.
+PROPOSAL_LINGER = 0.002
+PEAK_DECAY = 0.95          # per batch: a peak that fewer clients no longer reach fades in a few dozen
 
 
 _WAKE = ("wake",)   # an inbox item that only wakes the driver (proposals wait in RaftNode._props)
@@ -131,10 +139,15 @@ class RaftNode:
         # wakes the driver only when it is not holding proposals anyway (see _hold)
         self._props: deque[list[tuple[bytes, Any]]] = deque()
         self._holding = False
+        self._props_n = 0            # commands in _props (read by submitters: a wake-up hint)
+        self._linger_until = 0.0     # held proposals go out by then at the latest (see _linger)
+        self._peak = 1.0             # proposals in flight at once, as recently seen (decaying)
+        self._wake_at = 0            # a lingering driver is woken when this many are queued and held
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
         self._read_wait: list[tuple[int, Future]] = []  # (index, read) waiting for applied >= index
         self._seq = 0
         self.readies = self.ready_entries = 0  # Readys handled and the entries they persisted (batching)
+        self.proposal_batches = self.proposed = 0  # proposal batches this leader made, and their commands
         self._status_dirty, self._status_at = True, 0.0
         self._status: dict = {}
         self._stop = threading.Event()
@@ -206,7 +219,10 @@ class RaftNode:
 
     def _submit(self, pairs: list) -> None:
         self._props.append(pairs)
-        if not self._holding:   # a holding driver takes them when an acknowledgement wakes it
+        self._props_n += len(pairs)
+        # a holding driver takes them when an acknowledgement (or its linger's end) wakes it, or
+        # once as many have come as it lingers for
+        if not self._holding or (self._wake_at and self._props_n + len(self._held) >= self._wake_at):
             self._inbox.put(_WAKE)
 
     def propose_many(self, cmds: list[bytes], timeout: float = 5.0) -> list[tuple[int, Any] | BaseException]:
@@ -301,6 +317,8 @@ class RaftNode:
             wait = (next_tick if commit_due is None else min(next_tick, commit_due)) - time.monotonic()
             if (self._props or self._held) and not self._holding:  # nothing may wake us for these
                 wait = 0.0
+            elif self._linger_until:
+                wait = min(wait, self._linger_until - time.monotonic())
             items = []
             try:
                 items.append(self._inbox.get(timeout=max(0.0, wait)) if wait > 0 else self._inbox.get_nowait())
@@ -315,10 +333,12 @@ class RaftNode:
                 self._handle(item)
             props = self._props
             while props:
-                self._held.extend(props.popleft())
-            if self._held and not self._hold():
-                self._propose_held()
+                got = props.popleft()
+                self._props_n -= len(got)
+                self._held.extend(got)
             now = time.monotonic()
+            if self._held and not self._hold() and not self._linger(now):
+                self._propose_held()
             if now >= next_tick:
                 raw.tick()
                 next_tick += self.tick_interval
@@ -335,7 +355,8 @@ class RaftNode:
             if self._status_dirty or now - self._status_at >= STATUS_INTERVAL:
                 self._publish_status()
                 self._status_dirty, self._status_at = False, now
-            self._holding = self._hold()
+            # applying may have emptied what was pending: held proposals go at the next turn
+            self._holding = self._hold() or (bool(self._held) and self._linger(now))
 
     def _handle(self, item) -> None:
         kind = item[0]
@@ -389,8 +410,28 @@ class RaftNode:
         others = [pr for i, pr in r.prs.items() if i != self.id and i in r.conf.voters]
         return bool(others) and all(pr.state == REPLICATE and pr.inflights.full() for pr in others)
 
+    def _linger(self, now: float) -> bool:
+        """Hold the held proposals a little longer (see PROPOSAL_LINGER): this leader has earlier
+        proposals not yet applied (whose clients come back once they are), or fewer are held than
+        it recently had in flight; and they have not waited PROPOSAL_LINGER yet."""
+        if self.raw.raft.state != M.LEADER or (not self._pending and len(self._held) >= self._peak - 0.5):
+            self._linger_until = 0.0
+            return False
+        if not self._linger_until:
+            self._linger_until = now + PROPOSAL_LINGER
+        if now >= self._linger_until:
+            return False
+        # waiting for the count only: a submitter that completes it wakes the driver
+        self._wake_at = 0 if self._pending else int(self._peak + 0.5)
+        return True
+
     def _propose_held(self) -> None:
+        self._peak = max(self._peak * PEAK_DECAY, len(self._held) + len(self._pending))
         held, self._held = self._held, []
+        self._linger_until = 0.0
+        self._wake_at = 0
+        self.proposal_batches += 1
+        self.proposed += len(held)
         raw = self.raw
         pending = self._pending
         if len(held) > 1:
@@ -514,6 +555,7 @@ class RaftNode:
         st = self.raw.status()
         st["addresses"] = {k: v for k, v in self.addresses.items() if isinstance(v, str)}
         st["readies"], st["ready_entries"] = self.readies, self.ready_entries
+        st["proposal_batches"], st["proposed"] = self.proposal_batches, self.proposed
         self._status = st
 
     def conf(self) -> ConfState:
