@@ -50,17 +50,24 @@ def raft_cluster():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _sustained(benchmark, clients: int, make, call, cpu_pid: int | None = None) -> None:
+def _sustained(benchmark, clients: int, make, call, cpu_pid: int | None = None, status=None) -> None:
     """`clients` clients made (connected) before the clock, each thread calling call(client, t) in a
-    loop; with cpu_pid, that process's CPU per operation over the timed run goes to the figures."""
+    loop; with cpu_pid, that process's CPU per operation over the timed run goes to the figures, and
+    with status (the leader's Raft status), the proposals per batch it made meanwhile."""
     conns = [make(t) for t in range(clients)]
     try:
         op = lambda t: call(conns[t], t)                                     # noqa: E731
         run_sustained(clients, WARMUP_SECONDS, op)
         c0 = cpu_seconds(cpu_pid) if cpu_pid else 0.0
+        s0 = status() if status else None
         run = sustained_benchmark(benchmark, clients, op, warmup=0)
+        figures = benchmark.extra_info["figures"]
         if cpu_pid:
-            benchmark.extra_info["figures"]["leader_cpu_us_per_op"] = 1e6 * (cpu_seconds(cpu_pid) - c0) / max(1, run.ops)
+            figures["leader_cpu_us_per_op"] = 1e6 * (cpu_seconds(cpu_pid) - c0) / max(1, run.ops)
+        if s0 is not None:
+            s1 = status()
+            batches = s1["proposal_batches"] - s0["proposal_batches"]
+            figures["proposals_per_batch"] = (s1["proposed"] - s0["proposed"]) / max(1, batches)
     finally:
         for c in conns:
             c.close()
@@ -74,7 +81,8 @@ def test_raft_append(benchmark, raft_cluster, clients):
     from logtide.engine.logservice import connect_logservice
     lead = raft_cluster.healthy()
     _sustained(benchmark, clients, lambda t: connect_logservice(raft_cluster.addresses),
-               lambda c, t: c.append(PAYLOAD, replica_id=t), cpu_pid=raft_cluster.procs[lead].pid)
+               lambda c, t: c.append(PAYLOAD, replica_id=t), cpu_pid=raft_cluster.procs[lead].pid,
+               status=lambda: raft_cluster.status(lead))
 
 
 @pytest.fixture(scope="module")
