@@ -375,6 +375,33 @@ def test_defer_frames_hook_answers_once_and_expires():
         server.stop(0)
 
 
+def test_outstanding_frames_follow_the_frames_in_flight():
+    """A frame stuck at the head of the deadline order does not keep the frames answered behind it:
+    what the server keeps follows the frames in flight, not the rate; the stuck one still expires."""
+    from logtide.engine.rpc.deferred_calls import FramesCall, Outstanding
+
+    class Conn:
+        peer_limit = 1 << 20
+    finished: list = []
+    out = Outstanding()
+    stuck = FramesCall(Conn(), [1], "/x", 10, 0.5, finished.append)
+    out.add(stuck)
+    for k in range(20_000):
+        f = FramesCall(Conn(), [k + 2], "/x", 10, 0.5, finished.append)
+        out.add(f)
+        f.done(b"", [])
+        out.answered(len(finished))
+        finished.clear()
+        assert out.kept <= 2 * len(out) + 1024
+    assert len(out) == 1 and out.kept <= 1025
+    out.expire(time.monotonic())                    # not yet due
+    assert not finished
+    out.expire(time.monotonic() + 1.0)
+    assert finished == [stuck] and isinstance(stuck.failed[0][1], DeadlineExceededError)
+    out.answered(1)
+    assert len(out) == 0 and out.kept == 0
+
+
 def test_connect_errors():
     with pytest.raises(RpcError, match="could not connect"):
         WireTransport("127.0.0.1:1", connect_timeout=0.5)

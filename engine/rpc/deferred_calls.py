@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, NamedTuple
 
 from logtide.errors import DeadlineExceededError
@@ -164,3 +165,40 @@ class DeferredBatch:
             self._started.clear()
         self._finished(self)
 
+
+class Outstanding:
+    """The deferred frames a server has started and not answered, in start order, so in deadline
+    order (one timeout for all): `expire(now)` ends those past it. Answered ones leave from the head
+    as replies go out; a stuck frame at the head holding many answered ones behind it has them
+    compacted away, so memory follows the frames in flight, not the rate. On the loop only."""
+    __slots__ = ("_q", "_live")
+
+    def __init__(self) -> None:
+        self._q: deque = deque()
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    @property
+    def kept(self) -> int:
+        """Frames kept, answered or not: what the memory follows."""
+        return len(self._q)
+
+    def add(self, frame: "FramesCall | DeferredBatch") -> None:
+        self._q.append(frame)
+        self._live += 1
+
+    def answered(self, n: int) -> None:
+        """n of them were answered (or expired) and their replies written."""
+        self._live -= n
+        q = self._q
+        while q and q[0].over:
+            q.popleft()
+        if len(q) > 2 * self._live + 1024:
+            self._q = deque(f for f in q if not f.over)
+
+    def expire(self, now: float) -> None:
+        q = self._q
+        while q and (q[0].over or q[0].deadline <= now):
+            q.popleft().expire()               # a no-op for one answered already

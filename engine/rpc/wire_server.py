@@ -28,7 +28,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from logtide._ext import wire_codec as wc
@@ -36,7 +35,7 @@ from logtide._ext.wire_conn import REPLY_ROOM, ConnCore
 from logtide.engine.rpc import deadlines
 from logtide.engine.rpc.address import split_address
 from logtide.engine.rpc.call_dispatch import CallDispatcher, Replies, error_reply, packed_replies
-from logtide.engine.rpc.deferred_calls import DeferredBatch, FramesCall
+from logtide.engine.rpc.deferred_calls import DeferredBatch, FramesCall, Outstanding
 from logtide.engine.rpc.error_mapping import failure_status
 from logtide.engine.rpc.frame_outbox import FrameOutbox
 from logtide.engine.rpc.loop_stream import LoopStream
@@ -366,14 +365,14 @@ class _ServerConn(ConnCore, asyncio.Protocol):
         if u is not None and u.defer_frames is not None:     # the common frame: see deferred_calls
             _m, ids, datas = groups[0]
             f = FramesCall(self, ids, self.paths[_m], nbytes, srv.deferred_timeout, srv.finished.put)
-            srv.deferred.append(f)
+            srv.deferred.add(f)
             try:
                 u.defer_frames(ids, datas, self.ctx, f.done)
             except Exception as exc:  # noqa: BLE001 - the whole group failed alike
                 f.done(b"", [(call_id, exc) for call_id in ids])
         else:
             b = DeferredBatch(self, calls, nbytes, srv.deferred_timeout, srv.finished.put)
-            srv.deferred.append(b)
+            srv.deferred.add(b)
             srv.dispatcher.start_deferred(groups, self.units, self.ctx, b)
         if self.inflight_calls > srv.max_inflight_calls or self.inflight_bytes > srv.max_inflight_bytes:
             self._pause()
@@ -480,8 +479,8 @@ class WireServer:
         self.running_streams: set = set()
         self.wl = WireLoop.get()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        # deferred frames in the order they started, so in deadline order: the sweeper expires them
-        self.deferred: deque = deque()
+        # deferred frames started and not answered: the sweeper expires them at their deadline
+        self.deferred = Outstanding()
         # deferred batches finished on other threads, answered on the loop (one wake-up per burst)
         self.finished = FrameOutbox(lambda: self.wl.call_soon(self.answer_deferred))
         self._workers = [threading.Thread(target=self._work, name="rpc-wire-worker", daemon=True)
@@ -538,9 +537,7 @@ class WireServer:
         """Close connections that began a frame (or the preface) and did not finish it in time, or
         did not answer a keepalive ping in time; ping the busy ones that went quiet."""
         now = time.monotonic()
-        d = self.deferred
-        while d and (d[0].over or d[0].deadline <= now):
-            d.popleft().expire()              # a no-op for one answered already
+        self.deferred.expire(now)
         for c in list(self.conns):
             if c.closed:
                 continue
@@ -581,7 +578,8 @@ class WireServer:
 
     def answer_deferred(self) -> None:
         """On the loop: write the replies of the deferred batches finished since the last call."""
-        for b in self.finished.take():
+        done = self.finished.take()
+        for b in done:
             conn = b.conn
             try:
                 room = conn.peer_limit - REPLY_ROOM
@@ -595,9 +593,7 @@ class WireServer:
                 conn.goaway(exc)
                 continue
             conn.answered(frames, b.calls, b.nbytes)
-        d = self.deferred
-        while d and d[0].over:                # answers come mostly in order: this keeps it short
-            d.popleft()
+        self.deferred.answered(len(done))
 
     def run_calls(self, conn: _ServerConn, groups: list) -> list[bytes]:
         """The REPLIES frames answering one CALLS frame (more than one only past the client's limit)."""
