@@ -149,6 +149,50 @@ def test_concurrent_proposals_replicate_in_one_order(group):
     assert sorted(r[1] for r in results) == list(range(1, 81))  # each acknowledged once, at its place
 
 
+def _lockstep_batches(node, clients: int, each: int, base: int) -> float:
+    """`clients` threads each proposing `each` commands, one at a time, through `node`: the
+    proposals per batch the leader made (every command applied once, in one order)."""
+    results, errors = [], []
+
+    def client(c):
+        try:
+            for k in range(each):
+                results.append(node.propose(b"c%d-%d" % (c, k), timeout=10.0))
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    b0, p0 = node.proposal_batches, node.proposed          # live counters, unlike status()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(v for _i, v in results) == list(range(base + 1, base + 1 + clients * each))
+    return (node.proposed - p0) / (node.proposal_batches - b0)
+
+
+@pytest.mark.parametrize("linger", [0.0, 0.05])
+def test_lockstep_clients_are_proposed_in_one_batch_and_a_lone_client_is_never_held(tmp_path, linger):
+    """Group commit of proposals (RaftNode._linger): clients that each wait for their proposal move in
+    one batch rather than several interleaved ones; a lone client's proposals never wait. With
+    proposal_linger 0 (never held) the same clients make batches of ~2-3 of the 8."""
+    g = Group(tmp_path, proposal_linger=linger).run()
+    try:
+        node = g.nodes[g.leader()]
+        b0, l0 = node.proposal_batches, node.lingered
+        for k in range(100):                            # one client, one proposal at a time
+            assert node.propose(b"solo-%d" % k)[1] == k + 1
+        assert node.proposal_batches - b0 == 100
+        assert node.lingered == l0                      # nothing pending, a peak of one: never held
+        per_batch = _lockstep_batches(node, clients=8, each=60, base=100)
+        if linger:
+            assert per_batch > 5, per_batch
+        g.converge(580)
+        assert len({tuple(sm.items) for sm in g.sms.values()}) == 1
+    finally:
+        g.close()
+
+
 def test_read_index_sees_every_acknowledged_write(group):
     for k in range(10):
         last, _ = group.propose(b"w%d" % k)
@@ -345,3 +389,14 @@ def test_a_tick_that_would_spin_or_never_fire_is_refused(tmp_path, tick):
         assert sm.items == [b"x"]
     finally:
         node.stop()
+
+
+@pytest.mark.parametrize("linger", [-0.001, float("nan"), float("inf"), True, "0.002", None])
+def test_a_proposal_linger_that_is_not_a_duration_is_refused(tmp_path, linger):
+    from logtide.errors import InvalidArgument
+    st = DiskStorage.open(tmp_path / "n1", voters=[1])
+    try:
+        with pytest.raises(InvalidArgument, match="proposal_linger"):
+            RaftNode(1, st, ListMachine(), proposal_linger=linger)
+    finally:
+        st.close()

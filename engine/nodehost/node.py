@@ -102,8 +102,10 @@ class RaftNode:
     def __init__(self, node_id: int, storage, sm: StateMachine, *, peers: dict[int, Any] | None = None,
                  cluster_id: int = 1, tick_interval: float = TICK_INTERVAL, election_tick: int = ELECTION_TICK,
                  heartbeat_tick: int = HEARTBEAT_TICK, snapshot_entries: int = SNAPSHOT_ENTRIES,
-                 compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None) -> None:
+                 compact_keep: int = COMPACT_KEEP, seed: int | None = None, compact_bound=None,
+                 proposal_linger: float = PROPOSAL_LINGER) -> None:
         tick_interval = seconds_arg("tick_interval", tick_interval, allow_none=False)
+        self.proposal_linger = seconds_arg("proposal_linger", proposal_linger, allow_none=False, zero="never held")
         if tick_interval < MIN_TICK_INTERVAL:
             raise InvalidArgument(f"tick_interval must be >= {MIN_TICK_INTERVAL:g} s, got {tick_interval!r}")
         self.id = node_id
@@ -148,6 +150,7 @@ class RaftNode:
         self._seq = 0
         self.readies = self.ready_entries = 0  # Readys handled and the entries they persisted (batching)
         self.proposal_batches = self.proposed = 0  # proposal batches this leader made, and their commands
+        self.lingered = 0                          # of them, held back by the linger first
         self._status_dirty, self._status_at = True, 0.0
         self._status: dict = {}
         self._stop = threading.Event()
@@ -413,12 +416,13 @@ class RaftNode:
     def _linger(self, now: float) -> bool:
         """Hold the held proposals a little longer (see PROPOSAL_LINGER): this leader has earlier
         proposals not yet applied (whose clients come back once they are), or fewer are held than
-        it recently had in flight; and they have not waited PROPOSAL_LINGER yet."""
+        it recently had in flight; and they have not waited proposal_linger yet."""
         if self.raw.raft.state != M.LEADER or (not self._pending and len(self._held) >= self._peak - 0.5):
             self._linger_until = 0.0
             return False
         if not self._linger_until:
-            self._linger_until = now + PROPOSAL_LINGER
+            self._linger_until = now + self.proposal_linger
+            self.lingered += 1
         if now >= self._linger_until:
             return False
         # waiting for the count only: a submitter that completes it wakes the driver
@@ -555,7 +559,7 @@ class RaftNode:
         st = self.raw.status()
         st["addresses"] = {k: v for k, v in self.addresses.items() if isinstance(v, str)}
         st["readies"], st["ready_entries"] = self.readies, self.ready_entries
-        st["proposal_batches"], st["proposed"] = self.proposal_batches, self.proposed
+        st["proposal_batches"], st["proposed"], st["lingered"] = self.proposal_batches, self.proposed, self.lingered
         self._status = st
 
     def conf(self) -> ConfState:
