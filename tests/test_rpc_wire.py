@@ -3,6 +3,7 @@ errors, deadlines against a SIGSTOPped server process, and bad bytes on the wire
 a GOAWAY naming its typed error and a logged close, while the server's other clients go on)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -247,6 +248,18 @@ def test_nonblocking_methods_run_on_the_loop():
         server.stop(0)
 
 
+@contextlib.contextmanager
+def _deferring_server(servicer):
+    """A server of `servicer` whose deferred calls expire after 1 s."""
+    server = WireServer("127.0.0.1:0", max_message_size=1 << 20, deferred_timeout=1.0)
+    server.add_service(DIAGNOSTICS, servicer)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(0)
+
+
 class Deferred(DiagnosticsServicer):
     """Diagnostics whose Ping is deferred: a thread of its own answers each batch later. Payload
     b"never" is never answered, b"range" fails typed, b"short" answers too few results, b"twice"
@@ -289,34 +302,27 @@ def test_deferred_methods_answer_later_without_a_worker():
     """Deferred calls are started on the loop and answered from the servicer's own thread; a call
     never answered gets DeadlineExceededError at the server's deadline, and the server keeps serving."""
     svc = Deferred()
-    server = WireServer("127.0.0.1:0", max_message_size=1 << 20, deferred_timeout=1.0)
-    server.add_service(DIAGNOSTICS, svc)
-    server.start()
-    try:
-        with client(server) as c:
-            _pings_from_threads(c, threads=8, each=100)
-            assert svc.threads == {"rpc-wire-loop"}                  # started on the loop, no worker
-            with pytest.raises(InvalidRange, match="no such LSN"):
-                c.Ping(payload=b"range")
-            with pytest.raises(InvalidRequest):                      # bytes that do not parse
-                c.transport.call_bytes(PING, b"\x0a\xff\xff\xff\xff\x0f\x01")
-            with pytest.raises(RemoteError, match="answered 0 results for 1 calls"):
-                c.Ping(payload=b"short")
-            assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
-            t0 = time.monotonic()
-            with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
-                c.Ping(payload=b"never", timeout=10)
-            assert time.monotonic() - t0 < 5
-            assert c.Ping(payload=b"after").payload == b"after"
-    finally:
-        server.stop(0)
+    with _deferring_server(svc) as server, client(server) as c:
+        _pings_from_threads(c, threads=8, each=100)
+        assert svc.threads == {"rpc-wire-loop"}                  # started on the loop, no worker
+        with pytest.raises(InvalidRange, match="no such LSN"):
+            c.Ping(payload=b"range")
+        with pytest.raises(InvalidRequest):                      # bytes that do not parse
+            c.transport.call_bytes(PING, b"\x0a\xff\xff\xff\xff\x0f\x01")
+        with pytest.raises(RemoteError, match="answered 0 results for 1 calls"):
+            c.Ping(payload=b"short")
+        assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
+            c.Ping(payload=b"never", timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert c.Ping(payload=b"after").payload == b"after"
 
 
 class DeferredFrames(DiagnosticsServicer):
     """Diagnostics whose Ping is a `defer_frames_` hook (raw request bytes in, packed reply frames
     out), answered by a thread of its own: the log service's shape. Payload b"never" is never
-    answered, b"twice" is answered twice, b"raise" makes the hook raise after it queued the batch,
-    b"range" fails typed."""
+    answered, b"twice" is answered twice, b"raise" makes the hook raise, b"range" fails typed."""
     nonblocking_methods = frozenset()
 
     def __init__(self) -> None:
@@ -349,30 +355,23 @@ class DeferredFrames(DiagnosticsServicer):
 def test_defer_frames_hook_answers_once_and_expires():
     """A frame of one `defer_frames_` method is answered by the hook's first done, once; a frame
     never answered gets DeadlineExceededError from the server's sweeper, and the server goes on."""
-    svc = DeferredFrames()
-    server = WireServer("127.0.0.1:0", max_message_size=1 << 20, deferred_timeout=1.0)
-    server.add_service(DIAGNOSTICS, svc)
-    server.start()
-    try:
-        with client(server) as c:
-            _pings_from_threads(c, threads=8, each=100)
-            with pytest.raises(InvalidRange, match="no such LSN"):
-                c.Ping(payload=b"range")
-            assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
-            with pytest.raises(RemoteError, match="KeyError"):       # the hook's own failure
-                c.Ping(payload=b"raise")
-            t0 = time.monotonic()
-            with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
-                c.Ping(payload=b"never", timeout=10)
-            assert 0.9 < time.monotonic() - t0 < 5
-            assert c.Ping(payload=b"after").payload == b"after"
-            _pings_from_threads(c, threads=4, each=50)
-            deadline = time.monotonic() + 5
-            while server.deferred and time.monotonic() < deadline:   # nothing kept once answered
-                time.sleep(0.05)
-            assert not server.deferred
-    finally:
-        server.stop(0)
+    with _deferring_server(DeferredFrames()) as server, client(server) as c:
+        _pings_from_threads(c, threads=8, each=100)
+        with pytest.raises(InvalidRange, match="no such LSN"):
+            c.Ping(payload=b"range")
+        assert c.Ping(payload=b"twice").payload == b"twice"      # the second done is dropped
+        with pytest.raises(RemoteError, match="KeyError"):       # the hook's own failure
+            c.Ping(payload=b"raise")
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError, match="not answered within 1 s"):
+            c.Ping(payload=b"never", timeout=10)
+        assert 0.9 < time.monotonic() - t0 < 5
+        assert c.Ping(payload=b"after").payload == b"after"
+        _pings_from_threads(c, threads=4, each=50)
+        deadline = time.monotonic() + 5
+        while server.deferred and time.monotonic() < deadline:   # nothing kept once answered
+            time.sleep(0.05)
+        assert not server.deferred
 
 
 def test_outstanding_frames_follow_the_frames_in_flight():
