@@ -141,7 +141,7 @@ class RaftNode:
         # wakes the driver only when it is not holding proposals anyway (see _hold)
         self._props: deque[list[tuple[bytes, Any]]] = deque()
         self._holding = False
-        self._props_n = 0            # commands in _props (read by submitters: a wake-up hint)
+        self._props_n = 0            # about the commands in _props (submitters' wake-up hint)
         self._linger_until = 0.0     # held proposals go out by then at the latest (see _linger)
         self._peak = 1.0             # proposals in flight at once, as recently seen (decaying)
         self._wake_at = 0            # a lingering driver is woken when this many are queued and held
@@ -336,9 +336,9 @@ class RaftNode:
                 self._handle(item)
             props = self._props
             while props:
-                got = props.popleft()
-                self._props_n -= len(got)
-                self._held.extend(got)
+                self._held.extend(props.popleft())
+            # a hint only: a count a racing submitter left too high costs one early wake-up
+            self._props_n = 0
             now = time.monotonic()
             if self._held and not self._hold() and not self._linger(now):
                 self._propose_held()
