@@ -143,6 +143,7 @@ class RaftNode:
         self._holding = False
         self._props_n = 0            # about the commands in _props (submitters' wake-up hint)
         self._linger_until = 0.0     # held proposals go out by then at the latest (see _linger)
+        self._lingering = False      # the driver holds proposals for the linger (not for full windows)
         self._peak = 1.0             # proposals in flight at once, as recently seen (decaying)
         self._wake_at = 0            # a lingering driver is woken when this many are queued and held
         self._reads: dict[bytes, Future] = {}         # ReadIndex context -> read waiting for its index
@@ -320,7 +321,7 @@ class RaftNode:
             wait = (next_tick if commit_due is None else min(next_tick, commit_due)) - time.monotonic()
             if (self._props or self._held) and not self._holding:  # nothing may wake us for these
                 wait = 0.0
-            elif self._linger_until:
+            elif self._lingering:
                 wait = min(wait, self._linger_until - time.monotonic())
             items = []
             try:
@@ -359,7 +360,9 @@ class RaftNode:
                 self._publish_status()
                 self._status_dirty, self._status_at = False, now
             # applying may have emptied what was pending: held proposals go at the next turn
-            self._holding = self._hold() or (bool(self._held) and self._linger(now))
+            full = self._hold()
+            self._lingering = not full and bool(self._held) and self._linger(now)
+            self._holding = full or self._lingering
 
     def _handle(self, item) -> None:
         kind = item[0]

@@ -363,8 +363,8 @@ class _ServerConn(ConnCore, asyncio.Protocol):
         self.inflight_bytes += nbytes
         u = self.units[groups[0][0]] if len(groups) == 1 else None
         if u is not None and u.defer_frames is not None:     # the common frame: see deferred_calls
-            _m, ids, datas = groups[0]
-            f = FramesCall(self, ids, self.paths[_m], nbytes, srv.deferred_timeout, srv.finished.put)
+            m, ids, datas = groups[0]
+            f = FramesCall(self, ids, self.paths[m], nbytes, srv.deferred_timeout, srv.finished.put)
             srv.deferred.add(f)
             try:
                 u.defer_frames(ids, datas, self.ctx, f.done)
