@@ -558,3 +558,70 @@ def test_a_membership_change_whose_answer_was_lost_succeeds_on_its_retry(cluster
         muted.close()
         c.close()
         proxy.close()
+
+
+def test_lockstep_writers_while_both_followers_are_stopped(cluster):
+    """8 lockstep writers on the leader, whose batching holds new proposals while earlier ones are
+    pending (RaftNode._linger), when both followers are SIGSTOPped: nothing commits, and every append
+    ends in a typed error within its deadline rather than waiting on the held batch. Thawed, the
+    group takes appends again, and every acknowledged append reads back with its own data."""
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    lead = cluster.leader()
+    addrs = [cluster.addr(i) for i in cluster.ports]
+    followers = [i for i in cluster.procs if i != lead]
+    deadline = 3.0
+    acked, failures, slow = {}, [], []
+    stop = threading.Event()
+
+    def writer(w):
+        c = ReplicatedLogServiceClient(addrs, deadline=deadline, call_timeout=1.0)
+        try:
+            k = 0
+            while not stop.is_set():
+                data = b"w%d-%d" % (w, k)
+                t0 = time.monotonic()
+                try:
+                    acked[c.append(data)] = data
+                except Exception as exc:  # noqa: BLE001 - asserted typed below
+                    failures.append(exc)
+                if time.monotonic() - t0 > deadline + 5:
+                    slow.append(time.monotonic() - t0)
+                k += 1
+        finally:
+            c.close()
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        before = len(acked)
+        for i in followers:
+            cluster.procs[i].send_signal(signal.SIGSTOP)
+        time.sleep(deadline * 2)
+        during = len(acked)
+        assert failures, "no append failed while no quorum could answer"
+    finally:
+        for i in followers:
+            cluster.procs[i].send_signal(signal.SIGCONT)
+    time.sleep(deadline)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert before > 0 and len(acked) > during, "the group took no appends after the thaw"
+    assert not slow, slow                              # every call ended within its deadline (+ slack)
+    assert all(isinstance(e, LogtideError) for e in failures), {type(e).__name__ for e in failures}
+    c = ReplicatedLogServiceClient(addrs, deadline=20.0)
+    try:
+        got, lsn = {}, min(acked)
+        last = max(acked)
+        while lsn <= last:
+            recs, nxt = c.read(lsn, 1 << 20)
+            for r in recs:
+                got[r.lsn] = r.data
+            assert nxt > lsn
+            lsn = nxt
+        for lsn, data in acked.items():
+            assert got.get(lsn, b"").endswith(data), lsn   # user records carry a header before the data
+    finally:
+        c.close()
