@@ -26,6 +26,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
+from itertools import repeat
 
 import numpy as np
 
@@ -305,17 +306,22 @@ class DiskStorage:
 
     def _append_frames(self, ents: list[Entry]) -> None:
         term, etype = ents[0].term, ents[0].type
-        if all(e.term == term and e.type == etype for e in ents):   # a leader's batch: one shared header
+        n = len(ents)
+        shared = all(e.term == term and e.type == etype for e in ents)
+        if shared:   # a leader's batch: one shared header
             got = self._writer.append(RAFT_ENTRY, ENTRY_HEADER.pack(term, etype), [e.data for e in ents])
         else:
             got = self._writer.append(RAFT_ENTRY, b"", [encode_entry(e) for e in ents])
         if got != ents[0].index:
             raise CorruptLogError(f"raft log wrote index {ents[0].index} at LSN {got}")
-        self._terms.extend(e.term for e in ents)
-        self._types.extend(e.type for e in ents)
+        if shared:
+            self._terms.extend(repeat(term, n))
+            self._types.extend(repeat(etype, n))
+        else:
+            self._terms.extend(e.term for e in ents)
+            self._types.extend(e.type for e in ents)
         cache = self._cache
-        for e in ents:
-            cache[e.index] = e
+        cache.update(zip(range(got, got + n), ents))   # indexes run from `got`, checked above
         while len(cache) > CACHE_ENTRIES:
             cache.popitem(last=False)
 

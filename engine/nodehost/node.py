@@ -25,7 +25,7 @@ from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
 from logtide.engine.raft.raw_node import RawNode
-from logtide.engine.nodehost.proposal_group import ProposalGroup
+from logtide.engine.nodehost.proposal_group import OneProposal, ProposalGroup
 from logtide.engine.nodehost.transport import RaftTransport
 from logtide.engine.statemachine import Entry as SMEntry
 from logtide.engine.statemachine import StateMachine
@@ -215,6 +215,9 @@ class RaftNode:
         earlier submissions); `done(results)` is called once, when every one is applied or failed,
         with each command's state machine result or its exception. Nothing per command waits."""
         self._check()
+        if len(cmds) == 1:
+            self._submit([(cmds[0], OneProposal(done))])
+            return
         group = ProposalGroup(len(cmds), done)
         if not cmds:
             done(group.results)
@@ -508,10 +511,11 @@ class RaftNode:
     def _apply_all(self, ents) -> None:
         update = self.sm.update
         pop = self._pending.pop
+        conf = M.ENTRY_CONF
         for e in ents:
             result: Any = None
             error: BaseException | None = None
-            if e.type == M.ENTRY_CONF:
+            if e.type == conf:
                 self._apply_conf(e)
                 self._publish_status()   # before the change's ack: a status read after it shows the membership
             elif e.data:

@@ -1,4 +1,5 @@
-"""ProposalGroup: commands submitted together whose caller hears once, when every one is settled.
+"""ProposalGroup: commands submitted together whose caller hears once, when every one is settled
+(OneProposal: such a group of one command, the common frame of one call).
 
 A server answering a batch of calls needs one callback for the batch, not a waitable Future per
 command: each member here is a slotted object with no Event or lock (the driver thread settles
@@ -51,3 +52,23 @@ class ProposalGroup:
                 self.done(self.results)
             except Exception:  # noqa: BLE001 - a caller's bug must not stop the driver
                 log.exception("raft node: a group completion callback failed")
+
+
+class OneProposal:
+    """A group of one command: `done([outcome])` once, with no per-group bookkeeping (most server
+    frames carry one call, and this is on every append's path twice: submit and apply)."""
+    __slots__ = ("done", "index", "term")
+
+    def __init__(self, done: Callable[[list], None]) -> None:
+        self.done: Callable[[list], None] | None = done
+        self.index = 0
+        self.term = 0
+
+    def set(self, value: Any = None, error: BaseException | None = None) -> None:
+        done, self.done = self.done, None
+        if done is None:
+            return
+        try:
+            done([value if error is None else error])
+        except Exception:  # noqa: BLE001 - a caller's bug must not stop the driver
+            log.exception("raft node: a group completion callback failed")

@@ -156,20 +156,28 @@ class _Feed:
         p = self.peer
         if not msgs:
             return pb.RaftBatch(cluster=p.t.cluster_id, frm=p.t.node_id)
-        # serialized in C from each entry's cached bytes: one parse here, no protobuf object per entry
+        return pb.RaftBatch.FromString(self._wire(msgs, 0))
+
+    def _wire(self, msgs: list[Message], seq: int) -> bytes:
+        """The serialized RaftBatch of `msgs`, in C from each entry's cached bytes (no protobuf
+        object per entry)."""
+        p = self.peer
         entry_bytes = p.t.encodings.get
-        return pb.RaftBatch.FromString(batch_bytes(p.t.cluster_id, p.t.node_id,
-                                                   [message_wire(m, entry_bytes) for m in msgs]))
+        return batch_bytes(p.t.cluster_id, p.t.node_id, [message_wire(m, entry_bytes) for m in msgs], seq)
 
     def _numbered(self, batch: pb.RaftBatch, size: int, n: int) -> None:
         """Give `batch` the next seq and wait for its acknowledgement (the caller holds q.cv)."""
+        batch.seq = self._note_sent(size, n)
+
+    def _note_sent(self, size: int, n: int) -> int:
+        """The next seq, for a batch of n messages about to be written (the caller holds q.cv)."""
         now = time.monotonic()
         self.seq += 1
-        batch.seq = self.seq
         self.unacked.append((self.seq, now, size, n))
         self.last_write = now
         self.peer.t.sent += n
         self.peer.batches += 1
+        return self.seq
 
     def send_now(self, msgs: list[Message]) -> bool:
         """Write `msgs` as the next batch from the caller's thread, if the request thread is idle
@@ -184,10 +192,10 @@ class _Feed:
         with q.cv:
             if not self.idle or q.items or self.dead is not None or q.closed:
                 return False
-            batch = self._batch(msgs)
             seq = self.seq
-            self._numbered(batch, size, len(msgs))
-            if call.try_send(batch):
+            data = self._wire(msgs, seq + 1)    # serialized once: no batch object to serialize again
+            self._note_sent(size, len(msgs))
+            if call.try_send_bytes(data):
                 return True
             self.seq = seq                # not written: the request thread sends these messages
             self.unacked.pop()

@@ -22,18 +22,24 @@ DEFAULT_MAX_MESSAGE_SIZE = 64 << 20
 class ResponseStream:
     """The responses of a streaming call; iterate it, or cancel() to stop early."""
 
-    def __init__(self, it: Iterator, cancel, method: str, map_error, try_send=None) -> None:
+    def __init__(self, it: Iterator, cancel, method: str, map_error, try_send=None, try_send_bytes=None) -> None:
         self._it = it
         self._cancel = cancel
         self._method = method
         self._map_error = map_error
         self._try_send = try_send
+        self._try_send_bytes = try_send_bytes
 
     def try_send(self, request: Any) -> bool:
         """Send one more request of a bidi call from this thread, if the stream takes it without
         waiting (True); False: it cannot now (no credit, ended, too large, or a carrier that only
         reads the request iterator), so hand it to the iterator instead."""
         return self._try_send is not None and self._try_send(request)
+
+    def try_send_bytes(self, data: bytes) -> bool:
+        """try_send of a request serialized already, as its method's request type (the caller
+        vouches for it): no message object built just to be serialized again."""
+        return self._try_send_bytes is not None and self._try_send_bytes(data)
 
     def __iter__(self) -> "ResponseStream":
         return self

@@ -113,7 +113,10 @@ class _Stream:
         is over the server's limit (the caller keeps it for the request iterator)."""
         if not isinstance(request, self.method.request_type):
             return False
-        data = request.SerializeToString()
+        return self.try_send_bytes(request.SerializeToString())
+
+    def try_send_bytes(self, data: bytes) -> bool:
+        """try_send of a request serialized already (the caller vouches for its type)."""
         if len(data) + 9 > self.conn.peer_limit > 0:
             return False
         with self.cv:
@@ -546,7 +549,8 @@ class WireTransport(Transport):
                 s.on_end(exc if isinstance(exc, Exception) else RpcError(str(exc)))
                 s.cancel()
         threading.Thread(target=pump, name="rpc-wire-requests", daemon=True).start()
-        return ResponseStream(s, s.cancel, method.path, _same, try_send=s.try_send)
+        return ResponseStream(s, s.cancel, method.path, _same, try_send=s.try_send,
+                              try_send_bytes=s.try_send_bytes)
 
     def close(self) -> None:
         with self._lock:
