@@ -1,5 +1,6 @@
 """Logtail: CN apply throughput, TN commit -> CN visible latency under load, snapshot reads with and
 without the block index."""
+import shutil
 import tempfile
 import threading
 import time
@@ -139,6 +140,7 @@ def many_blocks():
     cn.close()
     tn.close()
     tn.log.close()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.benchmark(group="logtail-read")

@@ -148,3 +148,39 @@ def test_a_grpc_client_whose_backend_is_gone_gets_a_typed_error(dual):
             g.Ping(payload=b"x")
     with connect(DIAGNOSTICS, dual.address, carrier="wire", timeout=10) as w:
         assert w.Ping(payload=b"y").payload == b"y"
+
+
+def test_the_socket_directory_of_a_killed_server_is_removed_by_the_next_one(tmp_path):
+    """A DualServer process killed with SIGKILL cannot remove its gRPC socket's directory; the next
+    DualServer removes it (and leaves a live process's directory alone)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from logtide.engine.rpc.dual_server import sweep_stale_socket_dirs
+    code = ("import sys, time\n"
+            "from logtide.engine.rpc.dual_server import DualServer\n"
+            "s = DualServer('127.0.0.1:0'); s.start()\n"
+            "print(s._dir, flush=True)\n"
+            "time.sleep(60)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+             for _ in range(2)]
+    try:
+        dirs = [p.stdout.readline().strip() for p in procs]
+        assert all(os.path.isdir(d) and f"-{p.pid}-" in d for d, p in zip(dirs, procs))
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(30)
+        assert os.path.isdir(dirs[0])                 # left behind by the kill
+        s = DualServer("127.0.0.1:0")                 # the next server sweeps it
+        try:
+            assert not os.path.exists(dirs[0])
+            assert os.path.isdir(dirs[1])             # a live server's stays
+            assert os.path.isdir(s._dir) and sweep_stale_socket_dirs(tempfile.gettempdir()) == []
+        finally:
+            s.stop(0)
+        assert not os.path.exists(s._dir)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)

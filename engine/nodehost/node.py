@@ -416,8 +416,13 @@ class RaftNode:
         r = self.raw.raft
         if r.state != M.LEADER:
             return False
-        others = [pr for i, pr in r.prs.items() if i != self.id and i in r.conf.voters]
-        return bool(others) and all(pr.state == REPLICATE and pr.inflights.full() for pr in others)
+        voters, me, others = r.conf.voters, self.id, False
+        for i, pr in r.prs.items():   # twice a turn: no list, no generator
+            if i != me and i in voters:
+                if pr.state != REPLICATE or not pr.inflights.full():
+                    return False
+                others = True
+        return others
 
     def _linger(self, now: float) -> bool:
         """Hold the held proposals a little longer (see PROPOSAL_LINGER): this leader has earlier

@@ -6,11 +6,16 @@ on a Unix socket in a directory only this user may enter (GrpcPassthrough). With
 WireServer ends it for both carriers (one certificate, one port), so the inner gRPC server is
 plaintext and unreachable from the network. A service added with grpc=False (Raft's peer traffic,
 replica-to-replica forwarding) is served on the framed carrier only.
+
+The socket's directory is named after the process (logtide-grpc-<pid>-...). stop() removes it; a
+process killed with SIGKILL cannot, so each new DualServer removes this user's directories whose
+process is gone (else every crash leaves one in the temporary directory for good).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any
 
@@ -19,6 +24,45 @@ from logtide.engine.rpc.service import ServiceDef
 from logtide.engine.rpc.tls import PLAINTEXT, TlsOption
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_server import WireServer
+
+
+SOCKET_DIR_PREFIX = "logtide-grpc-"
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:        # alive, another user's
+        return False
+    return False
+
+
+def sweep_stale_socket_dirs(tmp: str | None = None) -> list[str]:
+    """Remove this user's socket directories whose process no longer runs; returns their paths."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for name in names:
+        if not name.startswith(SOCKET_DIR_PREFIX):
+            continue
+        pid = name[len(SOCKET_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or not _process_gone(int(pid)):
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 class DualServer:
@@ -30,7 +74,9 @@ class DualServer:
         self.max_message_size = max_message_size
         self.wire = WireServer(address, max_message_size=max_message_size, workers=workers, keepalive=keepalive,
                                keepalive_timeout=keepalive_timeout, tls=tls)
-        self._dir = tempfile.mkdtemp(prefix="logtide-grpc-")     # mode 0700: this user only
+        sweep_stale_socket_dirs()
+        # mode 0700: this user only
+        self._dir = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-")
         self._socket = os.path.join(self._dir, "grpc.sock")
         self.grpc = RpcServer(f"unix:{self._socket}", max_message_size=max_message_size, max_workers=grpc_workers,
                               keepalive=keepalive, keepalive_timeout=keepalive_timeout, tls=PLAINTEXT)
