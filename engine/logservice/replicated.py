@@ -312,25 +312,8 @@ class ReplicatedLogServicer:
         """The framed carrier's batch of Append calls, as raw request bytes: proposed together and
         answered when applied, with no server thread waiting for them, by `done(reply frames packed
         in C, [(call id, error)])`: no response object per call."""
-        parse = pb.RAppendRequest.FromString
-        leader_error = self.s._leader_error
-        if len(ids) == 1:   # the common frame (one client thread): no lists per call
-            cid = ids[0]
-            try:
-                r = parse(datas[0])
-            except (DecodeError, ValueError, TypeError) as exc:
-                done(b"", [(cid, InvalidRequest(f"Append: malformed RAppendRequest: {exc}"))])
-                return
-
-            def settled_one(results: list) -> None:
-                x = results[0]
-                if isinstance(x, BaseException):
-                    done(b"", [(cid, leader_error(x) if isinstance(x, NotLeader) else x)])
-                else:
-                    done(pack_counter_replies([cid], x), [])
-            self.s.node.submit_group([append_command(r.client, r.seq, r.type, r.data)], settled_one)
-            return
         cmds, taken, failed = [], [], []
+        parse = pb.RAppendRequest.FromString
         for cid, data in zip(ids, datas):
             try:
                 r = parse(data)
@@ -342,6 +325,7 @@ class ReplicatedLogServicer:
         if not cmds:
             done(b"", failed)
             return
+        leader_error = self.s._leader_error
 
         def settled(results: list) -> None:
             ok, lsns = [], []

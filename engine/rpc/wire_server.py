@@ -584,10 +584,7 @@ class WireServer:
             try:
                 room = conn.peer_limit - REPLY_ROOM
                 if b.__class__ is FramesCall:
-                    if not b.failed and 0 < len(b.frames) <= room:   # the common answer: all replies
-                        frames = [wc.encode_replies([b.frames], [])]
-                    else:
-                        frames = self._reply_frames(packed_replies(b.frames, b.failed, b.path), room)
+                    frames = self._reply_frames(packed_replies(b.frames, b.failed, b.path), room)
                 else:
                     frames = self._reply_frames(self.dispatcher.deferred_replies(b, min(self.max_message_size, room)),
                                                 room)
