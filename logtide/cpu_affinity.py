@@ -44,12 +44,21 @@ def parse_cpus(spec: str) -> frozenset[int]:
 
 def _checked(cpus: Iterable[int]) -> frozenset[int]:
     chosen = frozenset(int(c) for c in cpus)
-    allowed = allowed_cpus()
     if not chosen:
         raise ValueError("an empty CPU set")
-    if not chosen <= allowed:
-        raise ValueError(f"CPU {', '.join(map(str, sorted(chosen - allowed)))} is not available to this process "
-                         f"(allowed: {', '.join(map(str, sorted(allowed)))})")
+    # the kernel knows which CPUs this process may widen to (its cpuset): it keeps only those of a
+    # new set, so set it on this thread, read it back and put the old one back
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, chosen)
+        got = frozenset(os.sched_getaffinity(0))
+    except OSError:                 # none of them is available
+        got = frozenset()
+    finally:
+        os.sched_setaffinity(0, before)
+    if got != chosen:
+        raise ValueError(f"CPU {', '.join(map(str, sorted(chosen - got)))} is not available to this process "
+                         f"(allowed: {', '.join(map(str, sorted(allowed_cpus())))})")
     return chosen
 
 

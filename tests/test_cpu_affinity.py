@@ -55,6 +55,24 @@ def test_threads_started_in_a_confined_region_share_it_and_the_caller_gets_its_s
     assert os.sched_getaffinity(0) == before
 
 
+def test_a_confined_process_may_widen_again_to_the_cpus_it_had():
+    # a check against the calling thread's own set refused this: once on one CPU, every other
+    # looked unavailable
+    before = frozenset(os.sched_getaffinity(0))
+    if len(before) < 2:
+        pytest.skip("one CPU available: nothing to widen to")
+    try:
+        assert confine_process({min(before)}) == {min(before)}
+        assert os.sched_getaffinity(0) == {min(before)}
+        assert confine_process(before) == before
+        assert os.sched_getaffinity(0) == before
+        with pytest.raises(ValueError, match=f"CPU {max(before) + 1000} is not available"):
+            confine_process(before | {max(before) + 1000})
+        assert os.sched_getaffinity(0) == before        # a refused set changes nothing
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def _allowed_list(pid: int, tid: str) -> str:
     for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
         if line.startswith("Cpus_allowed_list:"):
