@@ -37,6 +37,7 @@ class WireLoop:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="rpc-wire-loop", daemon=True)
         self.thread.start()
+        self.ident = self.thread.ident
 
     @classmethod
     def get(cls) -> "WireLoop":
@@ -68,7 +69,12 @@ class WireLoop:
     def call_soon(self, fn, *args) -> None:
         """Run fn(*args) on the loop, soon (from any thread; nothing once the loop is closed)."""
         try:
-            self.loop.call_soon_threadsafe(fn, *args)
+            if threading.get_ident() == self.ident:
+                # on the loop already: the threadsafe call would wake the loop once more, through
+                # its eventfd, which a loop answering from its own callbacks pays on every batch
+                self.loop.call_soon(fn, *args)
+            else:
+                self.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:   # the loop is closed: interpreter shutdown
             pass
 
