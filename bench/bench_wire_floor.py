@@ -15,6 +15,9 @@ embedded LogService appended to by as many threads in this process (goal at 32 t
 and from 32 client processes of one thread each; and the same server's gRPC port (the interop
 carrier, one plain gRPC call per append) from as many threads. Sustained runs (bench/sustained.py): everything
 started and connected before the clock, the same seconds on every side.
+At 32 threads each side also runs in a placement of its own (logtide.cpu_affinity): the embedded
+service confined to one CPU, and the server (`logtide --cpus`) and its client process each confined
+to one CPU of their own; that ratio takes the embedded service's faster run of its two placements.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.conftest import SCALE, scaled
+from bench.conftest import SCALE, cpu_pair_or_skip, scaled
 from bench.ratios import Ratio
 from bench.server_process import cpu_seconds, start_server
 from bench.sustained import SECONDS, WARMUP_SECONDS, run_sustained, sustained_benchmark
@@ -35,6 +38,11 @@ RATIOS = [
           "from 4 processes, 256 B (messages/s)", "test_echo_floor[wire]", "test_echo_floor[grpc]", None, 24),
     Ratio("log service over the framed carrier vs the embedded service, 32 threads, 256 B, fsync=always, sustained",
           "test_append_wire[32]", "test_append_embedded[32]", 0.6, 24),
+    # each side in the placement it does best in (as bench_durable_writes): the embedded service's
+    # faster run of two CPUs and one; the server confined to one CPU and its client to the other
+    Ratio("the same, each side in its best placement: server and client each confined to a CPU of their own vs "
+          "the embedded service's faster run (2 CPUs, or confined to one)", "test_append_wire_split_cpus",
+          ("test_append_embedded[32]", "test_append_embedded_one_cpu"), 0.6, 24),
     Ratio("the same with 32 client processes of one thread each vs the embedded service's 32 threads",
           "test_append_wire_32_processes", "test_append_embedded[32]", None, 24),
     Ratio("the interop carrier: the same server's gRPC port (a plain gRPC call per append) vs the embedded "
@@ -131,12 +139,13 @@ def test_echo_floor(benchmark, items, tmp_path, carrier):
         proc.wait(timeout=30)
 
 
-def _serve(tmp_path, grpc: bool = False):
-    """(process, address): the log service in its own process; with grpc=True, its gRPC port's address."""
+def _serve(tmp_path, grpc: bool = False, cpus=None):
+    """(process, address): the log service in its own process (on `cpus` only, when given); with
+    grpc=True, its gRPC port's address."""
     import shutil
     exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
     return start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
-        "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
+        *(["--cpus", ",".join(map(str, sorted(cpus)))] if cpus else []), "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
         "--fsync", "always", *(["--grpc-listen", "127.0.0.1:0"] if grpc else [])], tmp_path,
         "gRPC on " if grpc else " on ")
 
@@ -154,10 +163,43 @@ def test_append_embedded(benchmark, tmp_path, clients):
 @pytest.mark.parametrize("clients", CLIENTS)
 def test_append_wire(benchmark, tmp_path, clients):
     """`logtide logservice serve` in its own process; `clients` threads share one framed-carrier client."""
+    _wire_run(benchmark, tmp_path, clients)
+
+
+# The 32-thread runs again, each side in the placement it does best in (after the runs above).
+# Their Python runs on one CPU at a time (the GIL), and a wake-up that crosses to the other CPU
+# costs this VM far more than one on the same CPU (bench/bench_wake_cost.py). The embedded service
+# is opened inside its confinement, so its flusher shares it. The server runs with `logtide --cpus`;
+# this process's threads, the client's event loop among them, are confined to the other CPU.
+
+@pytest.mark.benchmark(group="wire-logservice-append-placed")
+def test_append_embedded_one_cpu(benchmark, tmp_path):
+    from logtide import LogService
+    from logtide.cpu_affinity import confined
+    with confined(cpu_pair_or_skip()[0]):
+        with LogService.open(tmp_path / "log", fsync="always") as svc:
+            sustained_benchmark(benchmark, 32, lambda t: svc.append(PAYLOAD, replica_id=t))
+
+
+@pytest.mark.benchmark(group="wire-logservice-append-placed")
+def test_append_wire_split_cpus(benchmark, tmp_path):
+    mine, server = cpu_pair_or_skip()
+    _wire_run(benchmark, tmp_path, 32, placement=(server, mine))
+
+
+def _wire_run(benchmark, tmp_path, clients: int, placement=None) -> None:
+    """With placement=(server CPUs, client CPUs): the server started on its CPUs, then every thread
+    of this process confined to the client's until the run ends (a child inherits its parent's set,
+    so the server starts first)."""
     from logtide import connect_logservice
-    proc, address = _serve(tmp_path)
-    client = connect_logservice(address)
+    from logtide.cpu_affinity import allowed_cpus, confine_process
+    before = allowed_cpus()
+    proc, address = _serve(tmp_path, cpus=placement[0] if placement else None)
+    client = None
     try:
+        if placement:
+            confine_process(placement[1])
+        client = connect_logservice(address)
         client.append(PAYLOAD)                    # connected before the clock
         op = lambda t: client.append(PAYLOAD, replica_id=t)                # noqa: E731
         run_sustained(clients, WARMUP_SECONDS, op)
@@ -168,7 +210,10 @@ def test_append_wire(benchmark, tmp_path, clients):
             server_cpu_us_per_append=1e6 * (cpu_seconds(proc.pid) - s0) / max(1, run.ops),
             calls_per_frame=slots.calls / max(1, slots.batches))
     finally:
-        client.close()
+        if client is not None:
+            client.close()
+        if placement:
+            confine_process(before)
         proc.terminate()
         proc.wait(timeout=30)
 
