@@ -16,3 +16,4 @@ def test_raft_benchmarks_small_scale(bench_run):
         assert etcd["ratio"] is not None and etcd["ratio"] > 0
     fig = benchmarks["test_failover_sigkill_leader_to_first_append"]["extra_info"]["figures"]
     assert fig["rounds"] >= 3 and 0 < fig["p50_s"] <= fig["p99_s"] < 30
+    assert 0 <= fig["rounds_of_more_than_one_term"] <= fig["rounds"] and fig["terms_in_slowest_round"] >= 1
