@@ -144,8 +144,9 @@ def _serve(tmp_path, grpc: bool = False, cpus=None):
     grpc=True, its gRPC port's address."""
     import shutil
     exe = shutil.which("logtide", path=str(Path(sys.executable).parent))
-    return start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + [
-        *(["--cpus", ",".join(map(str, sorted(cpus)))] if cpus else []), "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
+    placed = ["--cpus", ",".join(map(str, sorted(cpus)))] if cpus else []
+    return start_server(([exe] if exe else [sys.executable, "-m", "logtide"]) + placed + [
+        "logservice", "serve", "--dir", str(tmp_path / "log"), "--listen", "127.0.0.1:0", "--stats-interval", "0",
         "--fsync", "always", *(["--grpc-listen", "127.0.0.1:0"] if grpc else [])], tmp_path,
         "gRPC on " if grpc else " on ")
 

@@ -57,10 +57,8 @@ def test_threads_started_in_a_confined_region_share_it_and_the_caller_gets_its_s
 
 def test_a_confined_process_may_widen_again_to_the_cpus_it_had():
     # a check against the calling thread's own set refused this: once on one CPU, every other
-    # looked unavailable
+    # looked unavailable (on a one-CPU machine the widening is to the same set, and still allowed)
     before = frozenset(os.sched_getaffinity(0))
-    if len(before) < 2:
-        pytest.skip("one CPU available: nothing to widen to")
     try:
         assert confine_process({min(before)}) == {min(before)}
         assert os.sched_getaffinity(0) == {min(before)}
