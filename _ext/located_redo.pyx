@@ -16,13 +16,23 @@ from logtide._ext.redo cimport DecodedRecord, redo_decode, redo_find_block, redo
 
 cnp.import_array()
 
+cdef extern from *:
+    """
+    #define lt_prefetch(p) __builtin_prefetch((const void *)(p), 0, 0)
+    """
+    void lt_prefetch(const void* p) nogil
+
+DEF PREFETCH_AHEAD = 8   # entries: a record header is a cache miss (the entries jump about the log)
+
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def apply_located(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uint32_t[:, ::1] tags, list buffers,
                   const int32_t[::1] buf_ids, const int64_t[::1] offs, const int64_t[::1] lens,
-                  const uint64_t[::1] lsns) -> tuple:
-    """Apply n entries in order without the GIL; stops at the first error.
+                  const uint64_t[::1] lsns, const uint8_t[::1] check_crc=None) -> tuple:
+    """Apply n entries in order without the GIL; stops at the first error. Each entry's record CRC
+    is checked, or with `check_crc` only where check_crc[i] is nonzero: a record touching several
+    pages need be summed once, at its first entry, which is applied before any other of its entries.
 
     Returns (results int8[n], applied, first_error_index or -1).
     """
@@ -32,11 +42,14 @@ def apply_located(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uin
     cdef DecodedRecord r
     cdef const uint8_t[::1] v
     cdef cnp.int8_t* rp
+    cdef bint every = check_crc is None
     if pages.shape[1] != PAGE_SIZE:
         raise ValueError("pages is (m, 8192) uint8")
     if (tags.shape[0] != n or tags.shape[1] != 5 or buf_ids.shape[0] != n or offs.shape[0] != n
             or lens.shape[0] != n or lsns.shape[0] != n):
         raise ValueError("page_rows, tags (n, 5), buf_ids, offs, lens and lsns have n entries")
+    if not every and check_crc.shape[0] != n:
+        raise ValueError("check_crc has n entries")
     cdef const uint8_t** base = <const uint8_t**>malloc(max(nbuf, 1) * sizeof(uint8_t*))
     cdef Py_ssize_t* size = <Py_ssize_t*>malloc(max(nbuf, 1) * sizeof(Py_ssize_t))
     if base == NULL or size == NULL:
@@ -60,7 +73,9 @@ def apply_located(uint8_t[:, ::1] pages, const int64_t[::1] page_rows, const uin
         rp = <cnp.int8_t*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(n):
-                rc = redo_decode(base[buf_ids[i]] + offs[i], lens[i], &r, False)
+                if i + PREFETCH_AHEAD < n:
+                    lt_prefetch(base[buf_ids[i + PREFETCH_AHEAD]] + offs[i + PREFETCH_AHEAD])
+                rc = redo_decode(base[buf_ids[i]] + offs[i], lens[i], &r, False, every or check_crc[i] != 0)
                 if rc == 0:
                     rc = redo_find_block(&r, tags[i, 0], tags[i, 1], tags[i, 2], tags[i, 3], tags[i, 4])
                     if rc >= 0:

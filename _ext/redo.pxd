@@ -44,8 +44,11 @@ cdef struct DecodedRecord:
     uint32_t headers_len              # bytes of header + block headers + main-data header
 
 # meta=True parses WAL meta (header + block headers + main data, no block data); meta never carries
-# the block data the CRC covers, so only full records are CRC-checked.
-cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint meta) noexcept nogil
+# the block data the CRC covers, so only full records are CRC-checked. check_crc=False skips the
+# record's CRC where the caller read it from log frames whose own CRC-32C (over the whole record)
+# was checked already: the same bytes need not be summed twice.
+cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint meta,
+                     bint check_crc) noexcept nogil
 cdef int redo_find_block(const DecodedRecord* r, uint32_t spc, uint32_t db, uint32_t rel,
                          uint32_t fork, uint32_t blkno) noexcept nogil
 cdef int redo_block(uint8_t* page, const DecodedRecord* r, int block_id, uint64_t lsn) noexcept nogil

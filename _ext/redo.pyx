@@ -29,7 +29,8 @@ cdef enum:
     SIZE_OF_HEAP_UPDATE = 14
 
 
-cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint meta) noexcept nogil:
+cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint meta,
+                     bint check_crc) noexcept nogil:
     cdef size_t pos = SIZE_OF_XLOG_RECORD, datatotal = 0, end
     cdef uint8_t block_id, fork_flags
     cdef int last_id = -1, i
@@ -168,7 +169,7 @@ cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint
             pos += b.data_len
     if has_main:
         out.main_data = rec + pos
-    if crc32c_update(crc32c_update(0, rec + SIZE_OF_XLOG_RECORD, end - SIZE_OF_XLOG_RECORD),
+    if check_crc and crc32c_update(crc32c_update(0, rec + SIZE_OF_XLOG_RECORD, end - SIZE_OF_XLOG_RECORD),
                      rec, XLOG_RECORD_CRC_OFFSET) != out.crc:
         return REDO_BAD_CRC
     return 0
@@ -244,7 +245,7 @@ cdef int redo_block(uint8_t* page, const DecodedRecord* r, int block_id, uint64_
 
 cdef inline int _apply_one(uint8_t* page, const uint8_t* rec, size_t length, uint64_t lsn,
                            const uint32_t* tag, DecodedRecord* r) noexcept nogil:
-    cdef int rc = redo_decode(rec, length, r, False)
+    cdef int rc = redo_decode(rec, length, r, False, True)
     if rc != 0:
         return rc
     rc = redo_find_block(r, tag[0], tag[1], tag[2], tag[3], tag[4])
@@ -361,7 +362,7 @@ def decode(const uint8_t[::1] record, bint meta=False) -> dict:
     cdef const BlockRef* b
     if record.shape[0] == 0:
         raise_for(REDO_BAD_RECORD)
-    rc = redo_decode(&record[0], record.shape[0], &r, meta)
+    rc = redo_decode(&record[0], record.shape[0], &r, meta, True)
     raise_for(rc)
     base = <size_t>&record[0]
     raw = bytes(record)
@@ -418,7 +419,7 @@ def meta_tags(const uint8_t[::1] metas, const int64_t[::1] offsets) -> tuple:
                 if offsets[i + 1] == offsets[i]:
                     bad = i
                     break
-                rc = redo_decode(&metas[offsets[i]], offsets[i + 1] - offsets[i], &r, True)
+                rc = redo_decode(&metas[offsets[i]], offsets[i + 1] - offsets[i], &r, True, True)
                 if rc != 0:
                     bad = i
                     break

@@ -321,7 +321,7 @@ def wal_meta(const uint8_t[::1] record) -> bytes:
     cdef int rc
     if record.shape[0] == 0:
         raise CorruptWALRecordError("empty WAL record")
-    rc = redo_decode(&record[0], record.shape[0], &r, False)
+    rc = redo_decode(&record[0], record.shape[0], &r, False, True)
     if rc != 0:
         raise CorruptWALRecordError(f"malformed WAL record (code {rc})")
     cdef bytes out = PyBytes_FromStringAndSize(NULL, r.headers_len + r.main_len)
@@ -350,7 +350,7 @@ def wal_meta_many(const uint8_t[::1] records, const int64_t[::1] offsets) -> tup
     with nogil:
         oo[0] = 0
         for i in range(n):
-            rc = redo_decode(&records[offsets[i]], offsets[i + 1] - offsets[i], &r, False)
+            rc = redo_decode(&records[offsets[i]], offsets[i + 1] - offsets[i], &r, False, True)
             if rc != 0:
                 bad = i
                 break

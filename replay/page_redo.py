@@ -3,7 +3,8 @@
 The block references of the run are sorted by page (LSN order kept within each page), so each page
 is pinned once per run rather than once per chunk of references in LSN order, and one Cython call
 applies every reference of a chunk of pages, each to its own page only (the per-page redo filter
-the Spark tasks use). Python works per page and per chunk, never per record.
+the Spark tasks use). Python works per page and per chunk, never per record. A record's CRC is
+checked once, at the first of its references to be applied, not once per page it touches.
 """
 from __future__ import annotations
 
@@ -31,6 +32,18 @@ def page_order(tags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.append(np.nonzero(new)[0], n).astype(np.int64)
 
 
+def first_applied(order: np.ndarray, lsns: np.ndarray) -> np.ndarray:
+    """uint8 flags over the page-ordered references: 1 at the first one of each record (the
+    references of a record are consecutive in `lsns`, which is in LSN order)."""
+    n = len(order)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    rec = np.flatnonzero(np.r_[True, lsns[1:] != lsns[:-1]])
+    first = np.zeros(n, np.uint8)
+    first[np.minimum.reduceat(pos, rec)] = 1
+    return first
+
+
 def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_id: np.ndarray, tags: np.ndarray,
                lsns: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> int:
     """Apply block reference i (the record at bufs[buf_id[i]][rec_off[i]:rec_off[i] + rec_len[i]],
@@ -45,6 +58,7 @@ def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_
     o_all = np.ascontiguousarray(rec_off[order], dtype=np.int64)
     n_all = np.ascontiguousarray(rec_len[order], dtype=np.int64)
     l_all = np.ascontiguousarray(lsns[order], dtype=np.uint64)
+    check = first_applied(order, np.asarray(lsns))
     npages = len(starts) - 1
     chunk = max(1, pool.capacity // 2)   # pages pinned at once: the pool keeps room for others
     applied = 0
@@ -58,7 +72,7 @@ def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_
             counts = np.diff(starts[p0:p1 + 1])
             rows = np.repeat(np.asarray(frames, np.int64), counts)
             res, k, bad = apply_located(pool.frames, rows, t[a:z], bufs, b_all[a:z], o_all[a:z], n_all[a:z],
-                                        l_all[a:z])
+                                        l_all[a:z], check[a:z])
             if bad >= 0:
                 redo.raise_for(int(res[bad]), int(l_all[a + bad]))
             applied += k

@@ -46,6 +46,28 @@ def test_bad_crc_record_stops_the_node(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_bad_crc_record_stops_primary_recovery(tmp_path):
+    """A record whose log frame is intact but whose own CRC is not (a writer's damage, not the
+    disk's) stops the primary's crash recovery with a typed error. The record touches two pages,
+    and its first block is the later page, so the redo (in page order) meets it at its second."""
+    log = LogService.open(tmp_path / "log")
+    primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+    primary.insert(REL, b"before")
+    later, earlier = rel_tag(REL + 1, 3), rel_tag(REL, 7)
+    bad = bytearray(xw.full_page_images([later, earlier], [bytes(8192), bytes(8192)], prev=primary.write_lsn))
+    bad[-100] ^= 0xFF  # a byte of the second image: only the CRC can tell
+    lsn = log.append(bytes(bad))
+    primary.crash()
+    log.close()
+    log = LogService.open(tmp_path / "log")
+    try:
+        with pytest.raises(CorruptWALRecordError, match=rf"CRC.*\(LSN {lsn}\)"):
+            Primary(tmp_path, log=log, checkpoint_interval=0)
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(60)
 def test_truncated_and_altered_stream_messages_are_rejected(tmp_path):
     log = LogService.open(tmp_path / "log")
     primary = Primary(tmp_path, log=log, checkpoint_interval=0)

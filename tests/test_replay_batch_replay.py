@@ -137,3 +137,23 @@ def test_page_by_page_redo_from_the_log_equals_per_record_redo(tmp_path_factory,
         assert redo_pages(pool, store.read_into, p.bufs, p.buf_id, p.tags, p.lsn, p.rec_off, p.rec_len) == 0
     store.close()
     log.close()
+
+
+@scaled(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5)), min_size=1, max_size=4), min_size=1,
+                max_size=40))
+def test_first_applied_marks_each_records_first_reference_in_page_order(records):
+    """first_applied against a model: for each record (its references consecutive, in LSN order),
+    exactly its earliest reference in the page order is flagged."""
+    from logtide.replay.page_redo import first_applied, page_order
+    tags = np.array([(1663, 5, 16384 + r, 0, b) for refs in records for r, b in refs], np.uint32)
+    lsns = np.array([k + 1 for k, refs in enumerate(records) for _ in refs], np.uint64)
+    order, _starts = page_order(tags)
+    got = first_applied(order, lsns)
+    position = {int(i): p for p, i in enumerate(order)}
+    want = np.zeros(len(order), np.uint8)
+    i = 0
+    for refs in records:
+        want[min(position[j] for j in range(i, i + len(refs)))] = 1
+        i += len(refs)
+    assert got.tolist() == want.tolist()

@@ -4,6 +4,7 @@ test_spark_local.py. No Spark needed."""
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, strategies as st
 from hypothesis_profiles import scaled
 
@@ -81,3 +82,24 @@ def test_apply_located_matches_per_record_redo(tmp_path):
         assert bad == -1 and applied == z - a
     for i, t in enumerate(map(tuple, uniq.tolist())):
         assert bytes(pages[i]) == bytes(w.pages[t]), t
+
+
+def test_apply_located_checks_the_crc_where_flagged():
+    """A record whose CRC does not match: refused (BAD_CRC, nothing applied) when its entry is
+    flagged for the check, or with no flags at all; applied when a flag says an earlier entry of
+    the same record was checked already."""
+    tag = (1663, 5, 16384, 0, 2)
+    rec = bytearray(xw.full_page_images([tag], [bytes(8192)]))
+    rec[-3] ^= 0x10   # a byte of the image
+    buf = np.frombuffer(bytes(rec), np.uint8)
+    args = (np.zeros(1, np.int64), np.array([tag], np.uint32), [buf], np.zeros(1, np.int32),
+            np.zeros(1, np.int64), np.array([len(rec)], np.int64), np.array([9], np.uint64))
+    for flags in (None, np.ones(1, np.uint8)):
+        pages = np.zeros((1, 8192), np.uint8)
+        res, applied, bad = apply_located(pages, *args, flags)
+        assert (bad, applied, int(res[0])) == (0, 0, redo.BAD_CRC) and not pages.any()
+    pages = np.zeros((1, 8192), np.uint8)
+    res, applied, bad = apply_located(pages, *args, np.zeros(1, np.uint8))
+    assert (bad, applied) == (-1, 1) and pages.any()
+    with pytest.raises(ValueError):
+        apply_located(pages, *args, np.zeros(2, np.uint8))
