@@ -13,6 +13,7 @@ appends per client with the 32 connections opened inside it, on every side.)
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -150,7 +151,8 @@ def test_failover_sigkill_leader_to_first_append(benchmark, items, tmp_path):
     time is the failover. p50/p99 go to extra_info (issue 24's goal: p99 < 1.0 s)."""
     from logtide.engine.logservice import connect_logservice
     cluster = RaftCluster(tmp_path)
-    rounds = max(3, scaled(20, minimum=3))
+    # 100 rounds: of 20, the "p99" could only be the slowest round (a p95 at best)
+    rounds = max(3, scaled(100, minimum=3))
     items(1, rounds=rounds)
     times: list[float] = []
     client = connect_logservice(cluster.addresses, deadline=30.0, call_timeout=0.5)
@@ -184,7 +186,8 @@ def test_failover_sigkill_leader_to_first_append(benchmark, items, tmp_path):
         client.close()
         cluster.stop()
     s = sorted(times)
-    benchmark.extra_info["figures"] = {"p50_s": s[len(s) // 2], "p99_s": s[min(len(s) - 1, int(0.99 * len(s)))],
+    # nearest rank: the smallest time that at least 99 % of the rounds do not exceed
+    benchmark.extra_info["figures"] = {"p50_s": s[len(s) // 2], "p99_s": s[math.ceil(0.99 * len(s)) - 1],
                                        "max_s": s[-1], "rounds": len(s),
                                        "rounds_of_more_than_one_term": sum(t > 1 for t in terms),
                                        "terms_in_slowest_round": terms[times.index(s[-1])]}
