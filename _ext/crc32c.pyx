@@ -11,82 +11,12 @@ cdef extern from *:
     #include <string.h>
     #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     #define LT_HAVE_SSE42_PATH 1
-    /* One crc32 instruction waits for the one before it (3 cycles), but the CPU can start one
-       every cycle: so a long buffer is cut into three streams run side by side, and their
-       registers are joined with the linear map "feed n zero bytes", applied by table. */
-    #define LT_LONG 2048            /* bytes per stream of a long chunk (6 KiB a chunk) */
-    #define LT_SHORT 256            /* and of a short one (768 bytes) */
-    static uint32_t lt_long_by1[4][256], lt_long_by2[4][256];    /* past LT_LONG, 2 * LT_LONG zeros */
-    static uint32_t lt_short_by1[4][256], lt_short_by2[4][256];
-
-    static inline uint32_t lt_shift(const uint32_t t[4][256], uint32_t x) {
-        return t[0][x & 0xff] ^ t[1][(x >> 8) & 0xff] ^ t[2][(x >> 16) & 0xff] ^ t[3][x >> 24];
-    }
-
-    __attribute__((target("sse4.2")))
-    static uint32_t lt_after_zeros(uint32_t state, size_t n) {
-        while (n--) state = __builtin_ia32_crc32qi(state, 0);
-        return state;
-    }
-
-    /* the register update by n zero bytes is linear: tabulate it from the images of the 32 bits */
-    __attribute__((target("sse4.2")))
-    static void lt_shift_table(uint32_t t[4][256], size_t n) {
-        uint32_t basis[32];
-        for (int i = 0; i < 32; i++) basis[i] = lt_after_zeros(1u << i, n);
-        for (int k = 0; k < 4; k++)
-            for (int b = 0; b < 256; b++) {
-                uint32_t v = 0;
-                for (int j = 0; j < 8; j++) if (b & (1 << j)) v ^= basis[8 * k + j];
-                t[k][b] = v;
-            }
-    }
-
-    static void lt_crc32c_init_shifts(void) {
-        lt_shift_table(lt_long_by1, LT_LONG);
-        lt_shift_table(lt_long_by2, 2 * LT_LONG);
-        lt_shift_table(lt_short_by1, LT_SHORT);
-        lt_shift_table(lt_short_by2, 2 * LT_SHORT);
-    }
-
-    #if defined(__x86_64__)
-    __attribute__((target("sse4.2")))
-    static inline uint64_t lt_crc_word(uint64_t s, const uint8_t *p) {
-        uint64_t v; memcpy(&v, p, 8); return __builtin_ia32_crc32di(s, v);
-    }
-
-    /* whole chunks of three streams of `len` bytes each; returns the bytes consumed */
-    __attribute__((target("sse4.2")))
-    static size_t lt_crc32c_3way(uint32_t *state, const uint8_t *p, size_t n, size_t len,
-                                 const uint32_t by1[4][256], const uint32_t by2[4][256]) {
-        size_t done = 0;
-        uint64_t a = *state;
-        while (n - done >= 3 * len) {
-            const uint8_t *q = p + done;
-            uint64_t b = 0, c = 0;
-            for (size_t i = 0; i < len; i += 8) {
-                a = lt_crc_word(a, q + i);
-                b = lt_crc_word(b, q + len + i);
-                c = lt_crc_word(c, q + 2 * len + i);
-            }
-            a = lt_shift(by2, (uint32_t)a) ^ lt_shift(by1, (uint32_t)b) ^ (uint32_t)c;
-            done += 3 * len;
-        }
-        *state = (uint32_t)a;
-        return done;
-    }
-    #endif
-
     __attribute__((target("sse4.2")))
     static uint32_t lt_crc32c_sse42(uint32_t state, const uint8_t *p, size_t n) {
         while (n && ((uintptr_t)p & 7)) { state = __builtin_ia32_crc32qi(state, *p++); n--; }
     #if defined(__x86_64__)
-        size_t k = lt_crc32c_3way(&state, p, n, LT_LONG, lt_long_by1, lt_long_by2);
-        p += k; n -= k;
-        k = lt_crc32c_3way(&state, p, n, LT_SHORT, lt_short_by1, lt_short_by2);
-        p += k; n -= k;
         uint64_t s = state;
-        while (n >= 8) { s = lt_crc_word(s, p); p += 8; n -= 8; }
+        while (n >= 8) { uint64_t v; memcpy(&v, p, 8); s = __builtin_ia32_crc32di(s, v); p += 8; n -= 8; }
         state = (uint32_t)s;
     #endif
         while (n--) state = __builtin_ia32_crc32qi(state, *p++);
@@ -97,12 +27,10 @@ cdef extern from *:
     #define LT_HAVE_SSE42_PATH 0
     static uint32_t lt_crc32c_sse42(uint32_t state, const uint8_t *p, size_t n) { (void)p; (void)n; return state; }
     static int lt_cpu_has_sse42(void) { return 0; }
-    static void lt_crc32c_init_shifts(void) { }
     #endif
     """
     uint32_t lt_crc32c_sse42(uint32_t state, const uint8_t* p, size_t n) nogil
     int lt_cpu_has_sse42() nogil
-    void lt_crc32c_init_shifts() nogil
 
 
 cdef uint32_t _table[8][256]
@@ -153,8 +81,6 @@ cdef uint32_t crc32c_update(uint32_t crc, const uint8_t* data, size_t length) no
 
 _init_tables()
 _hw = lt_cpu_has_sse42() != 0
-if _hw:
-    lt_crc32c_init_shifts()
 
 
 def crc32c(data, crc=0):
