@@ -428,6 +428,11 @@ class RaftNode:
         """Hold the held proposals a little longer (see PROPOSAL_LINGER): this leader has earlier
         proposals not yet applied (whose clients come back once they are), or fewer are held than
         it recently had in flight; and they have not waited proposal_linger yet."""
+        # held beside pending ones are in flight together too: counted only at proposal, two halves
+        # of a group that alternate (one applied just as the other goes) would never merge again
+        waiting = len(self._held) + len(self._pending)
+        if waiting > self._peak:
+            self._peak = waiting
         if self.raw.raft.state != M.LEADER or (not self._pending and len(self._held) >= self._peak - 0.5):
             self._linger_until = 0.0
             return False
