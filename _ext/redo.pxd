@@ -45,8 +45,8 @@ cdef struct DecodedRecord:
 
 # meta=True parses WAL meta (header + block headers + main data, no block data); meta never carries
 # the block data the CRC covers, so only full records are CRC-checked. check_crc=False skips the
-# record's CRC where the caller read it from log frames whose own CRC-32C (over the whole record)
-# was checked already: the same bytes need not be summed twice.
+# record's CRC where the caller checked this record's CRC already (the located redo meets a record
+# once per page it touches, and checks it at the first: see apply_located).
 cdef int redo_decode(const uint8_t* rec, size_t length, DecodedRecord* out, bint meta,
                      bint check_crc) noexcept nogil
 cdef int redo_find_block(const DecodedRecord* r, uint32_t spc, uint32_t db, uint32_t rel,
