@@ -171,8 +171,9 @@ def _lockstep_batches(node, clients: int, each: int, base: int) -> float:
     return (node.proposed - p0) / (node.proposal_batches - b0)
 
 
-# 0.25 s, not the default 2 ms: on a loaded CI machine a client thread may be scheduled late, and a
-# short linger then sends its batch without it (CI once saw 3.9 a batch with 0.05 s).
+# 0.25 s, not the default 2 ms: the test is about grouping, not about how fast a loaded machine
+# schedules the clients back. (CI's 3.9-4.0 a batch at 0.05 and 0.25 s fit two alternating halves
+# that never merged, which RaftNode._linger now prevents.)
 @pytest.mark.parametrize("linger", [0.0, 0.25])
 def test_lockstep_clients_are_proposed_in_one_batch_and_a_lone_client_is_never_held(tmp_path, linger):
     """Group commit of proposals (RaftNode._linger): clients that each wait for their proposal move in
