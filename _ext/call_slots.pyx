@@ -70,7 +70,7 @@ cdef extern from *:
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_futex_wake_all, lt_load, lt_lock, lt_mutex,
                                  lt_mutex_destroy, lt_mutex_init, lt_notify, lt_now, lt_store, lt_unlock)
-from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_spin_bound, lt_wake_issued, lt_wake_seen
+from logtide._ext.gil_gate cimport lt_py_enter, lt_py_got, lt_py_leave, lt_py_queue_spin, lt_py_queued_now, lt_spin_bound, lt_wake_issued, lt_wake_seen
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
@@ -119,6 +119,12 @@ cdef inline void _wake_all(cs_waiter* w, int* group_word) noexcept nogil:
         lt_store(&w.word, WOKEN)
         w = nxt
     lt_futex_wake_all(group_word)
+
+
+def gil_queue() -> int:
+    """Callers woken by a reply and not back in Python yet (this process, every CallSlots): 0 when
+    no call is returning. A caller's GIL spin depends on it (gil_gate.pxd, lt_py_queue_spin)."""
+    return lt_py_queued_now()
 
 
 cdef class CallSlots:
@@ -250,7 +256,8 @@ cdef class CallSlots:
             if lt_load(&w.word) != 0:
                 if slept:
                     lt_wake_seen()
-                lt_py_enter(lt_spin_bound(SPIN_MIN, SPIN_MAX), 0)   # not patient: the server may need this CPU
+                lt_py_enter(lt_py_queue_spin(lt_spin_bound(SPIN_MIN, SPIN_MAX)), 0)   # not patient: the server may need this CPU
+        lt_py_got()
         if lt_load(&w.word) == 0:
             lt_lock(&self.mu)
             if w.state == S_WAITING:

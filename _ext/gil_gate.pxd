@@ -24,6 +24,12 @@ cdef extern from *:
        CPU: 46K calls/s against 55K). */
     static int lt_py_busy;
     static int64_t lt_py_since_ns;          /* when the gate was last claimed */
+    /* For long spins (lt_py_queue_spin): the woken threads queued for the GIL (from their claim
+       to lt_py_got), and a moving average of how long one then runs Python before it waits again. */
+    static int lt_py_queued;
+    static int64_t lt_py_run_ns = 10000;
+    static __thread int lt_py_claimed;      /* this thread is queued (lt_py_queue_spin) */
+    static __thread int64_t lt_py_got_ns;   /* when this thread got the GIL after queueing (0: not) */
     static int64_t lt_py_hold_ns = 20000;   /* moving average: claim to the next wait */
     static inline void lt_cpu_relax(void) {
     #if defined(__x86_64__) || defined(__i386__)
@@ -65,8 +71,38 @@ cdef extern from *:
         }
         __atomic_store_n(&lt_py_since_ns, lt_now_ns(), __ATOMIC_RELAXED);
     }
+    /* The spin for lt_py_enter of a woken thread that queues for the GIL: `spin`, or none when the
+       threads queued ahead would run longer than that. It would then end asleep on the GIL after
+       a whole spin: with 32 callers woken by one reply frame most did, and the client's CPU per
+       call fell from 52 to 45 us without it. Short spins (the commit queue's 5 us) do not queue: most
+       of theirs succeed, and sleeping at once cost its appenders twice the CPU. */
+    static inline double lt_py_queue_spin(double spin) {
+        int ahead = 0;
+        if (!lt_py_claimed) {
+            ahead = __atomic_fetch_add(&lt_py_queued, 1, __ATOMIC_RELAXED);
+            lt_py_claimed = 1;
+        }
+        return (double)(ahead + 1) * (double)__atomic_load_n(&lt_py_run_ns, __ATOMIC_RELAXED) > spin * 1e9
+            ? 0.0 : spin;
+    }
+    static inline int lt_py_queued_now(void) { return __atomic_load_n(&lt_py_queued, __ATOMIC_RELAXED); }
+    /* With the GIL, after a queued lt_py_enter: this thread is out of the queue (else a no-op). */
+    static inline void lt_py_got(void) {
+        if (!lt_py_claimed) return;
+        lt_py_claimed = 0;
+        __atomic_fetch_sub(&lt_py_queued, 1, __ATOMIC_RELAXED);
+        lt_py_got_ns = lt_now_ns();
+    }
     static inline void lt_py_leave(void) {
         int64_t d, h;
+        if (lt_py_got_ns) {
+            d = lt_now_ns() - lt_py_got_ns;
+            lt_py_got_ns = 0;
+            if (d > 0 && d < 10000000) {
+                h = __atomic_load_n(&lt_py_run_ns, __ATOMIC_RELAXED);
+                __atomic_store_n(&lt_py_run_ns, h + (d - h) / 8, __ATOMIC_RELAXED);
+            }
+        }
         if (!__atomic_load_n(&lt_py_busy, __ATOMIC_RELAXED)) return;
         __atomic_store_n(&lt_py_busy, 0, __ATOMIC_RELEASE);
         d = lt_now_ns() - __atomic_load_n(&lt_py_since_ns, __ATOMIC_RELAXED);
@@ -103,6 +139,9 @@ cdef extern from *:
     }
     """
     void lt_py_enter(double spin, int patient) nogil
+    double lt_py_queue_spin(double spin) nogil
+    void lt_py_got() nogil
+    int lt_py_queued_now() nogil
     void lt_py_leave() nogil
     void lt_wake_issued() nogil
     void lt_wake_seen() nogil

@@ -191,6 +191,40 @@ def test_one_delivery_wakes_every_caller_of_the_batch_even_those_that_do_not_cal
     assert slots.inflight == 0
 
 
+def test_woken_callers_leave_the_gil_queue_even_when_their_threads_end():
+    """Callers woken together queue for the GIL (the count that shortens their spin); each leaves
+    it once back in Python, so the count is 0 after every round, also when the threads end right
+    after their last call, and a call that ends at its deadline never joins it."""
+    from logtide._ext.call_slots import gil_queue
+    slots = CallSlots(0.0005, 0.005, 1 << 20)
+    stop = threading.Event()
+
+    def sender():
+        while not stop.is_set():
+            blob = slots.take(0.05)
+            if blob:
+                slots.deliver(b"".join(pack_reply(i, b"r") for i, _, _ in unpack_calls(blob)))
+    snd = threading.Thread(target=sender, daemon=True)
+    snd.start()
+    try:
+        for _ in range(3):
+            replies = []
+            ths = [threading.Thread(target=lambda: replies.extend(slots.call(0, b"q", 10.0) for _ in range(200)))
+                   for _ in range(16)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join(30)
+                assert not th.is_alive()
+            assert replies == [b"r"] * 3200
+            assert gil_queue() == 0
+    finally:
+        stop.set()
+        snd.join(5)
+    assert slots.call(0, b"late", 0.002) is None   # nobody answers now: the deadline ends it
+    assert gil_queue() == 0
+
+
 @scaled(max_examples=10, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_replies_racing_deadlines_give_the_reply_or_none_and_never_hang(seed):
