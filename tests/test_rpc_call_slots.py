@@ -194,7 +194,7 @@ def test_one_delivery_wakes_every_caller_of_the_batch_even_those_that_do_not_cal
 def test_woken_callers_leave_the_gil_queue_even_when_their_threads_end():
     """Callers woken together queue for the GIL (the count that shortens their spin); each leaves
     it once back in Python, so the count is 0 after every round, also when the threads end right
-    after their last call, and a call that ends at its deadline never joins it."""
+    after their last call, and after a call that ends at its deadline."""
     from logtide._ext.call_slots import gil_queue
     slots = CallSlots(0.0005, 0.005, 1 << 20)
     stop = threading.Event()
@@ -221,7 +221,7 @@ def test_woken_callers_leave_the_gil_queue_even_when_their_threads_end():
     finally:
         stop.set()
         snd.join(5)
-    assert slots.call(0, b"late", 0.002) is None   # nobody answers now: the deadline ends it
+    assert slots.call(0, b"late", 0.002) is None   # nobody answers now: the deadline ends it, leaking nothing
     assert gil_queue() == 0
 
 
