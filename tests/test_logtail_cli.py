@@ -20,7 +20,7 @@ def test_tn_and_cn_processes(tmp_path):
     try:
         hello = json.loads(tn_p.stdout.readline())
         cn_p = subprocess.run(logtide_cmd() + ["logtail", "cn", "--tn", hello["listening"], "--objects",
-                                            str(d / "objects"), "--table", "t", "--seconds", "3"],
+                                            str(d / "objects"), "--table", "t", "--seconds", "5"],
                               capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert cn_p.returncode == 0, cn_p.stderr[-3000:]
     finally:

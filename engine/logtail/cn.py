@@ -79,7 +79,11 @@ class ComputeNode:
             self.stream.close()
         except Exception:
             pass
-        self._thread.join(timeout=5)
+        # applying one message is bounded; a process that exits while the receiver is still in
+        # pyarrow (GIL released) aborts in the interpreter's finalization
+        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            log.warning("%s: the receiver thread did not end within 30 s of close()", self.name)
 
     # ------------------------------------------------------------------ API
 
@@ -195,6 +199,14 @@ class ComputeNode:
             except Exception:
                 time.sleep(max(self.reconnect_delay, self._backoff))
         self._connected_at = time.monotonic()
+        with self._cv:
+            if self._closed:          # close() came while we connected: the new stream is ours to end
+                closed = stream
+            else:
+                closed = None
+        if closed is not None:
+            closed.close()
+            return
         with self._cv:
             self.reconnects += 1
             self._gen += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 
 from logtide.errors import MalformedMessageError, StreamClosedError
 
@@ -157,8 +158,6 @@ class RemoteStream:
     framed carrier); same interface as LocalStream."""
 
     def __init__(self, address: str, cn_name: str = "cn", **options) -> None:
-        import threading
-
         from logtide.engine.logtail import logtail_pb2 as pb
         from logtide.engine.logtail.service import LOGTAIL
         from logtide.engine.rpc import connect
@@ -188,7 +187,8 @@ class RemoteStream:
             finally:
                 self.closed = True
                 self._resp.put(_CLOSED)
-        threading.Thread(target=pump, name=f"logtail-remote-{cn_name}", daemon=True).start()
+        self._pump = threading.Thread(target=pump, name=f"logtail-remote-{cn_name}", daemon=True)
+        self._pump.start()
 
     def send_to_tn(self, frame) -> None:
         if self.closed:
@@ -216,5 +216,9 @@ class RemoteStream:
             pass
         self._resp.put(_CLOSED)
         self._client.close()
+        # the pump may be decoding in pyarrow with the GIL released: a process that exits meanwhile
+        # aborts in the interpreter's finalization, so see it end (a decode is bounded; so is the wait)
+        if threading.current_thread() is not self._pump:
+            self._pump.join(timeout=10)
 
     close = cut

@@ -108,25 +108,29 @@ def run_cn(args: argparse.Namespace) -> int:
 
     cn = ComputeNode(lambda: RemoteStream(args.tn, "cli"), ObjectStore(args.objects), "cli",
                      connect_timeout=args.seconds or 30.0)
-    for t in args.table:
-        cn.subscribe(t, timeout=left())
-    import os
-
-    from logtide.engine.hakeeper.host_cli import start_sender
-    from logtide.engine.hakeeper.store_reports import cn_report
-    from logtide.engine.hakeeper.store_role import StoreRole
-    sender = start_sender(args, StoreRole.CN, f"cn-{os.getpid()}", "", lambda sid: cn_report(cn, args.table, sid))
-    stop = stop_event()
-    while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
-        stop.wait(min(1.0, args.seconds or 1.0))
+    sender = None
+    try:      # close() on every way out: it sees the CN's threads end before the interpreter does
         for t in args.table:
-            ts = cn.watermark(t)
-            tab = cn.read(t, ts)
-            ids = tab.column(cn.states[t].tdef.pk).to_numpy()
-            print(json.dumps({"table": t, "ts": ts, "rows": tab.num_rows, "id_sum": int(ids.sum()),
-                              "reconnects": cn.reconnects}), flush=True)
-    if sender is not None:
-        sender.stop()
-    cn.close()
+            cn.subscribe(t, timeout=left())
+        import os
+
+        from logtide.engine.hakeeper.host_cli import start_sender
+        from logtide.engine.hakeeper.store_reports import cn_report
+        from logtide.engine.hakeeper.store_role import StoreRole
+        sender = start_sender(args, StoreRole.CN, f"cn-{os.getpid()}", "",
+                              lambda sid: cn_report(cn, args.table, sid))
+        stop = stop_event()
+        while not stop.is_set() and (not args.seconds or time.monotonic() - t0 < args.seconds):
+            stop.wait(min(1.0, args.seconds or 1.0))
+            for t in args.table:
+                ts = cn.watermark(t)
+                tab = cn.read(t, ts)
+                ids = tab.column(cn.states[t].tdef.pk).to_numpy()
+                print(json.dumps({"table": t, "ts": ts, "rows": tab.num_rows, "id_sum": int(ids.sum()),
+                                  "reconnects": cn.reconnects}), flush=True)
+    finally:
+        if sender is not None:
+            sender.stop()
+        cn.close()
     return 0
 
