@@ -166,6 +166,22 @@ def test_unreachable_server_raises_unavailable():
     ms.close()
 
 
+def test_a_replica_list_whose_first_replica_is_down_connects_to_the_next():
+    """Any one replica's address works: a refused one is passed over (a replica still starting
+    after a restart refuses), and a list of none that answers fails typed, naming each."""
+    ms = MetaService.in_memory()
+    server = MetaServer(ms, "127.0.0.1:0").start()
+    try:
+        with connect_meta(f"127.0.0.1:1,{server.address}", timeout=5) as c:
+            assert c.upsert("a", b"1")[1].seq == 1
+            assert c.leader == server.address
+        with pytest.raises(MetaUnavailableError, match="127.0.0.1:1.*127.0.0.1:2"):
+            connect_meta("127.0.0.1:1,127.0.0.1:2", timeout=2)
+    finally:
+        server.stop(0)
+        ms.close()
+
+
 def test_concurrent_clients_get_distinct_seqs(served):
     import threading
     ms, server, client = served

@@ -70,11 +70,13 @@ class _Watcher:
         end = time.monotonic() + 60
         while True:
             addr = self.addrs[i % len(self.addrs)]
-            client = connect_meta(addr, timeout=5, follow_leader=False)
-            try:
+            client = None
+            try:      # a replica that is down refuses the connection, one still starting the watch
+                client = connect_meta(addr, timeout=5, follow_leader=False)
                 self.w = client.watch(PREFIX, END, after=after)
             except MetaUnavailableError:
-                client.close()
+                if client is not None:
+                    client.close()
                 assert time.monotonic() < end, "no replica took the watch"
                 i += 1
                 continue

@@ -330,11 +330,27 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
     if carrier not in ("wire", "grpc"):
         raise MetaInvalidArgument(f"carrier must be 'wire' or 'grpc', got {carrier!r}")
 
-    def dial(addr: str):
+    def dial(addr: str, connect_timeout: float | None = None):
         return _call(connect, META, addr, max_message_size=G.MAX_MESSAGE_BYTES, timeout=timeout,
-                     connect_timeout=min(timeout, 10.0), carrier=carrier)
+                     connect_timeout=min(timeout, 10.0) if connect_timeout is None else connect_timeout,
+                     carrier=carrier)
 
-    return MetaClient(dial(addresses[0]), addresses, dial, timeout, follow_leader)
+    # any one replica's address works: a replica that is down (or still starting) is passed over,
+    # all of them within `timeout`; the client starts on the first that answers
+    deadline = time.monotonic() + timeout
+    failed: list[str] = []
+    for k, addr in enumerate(addresses):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            rpc = dial(addr, min(left, 10.0))
+        except (MetaUnavailableError, MetaDeadlineExceeded) as exc:
+            failed.append(str(exc))
+            continue
+        return MetaClient(rpc, addresses[k:] + addresses[:k], dial, timeout, follow_leader)
+    raise MetaUnavailableError(f"no replica of {','.join(addresses)} answered within {timeout:g} s: "
+                               + "; ".join(failed))
 
 
 def _consistency(c: str) -> str:
