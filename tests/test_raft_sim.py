@@ -12,10 +12,11 @@ from logtide.engine.raft.sim import Simulation, run_seed
 
 from seed_pool import run_seeds
 
-SEEDS = 500
-# (fault ticks, fixed seeds, fresh random seeds) of the longer sweeps: about 25 s in CI together;
+SEEDS = 250
+# (fault ticks, fixed seeds, fresh random seeds) of the longer sweeps: a smoke test, halved when CI
+# moved to three workers on two CPUs (these runs are CPU-bound and slowed every other test);
 # `logtide raft sim --soak MINUTES` and docs/raft.md's ranges are the proof
-SWEEPS = [(150, range(0), 150), (600, range(75), 75), (3000, range(10), 10)]
+SWEEPS = [(150, range(0), 75), (600, range(40), 40), (3000, range(5), 5)]
 # seeds that failed before the fixes of docs/raft.md (issue 22): each must pass for good
 ONCE_FAILED = [(801416, 600), (800393, 600), (801120, 600), (900133, 3000), (900224, 3000), (900383, 3000),
                (900421, 3000), (900470, 3000), (900819, 3000), (900830, 3000), (900849, 3000), (901713, 3000),
@@ -26,7 +27,7 @@ ONCE_FAILED = [(801416, 600), (800393, 600), (801120, 600), (900133, 3000), (900
 CAUGHT = [("state-before-entries", 600, 661), ("unbounded-uncommitted", 3000, 1851)]
 
 
-def test_500_seeds_keep_every_safety_property_and_heal():
+def test_250_seeds_keep_every_safety_property_and_heal():
     failures, heal = [], []
     totals = {"acks": 0, "reads": 0, "crashes": 0, "snapshots": 0, "conf_changes": 0, "elections": 0}
     for res in run_seeds(run_seed, [(seed, 150) for seed in range(SEEDS)]):
