@@ -200,20 +200,16 @@ class ComputeNode:
                 time.sleep(max(self.reconnect_delay, self._backoff))
         self._connected_at = time.monotonic()
         with self._cv:
-            if self._closed:          # close() came while we connected: the new stream is ours to end
-                closed = stream
-            else:
-                closed = None
-        if closed is not None:
-            closed.close()
-            return
-        with self._cv:
-            self.reconnects += 1
-            self._gen += 1
-            self._fresh = set()
-            self.stream = stream
-            for t in sorted(self.wanted):
-                self._send("subscribe", t)
+            late = self._closed       # close() came while we connected: the new stream is ours to end
+            if not late:
+                self.reconnects += 1
+                self._gen += 1
+                self._fresh = set()
+                self.stream = stream
+                for t in sorted(self.wanted):
+                    self._send("subscribe", t)
+        if late:
+            stream.close()            # outside the lock: it waits for the stream's pump
 
     def _handle(self, msg) -> None:
         kind = msg[0]
