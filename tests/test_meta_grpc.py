@@ -182,6 +182,36 @@ def test_a_replica_list_whose_first_replica_is_down_connects_to_the_next():
         ms.close()
 
 
+def test_a_frozen_first_replica_is_passed_over_within_the_timeout():
+    """A replica that accepts connections and never speaks (SIGSTOPped: the kernel still accepts)
+    gets its share of the timeout, not all of it: the client starts on the next; a list of frozen
+    replicas fails typed, in about the timeout, naming each."""
+    import socket
+    import time
+    frozen = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        frozen.append(s)
+    f1, f2 = (f"127.0.0.1:{s.getsockname()[1]}" for s in frozen)
+    ms = MetaService.in_memory()
+    server = MetaServer(ms, "127.0.0.1:0").start()
+    try:
+        with connect_meta(f"{f1},{server.address}", timeout=8) as c:
+            assert c.upsert("a", b"1")[1].seq == 1
+            assert c.leader == server.address
+        t = time.monotonic()
+        with pytest.raises(MetaUnavailableError, match=f"{f1}.*{f2}"):
+            connect_meta(f"{f1},{f2}", timeout=2)
+        assert time.monotonic() - t < 60      # bounded (the figure is ~2 s; 60 is for a loaded host)
+    finally:
+        server.stop(0)
+        ms.close()
+        for s in frozen:
+            s.close()
+
+
 def test_concurrent_clients_get_distinct_seqs(served):
     import threading
     ms, server, client = served

@@ -336,7 +336,8 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
                      carrier=carrier)
 
     # any one replica's address works: a replica that is down (or still starting) is passed over,
-    # all of them within `timeout`; the client starts on the first that answers
+    # all of them within `timeout`; the client starts on the first that answers. Each gets an even
+    # share of the time left: a frozen replica (it accepts, never speaks) must not use up the rest's
     deadline = time.monotonic() + timeout
     failed: list[str] = []
     for k, addr in enumerate(addresses):
@@ -344,7 +345,7 @@ def connect_meta(target, timeout: float = 30.0, follow_leader: bool = True, carr
         if left <= 0:
             break
         try:
-            rpc = dial(addr, min(left, 10.0))
+            rpc = dial(addr, min(left / (len(addresses) - k), 10.0))
         except (MetaUnavailableError, MetaDeadlineExceeded) as exc:
             failed.append(str(exc))
             continue

@@ -112,17 +112,23 @@ class ClusterMeta:
 
 
 class Heartbeater:
-    """Keeps one node's lease alive from a background thread: renews every ttl_ms/3.
+    """Keeps one node's lease alive from a background thread: renews every interval_ms (by
+    default ttl_ms/3, so that two renewals in a row may fail before the lease runs out).
 
     A renewal the meta-service does not answer (unreachable, no leader) is counted in `failures`
     and retried at the next period; the thread outlives it. `lost` is set, and renewals stop, when
     a renewal finds the lease gone: the node must register again."""
 
-    def __init__(self, cluster: ClusterMeta, node_id: str, ttl_ms: int):
+    def __init__(self, cluster: ClusterMeta, node_id: str, ttl_ms: int, interval_ms: Optional[int] = None):
         if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 3 <= ttl_ms <= U64_MAX:
             # renewals come every ttl_ms / 3: a zero lease would renew in a busy loop
             raise MetaInvalidArgument(f"ttl_ms must be an int >= 3, got {ttl_ms!r}")
+        if interval_ms is None:
+            interval_ms = ttl_ms // 3
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or not 1 <= interval_ms < ttl_ms:
+            raise MetaInvalidArgument(f"interval_ms must be an int in [1, ttl_ms), got {interval_ms!r}")
         self.cluster, self.node_id, self.ttl_ms = cluster, _node_id(node_id), ttl_ms
+        self.interval_ms = interval_ms
         self.beats = 0
         self.failures = 0          # renewals that ended in an error
         self.last_error: Optional[LogtideError] = None
@@ -135,7 +141,7 @@ class Heartbeater:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 3000.0):
+        while not self._stop.wait(self.interval_ms / 1000.0):
             try:
                 renewed = self.cluster.heartbeat(self.node_id, self.ttl_ms)
             except MetaClosedError as exc:    # the client was closed under it: nothing to retry

@@ -63,6 +63,8 @@ class WireLoop:
         try:
             return fut.result(timeout)
         except TimeoutError:
+            if fut.done():      # the coroutine's own deadline error (a TimeoutError too), not ours
+                raise
             fut.cancel()
             raise DeadlineExceededError(f"{what}: not done within {timeout:g} s") from None
 
