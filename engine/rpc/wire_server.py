@@ -28,6 +28,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 from logtide._ext import wire_codec as wc
@@ -63,6 +64,8 @@ MAX_INFLIGHT_BYTES = 64 << 20
 FRAME_TIMEOUT_S = 10.0
 # at most this many streams run at once on one server (each holds a thread, as on gRPC's server)
 MAX_STREAMS = 256
+# how long stop() waits, in all, for the handlers' threads to end
+JOIN_S = 5.0
 # a deferred call not answered within this gets DeadlineExceededError (its servicer is stuck)
 DEFERRED_TIMEOUT_S = 30.0
 _ON_WORKER, _ON_LOOP, _DEFERRED = 0, 1, 2     # how a method's calls run (_ServerConn.modes)
@@ -354,7 +357,9 @@ class _ServerConn(ConnCore, asyncio.Protocol):
             return
         s = self.streams[sid] = _ServerStream(self, sid, found[0], found[1])
         self.server.running_streams.add(s)
-        threading.Thread(target=s.run, name="rpc-wire-stream", daemon=True).start()
+        t = threading.Thread(target=s.run, name="rpc-wire-stream", daemon=True)
+        self.server.stream_threads.add(t)
+        t.start()
 
     def _defer(self, groups: list, calls: int, nbytes: int) -> None:
         """Start a frame of deferred calls; WireServer.answer_deferred writes their replies."""
@@ -477,6 +482,7 @@ class WireServer:
         self.on_loop: set[str] = set()         # paths of unary methods that run on the loop
         self.conns: set[_ServerConn] = set()
         self.running_streams: set = set()
+        self.stream_threads: weakref.WeakSet = weakref.WeakSet()   # joined by stop()
         self.wl = WireLoop.get()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # deferred frames started and not answered: the sweeper expires them at their deadline
@@ -645,6 +651,13 @@ class WireServer:
             self._server = None
             for _ in self._workers:
                 self._jobs.put(None)
+        # wait (a while) for the handlers' threads: one still in native code (pyarrow, gRPC) when
+        # the process exits would be torn down mid-call at finalization, and the process abort
+        end = time.monotonic() + JOIN_S
+        me = threading.current_thread()
+        for t in [*self._workers, *list(self.stream_threads)]:
+            if t is not me and t.ident is not None:
+                t.join(max(0.0, end - time.monotonic()))
 
     def __enter__(self) -> "WireServer":
         if self.port is None:
