@@ -14,6 +14,7 @@ import time
 from logtide.errors import LogtideError
 
 from ports import free_ports
+from frozen import freeze
 
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
 TICK = "0.05"  # 0.3-0.6 s elections keep fault rounds short (the default tick is 0.1 s)
@@ -87,7 +88,7 @@ class MetaCluster:
 
     def freeze(self, i):
         """SIGSTOP replica i (it keeps its sockets; peers and clients see a silent process)."""
-        self.procs[i].send_signal(signal.SIGSTOP)
+        freeze(self.procs[i].pid)
 
     def thaw(self, i):
         self.procs[i].send_signal(signal.SIGCONT)

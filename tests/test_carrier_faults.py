@@ -78,7 +78,7 @@ def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path, carrier):
         stop, acked, failures = threading.Event(), [], []
         ths = _hammer(client, 8, stop, acked, failures)
         time.sleep(0.5)
-        os.kill(p.pid, signal.SIGSTOP)
+        freeze(p.pid)
         t0 = time.monotonic()
         for th in ths:
             th.join(10)
@@ -204,7 +204,7 @@ def test_a_frozen_server_does_not_stall_the_other_clients_of_the_process(tmp_pat
         ths_a = _hammer(ca, 8, stop_a, acked_a, fail_a)
         ths_b = _hammer(cb, 8, stop_b, acked_b, fail_b)
         time.sleep(0.5)
-        os.kill(frozen.pid, signal.SIGSTOP)
+        freeze(frozen.pid)
         t0 = time.monotonic()
         n0 = len(acked_b)
         time.sleep(2.5)                           # A's callers wait out their 1.5 s deadline meanwhile

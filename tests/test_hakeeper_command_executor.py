@@ -21,6 +21,7 @@ from ports import free_ports
 
 from logtide.engine.hakeeper.schedule_command import CommandType as C
 from logtide.engine.hakeeper.schedule_command import ScheduleCommand
+from frozen import freeze
 
 pytestmark = pytest.mark.timeout(120)
 MAX_GAP_TICKS = 20   # 2 s at 10 ticks a second: a heartbeat a second, with room for a slow proposal
@@ -46,7 +47,7 @@ def test_a_blocked_membership_change_does_not_delay_heartbeats(tmp_path):
         lead = sh["leader"]
         followers = [i for i in (1, 2, 3) if i != lead]
         for i in followers:
-            stores[i].send_signal(signal.SIGSTOP)
+            freeze(stores[i].pid)
         t0 = time.monotonic()
         assert hk.schedule([ScheduleCommand(C.REMOVE_REPLICA, f"log-{lead}", 1, followers[0],
                                             f"log-{followers[0]}")], 100) == 1

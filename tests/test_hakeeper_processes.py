@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from frozen import freeze
 from hakeeper_procs import HAKeeperProcs
 from hakeeper_world import World
 
@@ -234,7 +235,7 @@ def test_a_frozen_leader_is_replaced_and_steps_down_when_thawed(group):
     import signal
     old, st = group.leader()
     tick_before = st["tick"]
-    os.kill(group.procs[old].pid, signal.SIGSTOP)
+    freeze(group.procs[old].pid)
     try:
         with group.client(timeout=2.0) as c:
             answered, t_end = None, time.monotonic() + 20

@@ -22,6 +22,7 @@ from logtide.errors import LogtideError
 
 from ports import free_ports  # noqa: E402
 from replica_logs import replica_logs, settled_leader  # noqa: E402
+from frozen import freeze
 
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
 TICK = "0.05"  # 0.5-1 s elections keep the rounds short; the defaults are 0.1 s x 10 ticks
@@ -596,7 +597,7 @@ def test_lockstep_writers_while_both_followers_are_stopped(cluster):
         time.sleep(1.0)
         before = len(acked)
         for i in followers:
-            cluster.procs[i].send_signal(signal.SIGSTOP)
+            freeze(cluster.procs[i].pid)
         time.sleep(deadline * 2)
         during = len(acked)
         assert failures, "no append failed while no quorum could answer"

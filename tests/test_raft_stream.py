@@ -23,6 +23,7 @@ from logtide.engine.raft.wire import encode_message
 from logtide.engine.rpc.wire_client import WireTransport
 from logtide.engine.rpc.wire_server import WireServer
 from logtide.errors import InvalidRequest
+from frozen import freeze
 
 
 def _serve(t: RaftTransport, address: str = "127.0.0.1:0", threaded: bool = False) -> WireServer:
@@ -170,7 +171,7 @@ def test_a_stopped_peer_is_found_within_the_ack_deadline(tmp_path):
         port = int(proc.stdout.readline())
         a.set_peer(2, f"127.0.0.1:{port}")
         _wait(lambda: a.peer_stats(2)["connected"], 10, "the stream coming up")
-        os.kill(proc.pid, signal.SIGSTOP)
+        freeze(proc.pid)
         stopped = time.monotonic()
         reports.clear()
         stop_sending = threading.Event()

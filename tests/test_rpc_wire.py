@@ -28,6 +28,7 @@ from logtide.errors import (BadWireMagic, DeadlineExceededError, FrameChecksumEr
                             InvalidRange, InvalidRequest, MalformedFrame, MessageTooLarge, RemoteError, RpcError,
                             UnknownWireId)
 from logtide_cli import logtide_cmd
+from frozen import freeze
 
 pytestmark = pytest.mark.timeout(120)
 K = wc.KINDS
@@ -427,7 +428,7 @@ def test_deadlines_against_a_stopped_server_process(tmp_path):
         address = line.split(" on ")[1].split()[0]
         c = connect_logservice(address, timeout=1.0)
         assert c.append(b"before") == 1
-        os.kill(p.pid, signal.SIGSTOP)
+        freeze(p.pid)       # returns once every thread has stopped
         failures = []
 
         def call():

@@ -13,6 +13,7 @@ inherited clients open new connections there.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from typing import Any, Awaitable
@@ -60,13 +61,11 @@ class WireLoop:
     def run(self, coro: Awaitable, what: str, timeout: float = LOOP_CALL_TIMEOUT_S) -> Any:
         """Run `coro` on the loop and return its result (DeadlineExceededError past `timeout`)."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            if fut.done():      # the coroutine's own deadline error (a TimeoutError too), not ours
-                raise
+        # wait first, then take the result: the coroutine's own deadline errors are TimeoutErrors too
+        if not concurrent.futures.wait([fut], timeout).done:
             fut.cancel()
             raise DeadlineExceededError(f"{what}: not done within {timeout:g} s") from None
+        return fut.result()
 
     def call_soon(self, fn, *args) -> None:
         """Run fn(*args) on the loop, soon (from any thread; nothing once the loop is closed)."""
