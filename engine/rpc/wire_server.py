@@ -652,7 +652,7 @@ class WireServer:
             for _ in self._workers:
                 self._jobs.put(None)
         # wait (a while) for the handlers' threads: one still in native code (pyarrow, gRPC) when
-        # the process exits would be torn down mid-call at finalization, and the process abort
+        # the process exits would be torn down mid-call at finalization, and the process would abort
         end = time.monotonic() + JOIN_S
         me = threading.current_thread()
         for t in [*self._workers, *list(self.stream_threads)]:
