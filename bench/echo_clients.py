@@ -1,6 +1,6 @@
 """Lockstep echo clients in a process of their own, for bench_wire_floor.py. Run as
 
-    python bench/echo_clients.py wire|grpc ADDRESS CONNECTIONS PAYLOAD_BYTES
+    python bench/echo_clients.py wire|grpc|bare ADDRESS CONNECTIONS PAYLOAD_BYTES
 
 It opens CONNECTIONS connections (one thread each), prints "ready", then for each line "run N" on
 stdin makes N round trips on every connection, each waiting for its reply (lockstep), and prints
@@ -41,9 +41,30 @@ def grpc_caller(address: str, payload: bytes):
     return trips
 
 
+def bare_caller(address: str, payload: bytes):
+    """A blocking socket speaking bench/bare_echo_server.py's frames: [u32 length][payload]."""
+    import socket
+    import struct
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frame = struct.pack("<I", len(payload)) + payload
+
+    def trips(n: int) -> None:
+        for _ in range(n):
+            s.sendall(frame)
+            got = 0
+            while got < len(frame):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise AssertionError("the echo server closed the connection")
+                got += len(chunk)
+    return trips
+
+
 def main(carrier: str, address: str, conns: int, size: int) -> None:
     payload = b"\xa5" * size
-    make = wire_caller if carrier == "wire" else grpc_caller
+    make = {"wire": wire_caller, "grpc": grpc_caller, "bare": bare_caller}[carrier]
     callers = [make(address, payload) for _ in range(conns)]
     for c in callers:
         c(5)                                  # connected and warm before any timed round

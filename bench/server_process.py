@@ -31,3 +31,12 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, ValueError, IndexError):   # the thread exited meanwhile
             pass
     return total / 1e9
+
+
+def user_kernel_seconds(pid: int) -> tuple[float, float]:
+    """A process's (user, kernel) CPU seconds so far, from /proc/PID/stat's clock ticks: coarse
+    (10 ms), for rounds of seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
