@@ -1,5 +1,5 @@
-"""The pages plan's exchange files (spark/ref_exchange.py) and the byte-balanced split of the
-segments among its scan tasks, without Spark."""
+"""The pages plan's exchange files (spark/ref_exchange.py) and the dealt split of the segments
+among its scan tasks, without Spark."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -50,16 +50,18 @@ def test_a_short_or_missing_file_is_a_typed_error(tmp_path):
 
 @scaled(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=60), st.integers(1, 12))
-def test_balanced_ranges_cover_everything_contiguously(sizes, tasks):
-    from logtide.spark.replay_job import balanced_ranges
-    r = balanced_ranges(sizes, tasks)
-    assert len(r) == min(tasks, len(sizes))
-    assert r[0][0] == 0 and r[-1][1] == len(sizes)
-    assert all(a < z for a, z in r) and all(r[i][1] == r[i + 1][0] for i in range(len(r) - 1))
+def test_dealt_shares_hold_every_segment_once_and_even_bytes(sizes, tasks):
+    from logtide.spark.replay_job import dealt_shares
+    shares = dealt_shares(sizes, tasks)
+    assert len(shares) == min(tasks, len(sizes))
+    assert sorted(i for s in shares for i in s) == list(range(len(sizes)))
+    assert all(s == sorted(s) for s in shares)          # each share in log order
+    loads = [sum(sizes[i] for i in s) for s in shares]
+    assert max(loads) - min(loads) <= max(sizes)         # the greedy deal's bound
 
 
-def test_balanced_ranges_split_equal_segments_evenly():
-    from logtide.spark.replay_job import balanced_ranges
-    assert balanced_ranges([8] * 618 + [1], 2) == [(0, 309), (309, 619)]
-    assert balanced_ranges([100, 1, 1, 1, 1, 100], 2) == [(0, 3), (3, 6)]
-    assert balanced_ranges([5, 5, 5], 7) == [(0, 1), (1, 2), (2, 3)]
+def test_dealt_shares_interleave_equal_segments():
+    from logtide.spark.replay_job import dealt_shares
+    assert dealt_shares([8] * 6 + [1], 2) == [[0, 2, 4, 6], [1, 3, 5]]
+    assert dealt_shares([100, 1, 1, 1, 1, 100], 2) == [[0], [1, 2, 3, 4, 5]]   # 100 against 104 bytes
+    assert dealt_shares([5, 5, 5], 7) == [[0], [1], [2]]
