@@ -9,8 +9,8 @@ by each page's owner to that page only. Two plans:
   `mapInArrow` applies them with the Cython redo.
 * pages: no Spark shuffle. Task p finds its pages' LSNs in the LogIndex (its saved tables); the
   WAL meta of the segments the LogIndex does not cover is scanned once, by a first job of scan
-  tasks, each dealt an interleaved share of the segments, that write each owner's rows to files (ref_exchange.py), which
-  task p then reads, before it applies its pages' records.
+  tasks, each dealt an interleaved share of the segments, that write each owner's rows to files
+  (ref_exchange.py), which task p then reads, before it applies its pages' records.
 
 Output: a page store in out_dir, written to a temporary sibling and committed by rename with a
 manifest (page_output.py).
@@ -198,9 +198,8 @@ def dealt_shares(sizes, tasks: int) -> list[list[int]]:
     """Deal items 0..n-1, in order, to min(tasks, n) shares: each item to the share with the fewest
     bytes so far (the lowest on a tie). Shares then hold about equal bytes (they differ by at most
     one item's size), and each holds items from all along the log: a segment's scan cost follows
-    its records as well as its bytes, and the records per byte drift along a log (contiguous ranges
-    of equal bytes held 818K and 549K block references on the benchmark's log, 1.90 s against
-    1.78 s of scan; dealt, 687K and 680K, 1.83 s each)."""
+    its records as well as its bytes, and the records per byte drift along a log, so contiguous
+    ranges of equal bytes can differ in work (docs/spark.md has the measurements)."""
     n = len(sizes)
     tasks = max(1, min(tasks, n))
     shares: list[list[int]] = [[] for _ in range(tasks)]
