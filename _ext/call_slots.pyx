@@ -10,7 +10,7 @@ called again, or LINGER_S after the last call, at most LINGER_MAX_S after the fi
 wakes them all with one futex wake (every waiting caller sleeps on the slots' group word). Woken
 together, the callers would queue on the GIL, each sleeping on it and needing one more wake-up: so a
 woken caller that finds another on its way into Python spins for it first, as long as a sleep would
-cost on this host (_ext/gil_gate.pxd). A chain of one caller waking the next costs one wake-up's
+cost on this host, then yields its CPU and waits its turn (_ext/gil_gate.pxd, patient). A chain of one caller waking the next costs one wake-up's
 latency per caller in series (33 us on a VM whose idle vCPUs halt): 32K calls/s from 32 threads,
 where the group wake gives 55K.
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
@@ -256,7 +256,7 @@ cdef class CallSlots:
             if lt_load(&w.word) != 0:
                 if slept:
                     lt_wake_seen()
-                lt_py_enter(lt_py_queue_spin(lt_spin_bound(SPIN_MIN, SPIN_MAX)), 0)   # not patient: the server may need this CPU
+                lt_py_enter(lt_py_queue_spin(lt_spin_bound(SPIN_MIN, SPIN_MAX)), 1)   # patient: gil_gate.pxd
         lt_py_got()
         if lt_load(&w.word) == 0:
             lt_lock(&self.mu)
