@@ -42,6 +42,14 @@ LOOP_CLOSE_TIMEOUT_S = 5.0   # close() waits this long for an event loop to take
 _PREFIXES: dict[int, bytes] = {0: data_prefix(0)}  # replica id -> the 12-byte data header
 
 
+def _new_prefix(replica_id) -> bytes:
+    """data_prefix(replica_id) (which validates it), remembered for the id's next appends."""
+    prefix = data_prefix(replica_id)
+    if len(_PREFIXES) < 4096 and replica_id.__class__ is int:
+        _PREFIXES[replica_id] = prefix
+    return prefix
+
+
 class LogService(LogServiceClient):
     """The embedded log service over one directory. Open with `LogService.open(dir)`."""
 
@@ -165,9 +173,7 @@ class LogService(LogServiceClient):
         if payload.__class__ is bytes and type.__class__ is int and type == USER_RECORD:  # the common case
             prefix = _PREFIXES.get(replica_id) if replica_id.__class__ is int else None
             if prefix is None:
-                prefix = data_prefix(replica_id)  # validates
-                if len(_PREFIXES) < 4096 and replica_id.__class__ is int:
-                    _PREFIXES[replica_id] = prefix
+                prefix = _new_prefix(replica_id)
             if len(payload) > self._max_payload:
                 raise RecordTooLarge(f"record data of {len(payload) + 12} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size}")
@@ -218,7 +224,7 @@ class LogService(LogServiceClient):
                 raise InvalidArgument(f"payload {i} must be bytes-like, not {p.__class__.__name__}")
             prefix = _PREFIXES.get(rid) if rid.__class__ is int else None
             if prefix is None:
-                prefix = data_prefix(rid)  # validates
+                prefix = _new_prefix(rid)
             if len(prefix) + memoryview(p).nbytes > limit:
                 raise RecordTooLarge(f"payload {i} of {memoryview(p).nbytes} bytes exceeds max_record_size "
                                      f"{limit} (with the 12-byte header)")
@@ -240,7 +246,7 @@ class LogService(LogServiceClient):
                 raise InvalidArgument(f"payload {i} must be bytes, not {p.__class__.__name__}")
             prefix = _PREFIXES.get(rid) if rid.__class__ is int else None
             if prefix is None:
-                prefix = data_prefix(rid)  # validates
+                prefix = _new_prefix(rid)
             if len(p) > self._max_payload:
                 raise RecordTooLarge(f"payload {i} of {len(p)} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size} (with the 12-byte header)")
@@ -517,7 +523,7 @@ class LogService(LogServiceClient):
             raise LogServiceClosed("the log service is closed")
         prefix = _PREFIXES.get(replica_id) if replica_id.__class__ is int else None
         if prefix is None:
-            prefix = data_prefix(replica_id)  # validates
+            prefix = _new_prefix(replica_id)
         if not isinstance(payload, BYTES_LIKE):
             raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
         if memoryview(payload).nbytes > self._max_payload:
