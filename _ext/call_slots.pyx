@@ -10,8 +10,8 @@ called again, or LINGER_S after the last call, at most LINGER_MAX_S after the fi
 wakes them all with one futex wake (every waiting caller sleeps on the slots' group word). Woken
 together, the callers would queue on the GIL, each sleeping on it and needing one more wake-up: so a
 woken caller that finds another on its way into Python spins for it first, as long as a sleep would
-cost on this host, then yields its CPU and waits its turn (_ext/gil_gate.pxd, patient). A chain of one caller waking the next costs one wake-up's
-latency per caller in series (33 us on a VM whose idle vCPUs halt): 32K calls/s from 32 threads,
+cost on this host, then yields its CPU and waits its turn (_ext/gil_gate.pxd, patient). A chain of
+one caller waking the next costs one wake-up's latency per caller in series (33 us on a VM whose idle vCPUs halt): 32K calls/s from 32 threads,
 where the group wake gives 55K.
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
 client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().

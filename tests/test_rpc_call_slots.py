@@ -225,6 +225,51 @@ def test_woken_callers_leave_the_gil_queue_even_when_their_threads_end():
     assert gil_queue() == 0
 
 
+def test_a_gate_claim_left_by_a_caller_that_never_calls_again_is_taken_over():
+    """Woken callers are patient at the GIL gate: they yield and wait their turn into Python. A
+    caller that gets its reply and then stays in Python without calling again must not hold the
+    others up for good: its claim goes stale and is taken over, and every call gets its own reply."""
+    slots = CallSlots(0.0005, 0.005, 1 << 20)
+    stop = threading.Event()
+
+    def sender():
+        while not stop.is_set():
+            blob = slots.take(0.05)
+            if blob:
+                slots.deliver(b"".join(pack_reply(i, req) for i, _, req in unpack_calls(blob)))
+    snd = threading.Thread(target=sender, daemon=True)
+    snd.start()
+    start = threading.Barrier(6)
+    got, lock = [], threading.Lock()
+
+    def leaver():
+        start.wait()
+        r = slots.call(0, b"leaver", 10.0)
+        with lock:
+            got.append(r)
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:     # Python, and no wait: its claim of the gate goes stale
+            pass
+
+    def caller(t):
+        start.wait()
+        for k in range(40):
+            r = slots.call(0, b"c%d.%d" % (t, k), 10.0)
+            with lock:
+                got.append(r)
+    ths = [threading.Thread(target=leaver)] + [threading.Thread(target=caller, args=(t,)) for t in range(5)]
+    try:
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        assert not any(th.is_alive() for th in ths), "a woken caller waited for good on a stale claim"
+    finally:
+        stop.set()
+        snd.join(5)
+    assert sorted(got) == sorted([b"leaver"] + [b"c%d.%d" % (t, k) for t in range(5) for k in range(40)])
+
+
 @scaled(max_examples=10, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_replies_racing_deadlines_give_the_reply_or_none_and_never_hang(seed):
