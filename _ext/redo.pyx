@@ -264,7 +264,7 @@ NOT_IN_RECORD = REDO_NOT_IN_RECORD
 
 _MESSAGES = {
     REDO_BAD_RECORD: "record lengths or block references are malformed",
-    REDO_BAD_CRC: "record CRC-32C mismatch",
+    REDO_BAD_CRC: "incorrect resource manager data checksum (the record's CRC-32C does not match)",
     REDO_NOT_IN_RECORD: "the record references no block with this PageTag",
     REDO_UNSUPPORTED: "no redo for this resource manager/info",
     REDO_PAGE_MISSING: "the record needs an existing page but the page is new (all zeros)",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from logtide._ext import wal
-from logtide._ext.segment_refs import segment_refs
+from logtide._ext.segment_refs import VERIFY_BLOCKLESS, VERIFY_EVERY, segment_refs
 from logtide._ext.xlogreader import xl_error_text
 from logtide.engine.logservice.log_format import MAX_FRAME_LENGTH, parse_segment_name
 from logtide.spark.errors import SegmentCorruptError, SegmentMissingError
@@ -96,10 +96,14 @@ def scan_segment(seg: LogSegment, *, verify: bool = True) -> ScannedSegment:
     return ScannedSegment(seg, buf, starts, types, lengths)
 
 
-def block_refs(s: ScannedSegment, max_lsn: int = 2**64 - 1, *, null_rows: bool = False) -> dict:
-    """segment_refs of a scanned segment; a bad record raises SegmentCorruptError naming its LSN."""
+def block_refs(s: ScannedSegment, max_lsn: int = 2**64 - 1, *, null_rows: bool = False,
+               redo_checks: bool = False) -> dict:
+    """segment_refs of a scanned segment; a bad record raises SegmentCorruptError naming its LSN.
+    redo_checks: the rows go to the located redo, which checks each record's CRC-32C at its first
+    reference (redo_task.py), so only records without block references are summed here."""
+    verify = VERIFY_BLOCKLESS if redo_checks else VERIFY_EVERY
     cols, bad, code = segment_refs(s.buf, s.starts, s.types, s.lengths, s.seg.first_lsn, max_lsn,
-                                   True, null_rows)
+                                   verify, null_rows)
     if bad >= 0:
         what = "frame too short for a record" if code == -2 else xl_error_text(code)
         raise SegmentCorruptError(f"log segment {s.seg.name}: WAL record at LSN {s.seg.first_lsn + bad} "

@@ -98,10 +98,11 @@ def scanned_segments(segments, upto: int) -> list[int]:
 
 def scan_rows(segments, indexes, target_lsn: int, upto: int, first_needed: int) -> tuple:
     """Rows of every owner from the WAL meta of segments[k] for k in indexes (LSNs above upto, from
-    first_needed on, up to the target). Each segment's frames and records are validated."""
+    first_needed on, up to the target). Each segment's frames are validated, and the records that
+    reference no block; the redo checks the CRC-32C of the others (block_refs)."""
     tl, ll, sl, ol, nl = [], [], [], [], []
     for k in indexes:
-        r = block_refs(scan_segment(segments[k]), target_lsn)
+        r = block_refs(scan_segment(segments[k]), target_lsn, redo_checks=True)
         keep = (r["lsn"] > upto) & (r["lsn"] >= first_needed)
         n = int(keep.sum())
         tl.append(r["tags"][keep]); ll.append(r["lsn"][keep]); sl.append(np.full(n, k, np.int32))

@@ -11,7 +11,10 @@ from hypothesis_profiles import scaled
 from logtide._ext import redo
 from logtide._ext import xlogwriter as xw
 from logtide._ext.located_redo import apply_located
+from logtide._ext.segment_refs import VERIFY_BLOCKLESS, VERIFY_EVERY, VERIFY_NONE, segment_refs
+from logtide.spark.errors import SegmentCorruptError
 from logtide.spark.log_segments import WAL_DATA_OFFSET, block_refs, list_log_segments, scan_segment
+from logtide.spark.redo_task import first_references
 from logtide.spark.wal_workload import write_workload
 
 TAG = st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2**32 - 1), st.integers(0, 3),
@@ -103,3 +106,61 @@ def test_apply_located_checks_the_crc_where_flagged():
     assert (bad, applied) == (-1, 1) and pages.any()
     with pytest.raises(ValueError):
         apply_located(pages, *args, np.zeros(2, np.uint8))
+
+
+def _log_of(tmp_path, records):
+    from logtide.engine.logservice import LogService
+    log = LogService.open(tmp_path, fsync="never")
+    log.append_many(records)
+    log.close()
+    segs = list_log_segments(str(tmp_path))
+    assert len(segs) == 1
+    return scan_segment(segs[0])       # the frames are intact: the log framed the damaged bytes
+
+
+def _damaged(rec: bytes) -> bytes:
+    b = bytearray(rec)
+    b[-1] ^= 0x5A                       # last byte of the record's data: it still decodes
+    return bytes(b)
+
+
+@pytest.mark.parametrize("blockless", [False, True])
+def test_segment_refs_verify_modes(tmp_path, blockless):
+    """VERIFY_EVERY refuses a record whose own CRC-32C fails; VERIFY_BLOCKLESS refuses it only when
+    it references no block (the redo checks the others before applying them); VERIFY_NONE never."""
+    tag = (1663, 5, 16384, 0, 2)
+    bad = xw.encode(1, 0, 77, 0) if blockless else xw.heap_insert(tag, 3, b"tuple bytes")
+    records = [xw.heap_insert(tag, 1, b"first"), _damaged(bad), xw.heap_insert(tag, 2, b"third")]
+    s = _log_of(tmp_path, records)
+    args = (s.buf, s.starts, s.types, s.lengths, s.seg.first_lsn)
+    cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_EVERY)
+    assert bad_frame == 1
+    cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_BLOCKLESS)
+    assert bad_frame == (1 if blockless else -1)
+    cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_NONE)
+    assert bad_frame == -1 and sorted(set(cols["lsn"].tolist())) == ([1, 3] if blockless else [1, 2, 3])
+    with pytest.raises(SegmentCorruptError, match="checksum"):
+        block_refs(s)
+    if blockless:
+        with pytest.raises(SegmentCorruptError, match=r"LSN 2 .*checksum"):
+            block_refs(s, redo_checks=True)
+    else:
+        assert block_refs(s, redo_checks=True)["lsn"].tolist() == [1, 2, 3]
+    with pytest.raises(ValueError):
+        segment_refs(*args, 2**64 - 1, 3)
+
+
+@scaled(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.booleans()), max_size=200))
+def test_first_references_flags_the_first_row_of_each_record(rows):
+    """Against a model: walking the rows in order, a row is flagged when it has a record (seg >= 0)
+    whose LSN no earlier row with a record had."""
+    lsn = np.array([r[0] for r in rows], np.uint64)
+    seg = np.array([0 if r[1] else -1 for r in rows], np.int32)
+    seen, want = set(), []
+    for (l, has_record) in rows:
+        want.append(int(has_record and l not in seen))
+        if has_record:
+            seen.add(l)
+    got = first_references(lsn, seg)
+    assert got.dtype == np.uint8 and got.tolist() == want
