@@ -70,7 +70,8 @@ cdef extern from *:
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_futex_wake_all, lt_load, lt_lock, lt_mutex,
                                  lt_mutex_destroy, lt_mutex_init, lt_notify, lt_now, lt_store, lt_unlock)
-from logtide._ext.gil_gate cimport lt_py_enter, lt_py_got, lt_py_leave, lt_py_queue_spin, lt_py_queued_now, lt_spin_bound, lt_wake_issued, lt_wake_seen
+from logtide._ext.gil_gate cimport (lt_py_enter, lt_py_got, lt_py_leave, lt_py_queue_spin, lt_py_queued_now,
+                                    lt_py_short_holds, lt_spin_bound, lt_wake_issued, lt_wake_seen)
 DEF S_WAITING = 0
 DEF S_REPLY = 1
 DEF S_FAILED = 2
@@ -193,7 +194,7 @@ cdef class CallSlots:
         cdef uint64_t ep
         cdef bint wake_sender, slept = False
         cdef int seen
-        cdef double now, end, left
+        cdef double now, end, left, bound
         if method > 0xFFFF or n > 0xFFFFFFFF:
             raise ValueError("call frame: method index or request too large")
         w.word = 0
@@ -256,7 +257,10 @@ cdef class CallSlots:
             if lt_load(&w.word) != 0:
                 if slept:
                     lt_wake_seen()
-                lt_py_enter(lt_py_queue_spin(lt_spin_bound(SPIN_MIN, SPIN_MAX)), 1)   # patient: gil_gate.pxd
+                # patient while callers pass the gate on quickly (gil_gate.pxd): a caller's
+                # turn is then nearer than a sleep on the GIL and the wake after it
+                bound = lt_spin_bound(SPIN_MIN, SPIN_MAX)
+                lt_py_enter(lt_py_queue_spin(bound), lt_py_short_holds(bound))
         lt_py_got()
         if lt_load(&w.word) == 0:
             lt_lock(&self.mu)

@@ -39,7 +39,7 @@ cimport numpy as cnp
 from logtide._ext.frame_buffer cimport FrameBuf, fb_clear, fb_free, fb_put, fb_reserve, fb_trim
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_load64, lt_lock, lt_mutex, lt_mutex_destroy, lt_notify,
                                  lt_mutex_init, lt_now, lt_store64, lt_unlock, lt_errno)
-from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_spin_bound
+from logtide._ext.gil_gate cimport lt_py_enter, lt_py_leave, lt_py_short_holds, lt_spin_bound
 from logtide._ext.segment_prealloc cimport (ZERO_CHUNK, Prealloc, fdatasync, prealloc_fill, prealloc_set_segment,
                                             prealloc_write)
 from logtide._ext.waiter_list cimport (W_DURABLE, W_FAILED, WaitList, lt_waiter, wl_detach_durable, wl_insert,
@@ -145,6 +145,7 @@ cdef class CommitQueue:
         return first
 
     cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0:
+        cdef double bound
         with nogil:
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
@@ -154,7 +155,8 @@ cdef class CommitQueue:
             # A group's appenders wake together, on both CPUs, and would queue on the GIL: one that
             # finds another on its way into Python waits for it to be back in a wait rather than
             # sleep on the GIL and need another wake-up (gil_gate.pxd; patient: set_spin_limit).
-            lt_py_enter(lt_spin_bound(PY_SPIN_MIN, self.spin_max), self.patient)
+            bound = lt_spin_bound(PY_SPIN_MIN, self.spin_max)
+            lt_py_enter(bound, self.patient and lt_py_short_holds(bound))
         if w.word == W_FAILED:
             self._refuse()
         return w.lsn
