@@ -3,8 +3,8 @@
 
 The Spark scan stage and the `logtide.wal` data source read log segment files directly: `wal.scan`
 validates the frames, then `segment_refs` decodes the XLogRecord of each user frame (CRC-checked,
-or left to the redo) and emits one row per block reference, with the record's location in the segment, without making
-a Python object per record.
+or left to the redo) and emits one row per block reference, with the record's location in the
+segment, without making a Python object per record.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 cimport cython

@@ -3,8 +3,9 @@
 Rows come sorted by page then LSN, so each page's records are one run. A chunk of whole pages is
 loaded from the page store (or starts all-zero), the records are applied by the Cython redo
 straight from the mmap'ed log segments (only to the page of the row: the per-page redo filter;
-a record's CRC-32C is checked once, at its first row, as the recovery path does), and the pages are written into the job's temporary directory. Python work is per page and per
-chunk, never per record.
+a record's CRC-32C is checked once, at its first row, as the recovery path does), and the pages
+are written into the job's temporary directory. Python work is per page and per chunk, never per
+record.
 """
 from __future__ import annotations
 

@@ -39,6 +39,20 @@ def _start(slots: CallSlots, m: int, data: bytes, timeout: float, results: dict,
     return th
 
 
+def _answering_sender(slots: CallSlots, stop: threading.Event, reply: bytes | None = None) -> threading.Thread:
+    """A started thread that answers every batch it takes until `stop`: each call with `reply`, or
+    with its own request when reply is None."""
+    def sender():
+        while not stop.is_set():
+            blob = slots.take(0.05)
+            if blob:
+                slots.deliver(b"".join(pack_reply(i, req if reply is None else reply)
+                                       for i, _, req in unpack_calls(blob)))
+    snd = threading.Thread(target=sender, daemon=True)
+    snd.start()
+    return snd
+
+
 def _model_batches(frames: list[bytes], limit: int) -> list[bytes]:
     out, cur = [], b""
     for f in frames:
@@ -198,14 +212,7 @@ def test_woken_callers_leave_the_gil_queue_even_when_their_threads_end():
     from logtide._ext.call_slots import gil_queue
     slots = CallSlots(0.0005, 0.005, 1 << 20)
     stop = threading.Event()
-
-    def sender():
-        while not stop.is_set():
-            blob = slots.take(0.05)
-            if blob:
-                slots.deliver(b"".join(pack_reply(i, b"r") for i, _, _ in unpack_calls(blob)))
-    snd = threading.Thread(target=sender, daemon=True)
-    snd.start()
+    snd = _answering_sender(slots, stop, b"r")
     try:
         for _ in range(3):
             replies = []
@@ -231,14 +238,7 @@ def test_a_gate_claim_left_by_a_caller_that_never_calls_again_is_taken_over():
     others up for good: its claim goes stale and is taken over, and every call gets its own reply."""
     slots = CallSlots(0.0005, 0.005, 1 << 20)
     stop = threading.Event()
-
-    def sender():
-        while not stop.is_set():
-            blob = slots.take(0.05)
-            if blob:
-                slots.deliver(b"".join(pack_reply(i, req) for i, _, req in unpack_calls(blob)))
-    snd = threading.Thread(target=sender, daemon=True)
-    snd.start()
+    snd = _answering_sender(slots, stop)
     start = threading.Barrier(6)
     got, lock = [], threading.Lock()
 
