@@ -69,9 +69,18 @@ cdef extern from *:
         return lt_crc32c_sse42((uint32_t)s, p, n);
     }
     static int lt_cpu_has_clmul(void) { __builtin_cpu_init(); return __builtin_cpu_supports("pclmul"); }
+    /* a * b * x^32 mod P (bit-reflected): the 63-bit carry-less product, shifted left by one as a
+       reflected product needs, reduced by the crc32 instruction (which multiplies by x^32 as it
+       reduces; crc32c_shift's tables carry x^-32 to cancel it) */
+    __attribute__((target("sse4.2,pclmul")))
+    static inline uint32_t lt_crc32c_mul_x32(uint32_t a, uint32_t b) {
+        __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128((int)a), _mm_cvtsi32_si128((int)b), 0x00);
+        return (uint32_t)__builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(p) << 1);
+    }
     #else
     static uint32_t lt_crc32c_clmul(uint32_t state, const uint8_t *p, size_t n) { return lt_crc32c_sse42(state, p, n); }
     static int lt_cpu_has_clmul(void) { return 0; }
+    static uint32_t lt_crc32c_mul_x32(uint32_t a, uint32_t b) { (void)a; (void)b; return 0; }
     #endif
     #else
     #define LT_HAVE_SSE42_PATH 0
@@ -79,17 +88,25 @@ cdef extern from *:
     static int lt_cpu_has_sse42(void) { return 0; }
     static uint32_t lt_crc32c_clmul(uint32_t state, const uint8_t *p, size_t n) { (void)p; (void)n; return state; }
     static int lt_cpu_has_clmul(void) { return 0; }
+    static uint32_t lt_crc32c_mul_x32(uint32_t a, uint32_t b) { (void)a; (void)b; return 0; }
     #endif
     """
     uint32_t lt_crc32c_sse42(uint32_t state, const uint8_t* p, size_t n) nogil
     uint32_t lt_crc32c_clmul(uint32_t state, const uint8_t* p, size_t n) nogil
     int lt_cpu_has_sse42() nogil
     int lt_cpu_has_clmul() nogil
+    uint32_t lt_crc32c_mul_x32(uint32_t a, uint32_t b) nogil
 
 
 cdef uint32_t _table[8][256]
 cdef bint _hw = False
 cdef bint _clmul = False
+
+# Shifting a CRC by n bytes (crc32c_combine): _shift[k][m] is x^(8 m 256^k) * x^-32 mod P, so
+# that n's bytes pick at most eight factors for the carry-less multiply (x^-32 cancels its x^32).
+cdef uint32_t POLY = 0x82F63B78     # the reflected Castagnoli polynomial: bit 31 is x^0
+cdef uint32_t ONE = 0x80000000      # the polynomial 1
+cdef uint32_t _shift[8][256]
 
 
 cdef void _init_tables() noexcept:
@@ -103,6 +120,64 @@ cdef void _init_tables() noexcept:
     for i in range(256):
         for j in range(1, 8):
             _table[j][i] = (_table[j - 1][i] >> 8) ^ _table[0][_table[j - 1][i] & 0xFF]
+
+
+cdef uint32_t _mul_sw(uint32_t a, uint32_t b) noexcept nogil:
+    """a * b mod P, bit-reflected."""
+    cdef uint32_t p = 0
+    cdef int i
+    for i in range(32):
+        if a & (ONE >> i):      # a has x^i: add b * x^i
+            p ^= b
+        b = (b >> 1) ^ (POLY if (b & 1) else 0)
+    return p
+
+
+cdef void _init_shift() noexcept:
+    cdef uint32_t step = ONE >> 8       # x^8: one byte
+    cdef uint32_t adjust = ONE
+    cdef uint32_t x_inv = ((POLY << 1) & 0xFFFFFFFF) | 1    # (P + 1) / x: x * it = P + 1 = 1 mod P
+    cdef int k, m, j
+    for j in range(32):
+        adjust = _mul_sw(adjust, x_inv)
+    for k in range(8):
+        _shift[k][0] = adjust
+        for m in range(1, 256):
+            _shift[k][m] = _mul_sw(_shift[k][m - 1], step)
+        for j in range(8):              # x^(8 * 256^(k+1)) = step^256
+            step = _mul_sw(step, step)
+
+
+cdef uint32_t _shift_sw(uint32_t crc, uint64_t n) noexcept nogil:
+    cdef uint32_t step = ONE >> 8
+    while n:                            # times x^8 per byte, by squaring
+        if n & 1:
+            crc = _mul_sw(crc, step)
+        step = _mul_sw(step, step)
+        n >>= 1
+    return crc
+
+
+cdef uint32_t crc32c_shift(uint32_t crc, uint64_t n) noexcept nogil:
+    """The CRC register times x^(8n) mod P: what n zero bytes do to it (without the inversions).
+    At most eight carry-less products, one per nonzero byte of n."""
+    cdef int k = 0
+    cdef uint32_t m
+    if not _clmul:
+        return _shift_sw(crc, n)
+    while n:
+        m = n & 0xFF
+        if m:
+            crc = lt_crc32c_mul_x32(crc, _shift[k][m])
+        n >>= 8
+        k += 1
+    return crc
+
+
+cpdef uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) noexcept nogil:
+    """The CRC-32C of a + b from crc1 = CRC-32C of a, crc2 = CRC-32C of b and len2 = len(b)
+    (zlib's crc32_combine): summing b once serves two checksums that cover it."""
+    return crc32c_shift(crc1, len2) ^ crc2
 
 
 @cython.boundscheck(False)
@@ -139,6 +214,7 @@ cdef uint32_t crc32c_update(uint32_t crc, const uint8_t* data, size_t length) no
 _init_tables()
 _hw = lt_cpu_has_sse42() != 0
 _clmul = _hw and lt_cpu_has_clmul() != 0
+_init_shift()
 
 
 def crc32c(data, crc=0):
@@ -187,3 +263,9 @@ def crc32c_crc32_instruction(data, crc=0):
     if not _hw:
         return crc32c_software(data, crc)
     return ~lt_crc32c_sse42(~(<uint32_t>crc), &view[0], view.shape[0]) & 0xFFFFFFFF
+
+
+def crc32c_combine_software(crc1, crc2, len2):
+    """crc32c_combine by the bit-serial multiply alone (its path without PCLMULQDQ); the carry-less
+    path is tested against it."""
+    return _shift_sw(<uint32_t>crc1, <uint64_t>len2) ^ <uint32_t>crc2

@@ -3,8 +3,8 @@
 
 The Spark scan stage and the `logtide.wal` data source read log segment files directly: `wal.scan`
 validates the frames, then `segment_refs` decodes the XLogRecord of each user frame (CRC-checked,
-or left to the redo) and emits one row per block reference, with the record's location in the
-segment, without making a Python object per record.
+unless the scan checked it with its frame: record_checks.pyx) and emits one row per block
+reference, with the record's location in the segment, without making a Python object per record.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 cimport cython
@@ -13,7 +13,7 @@ cimport numpy as cnp
 
 from logtide._ext.wal cimport WAL_HEADER_SIZE
 from logtide._ext.xlog_format cimport BKPBLOCK_HAS_IMAGE
-from logtide._ext.xlogreader cimport XLDecoded, xl_decode, xl_record_crc, XL_ERR_CRC, XL_OK
+from logtide._ext.xlogreader cimport XLDecoded, xl_decode, XL_OK
 
 cnp.import_array()
 
@@ -23,16 +23,13 @@ cdef enum:
     _PREFIX = 12
     _USER_RECORD = 0
 
-# verify_crc: which records' own CRC-32C segment_refs checks. BLOCKLESS: only the records that
-# reference no block, when the caller's redo checks each of the others, once, before it applies it
-# (each record is then summed once, not here and again at the redo)
+# verify_crc: whether segment_refs checks each record's own CRC-32C (NONE: the scan did, with the
+# frames' in one pass: record_checks.pyx)
 cdef enum:
     _VERIFY_NONE = 0
     _VERIFY_EVERY = 1
-    _VERIFY_BLOCKLESS = 2
 VERIFY_NONE = _VERIFY_NONE
 VERIFY_EVERY = _VERIFY_EVERY
-VERIFY_BLOCKLESS = _VERIFY_BLOCKLESS
 
 COLUMNS = ("lsn", "xid", "rmid", "info", "tags", "has_image", "valid", "rec_off", "rec_len")
 
@@ -48,10 +45,10 @@ def segment_refs(const uint8_t[::1] buf, const uint64_t[::1] starts, const uint3
     block reference (with null_rows, a record without block references gives one row whose
     `valid` is 0); rec_off/rec_len locate the XLogRecord in buf. bad_frame is the index of the
     first frame whose record fails to decode (its xl_decode code in `code`), or -1. verify_crc:
-    VERIFY_EVERY (or True), VERIFY_NONE (or False) or VERIFY_BLOCKLESS.
+    VERIFY_EVERY (or True) or VERIFY_NONE (or False).
     """
-    if verify_crc not in (_VERIFY_NONE, _VERIFY_EVERY, _VERIFY_BLOCKLESS):
-        raise ValueError(f"verify_crc is VERIFY_NONE, VERIFY_EVERY or VERIFY_BLOCKLESS, not {verify_crc!r}")
+    if verify_crc not in (_VERIFY_NONE, _VERIFY_EVERY):
+        raise ValueError(f"verify_crc is VERIFY_NONE or VERIFY_EVERY, not {verify_crc!r}")
     cdef Py_ssize_t n = starts.shape[0], i, k = 0, cap, j, nb
     cdef int rc = XL_OK
     cdef Py_ssize_t bad = -1
@@ -97,9 +94,6 @@ def segment_refs(const uint8_t[::1] buf, const uint64_t[::1] starts, const uint3
                 rc = xl_decode(&buf[off], length, &d, verify_crc == _VERIFY_EVERY, False)
                 if rc == XL_OK and d.tot_len != length:
                     rc = -9  # XL_ERR_LENGTHS: the frame holds more than the record
-                if (rc == XL_OK and verify_crc == _VERIFY_BLOCKLESS and d.nblocks == 0
-                        and xl_record_crc(&buf[off], d.tot_len) != d.crc):
-                    rc = XL_ERR_CRC
                 if rc != XL_OK:
                     bad = i
                     break

@@ -3,6 +3,9 @@
 A task validates its segment's frames with the Cython scan (`wal.scan`), checks that its LSNs run
 into the next segment's first LSN (a gap is a missing segment), and decodes block references with
 `segment_refs`. Every failure names the segment file and the LSN.
+
+A replay scans with `records=True`: the frames' CRC-32C and their records' own are checked in one
+pass over the bytes (`record_checks`), so the redo applies records that were checked once already.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from logtide._ext import wal
-from logtide._ext.segment_refs import VERIFY_BLOCKLESS, VERIFY_EVERY, segment_refs
+from logtide._ext.record_checks import FRAME_BAD_CRC, RECORD_BAD_CRC, checked_frames
+from logtide._ext.segment_refs import VERIFY_EVERY, VERIFY_NONE, segment_refs
 from logtide._ext.xlogreader import xl_error_text
 from logtide.engine.logservice.log_format import MAX_FRAME_LENGTH, parse_segment_name
 from logtide.spark.errors import SegmentCorruptError, SegmentMissingError
@@ -64,21 +68,32 @@ class ScannedSegment:
     starts: np.ndarray
     types: np.ndarray
     lengths: np.ndarray
+    records_checked: bool = False     # the user records' own CRC-32C was checked with the frames'
 
     @property
     def last_lsn(self) -> int:
         return self.seg.first_lsn + len(self.starts) - 1
 
 
-def scan_segment(seg: LogSegment, *, verify: bool = True) -> ScannedSegment:
+def scan_segment(seg: LogSegment, *, verify: bool = True, records: bool = False) -> ScannedSegment:
     """Validate the segment's frames; a torn tail of the last segment ends it, any other damage
-    raises SegmentCorruptError and a gap before the next segment raises SegmentMissingError."""
+    raises SegmentCorruptError and a gap before the next segment raises SegmentMissingError.
+    records: also check each user frame's XLogRecord against its own CRC-32C, in the same pass
+    over its bytes as the frame's CRC (a record that fails raises SegmentCorruptError)."""
     try:
         buf = open_buffer(seg.path)
     except FileNotFoundError:
         raise SegmentMissingError(f"log segment {seg.name} (LSN {seg.first_lsn}) disappeared") from None
     starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn, max_length=MAX_FRAME_LENGTH,
-                                                   verify=verify)
+                                                   verify=verify and not records)
+    if records:
+        bad, why = checked_frames(buf, starts, types, lengths)
+        if why == RECORD_BAD_CRC:
+            raise SegmentCorruptError(f"log segment {seg.name}: WAL record at LSN {seg.first_lsn + bad} "
+                                      f"(offset {int(starts[bad])}): incorrect resource manager data checksum")
+        if why == FRAME_BAD_CRC:      # the scan ends there, as a verifying wal.scan would have
+            end, status = int(starts[bad]), wal.BAD_CRC
+            starts, types, lengths = starts[:bad], types[:bad], lengths[:bad]
     n = len(starts)
     if status != wal.OK:
         torn = seg.next_first is None and wal.find_frame(buf, end + 1, seg.first_lsn + n,
@@ -93,15 +108,13 @@ def scan_segment(seg: LogSegment, *, verify: bool = True) -> ScannedSegment:
                 f"LSN {seg.next_first}: the segment holding LSN {seg.first_lsn + n} is missing")
         raise SegmentCorruptError(f"log segment {seg.name} runs to LSN {seg.first_lsn + n - 1}, past the "
                                   f"next segment's first LSN {seg.next_first}")
-    return ScannedSegment(seg, buf, starts, types, lengths)
+    return ScannedSegment(seg, buf, starts, types, lengths, records)
 
 
-def block_refs(s: ScannedSegment, max_lsn: int = 2**64 - 1, *, null_rows: bool = False,
-               redo_checks: bool = False) -> dict:
+def block_refs(s: ScannedSegment, max_lsn: int = 2**64 - 1, *, null_rows: bool = False) -> dict:
     """segment_refs of a scanned segment; a bad record raises SegmentCorruptError naming its LSN.
-    redo_checks: the rows go to the located redo, which checks each record's CRC-32C at its first
-    reference (redo_task.py), so only records without block references are summed here."""
-    verify = VERIFY_BLOCKLESS if redo_checks else VERIFY_EVERY
+    Records whose CRC-32C the scan checked are not summed again."""
+    verify = VERIFY_NONE if s.records_checked else VERIFY_EVERY
     cols, bad, code = segment_refs(s.buf, s.starts, s.types, s.lengths, s.seg.first_lsn, max_lsn,
                                    verify, null_rows)
     if bad >= 0:

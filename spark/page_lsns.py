@@ -80,7 +80,7 @@ def index_rows(segments, index_dir: str, first_needed: int, upto: int, part: int
     off = np.empty(len(lsns), np.int64)
     ln = np.empty(len(lsns), np.int32)
     for k in np.unique(seg).tolist():
-        s = scan_segment(segments[k])
+        s = scan_segment(segments[k], records=True)      # the redo applies these records unchecked
         mask = seg == k
         frame = (lsns[mask] - np.uint64(s.seg.first_lsn)).astype(np.int64)
         if len(frame) and frame.max() >= len(s.starts):
@@ -98,11 +98,11 @@ def scanned_segments(segments, upto: int) -> list[int]:
 
 def scan_rows(segments, indexes, target_lsn: int, upto: int, first_needed: int) -> tuple:
     """Rows of every owner from the WAL meta of segments[k] for k in indexes (LSNs above upto, from
-    first_needed on, up to the target). Each segment's frames are validated, and the records that
-    reference no block; the redo checks the CRC-32C of the others (block_refs)."""
+    first_needed on, up to the target). Each segment's frames and records are checked against their
+    CRC-32C, in one pass (scan_segment, records=True): the redo does not sum them again."""
     tl, ll, sl, ol, nl = [], [], [], [], []
     for k in indexes:
-        r = block_refs(scan_segment(segments[k]), target_lsn, redo_checks=True)
+        r = block_refs(scan_segment(segments[k], records=True), target_lsn)
         keep = (r["lsn"] > upto) & (r["lsn"] >= first_needed)
         n = int(keep.sum())
         tl.append(r["tags"][keep]); ll.append(r["lsn"][keep]); sl.append(np.full(n, k, np.int32))

@@ -2,9 +2,10 @@
 
 Rows come sorted by page then LSN, so each page's records are one run. A chunk of whole pages is
 loaded from the page store (or starts all-zero), the records are applied by the Cython redo
-straight from the mmap'ed log segments (only to the page of the row: the per-page redo filter;
-a record's CRC-32C is checked once, at its first row, as the recovery path does), and the pages
-are written into the job's temporary directory. Python work is per page and per chunk, never per
+straight from the mmap'ed log segments (only to the page of the row: the per-page redo filter),
+and the pages are written into the job's temporary directory. The rows come from scans that
+checked each record's CRC-32C with its frame's, in one pass (log_segments.scan_segment,
+records=True), so the redo does not sum a record again. Python work is per page and per chunk, never per
 record.
 """
 from __future__ import annotations
@@ -80,18 +81,6 @@ def page_rows_batch(tags, lsns, pages):
     return pa.RecordBatch.from_arrays(cols, names=["spc", "db", "rel", "fork", "block", "page_lsn", "page"])
 
 
-def first_references(lsn: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """uint8 flags over rows in the order they are applied: 1 at the first row of each record (its
-    CRC-32C is checked there, before any of its rows is applied, rather than at every page it
-    touches). Rows with seg -1 (stored pages, no record) are never flagged."""
-    flags = np.zeros(len(lsn), np.uint8)
-    rec = np.flatnonzero(seg >= 0)
-    if len(rec):
-        _, first = np.unique(lsn[rec], return_index=True)   # the first occurrence of each LSN
-        flags[rec[first]] = 1
-    return flags
-
-
 class PartitionReplayer:
     """Replays the pages of one partition, chunk by chunk (rows sorted by tag, then LSN)."""
 
@@ -137,13 +126,12 @@ class PartitionReplayer:
         new = np.ones(n, bool)
         new[1:] = np.any(tags[1:] != tags[:-1], axis=1)
         starts = np.nonzero(new)[0]
-        check = first_references(lsn, seg)
         for c in range(0, len(starts), CHUNK_PAGES):
             a = int(starts[c])
             z = int(starts[c + CHUNK_PAGES]) if c + CHUNK_PAGES < len(starts) else n
-            yield self._chunk(tags[a:z], lsn[a:z], seg[a:z], off[a:z], ln[a:z], new[a:z], check[a:z])
+            yield self._chunk(tags[a:z], lsn[a:z], seg[a:z], off[a:z], ln[a:z], new[a:z])
 
-    def _chunk(self, tags, lsn, seg, off, ln, new, check):
+    def _chunk(self, tags, lsn, seg, off, ln, new):
         rows = np.cumsum(new) - 1
         ptags = np.ascontiguousarray(tags[new])
         m = len(ptags)
@@ -168,7 +156,7 @@ class PartitionReplayer:
             bufs = [self._buffer(int(s)) for s in used]
             res, _, bad = apply_located(pages, rows[todo].astype(np.int64), np.ascontiguousarray(tags[todo]),
                                         bufs, local, off[todo].astype(np.int64), ln[todo].astype(np.int64),
-                                        lsn[todo].astype(np.uint64), check[todo])
+                                        lsn[todo].astype(np.uint64), np.zeros(len(segs), np.uint8))
             if bad >= 0:
                 self._fail(int(res[bad]), int(lsn[todo][bad]), int(segs[bad]), tuple(tags[todo][bad].tolist()))
             np.add.at(applied, rows[todo], (res == redo.APPLIED).astype(np.int64))

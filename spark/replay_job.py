@@ -83,7 +83,7 @@ def _scan_fn(ctx: ReplayContext, segments, ranges, base_tags_fn, keys: np.ndarra
                         lsn, seg, off, ln = (np.zeros(n, np.int64), np.full(n, -1, np.int32),
                                              np.zeros(n, np.int64), np.zeros(n, np.int32))
                     else:
-                        refs = block_refs(scan_segment(segments[k]), ctx.target_lsn, redo_checks=True)
+                        refs = block_refs(scan_segment(segments[k], records=True), ctx.target_lsn)
                         tags, lsn = refs["tags"], refs["lsn"].astype(np.int64)
                         n = len(lsn)
                         seg = np.full(n, k, np.int32)

@@ -1,6 +1,7 @@
 """The Cython pieces of the Spark jobs against simple models (hypothesis): segment_refs against
-redo.decode record by record, apply_located against redo.apply, page_owner against mmh3 is in
-test_spark_local.py. No Spark needed."""
+redo.decode record by record, checked_frames against the frame and record CRCs summed apart,
+apply_located against redo.apply, page_owner against mmh3 is in test_spark_local.py. No Spark
+needed."""
 import os
 
 import numpy as np
@@ -11,10 +12,12 @@ from hypothesis_profiles import scaled
 from logtide._ext import redo
 from logtide._ext import xlogwriter as xw
 from logtide._ext.located_redo import apply_located
-from logtide._ext.segment_refs import VERIFY_BLOCKLESS, VERIFY_EVERY, VERIFY_NONE, segment_refs
+from logtide._ext import wal
+from logtide._ext.crc32c import crc32c
+from logtide._ext.record_checks import FRAME_BAD_CRC, FRAME_OK, RECORD_BAD_CRC, checked_frames
+from logtide._ext.segment_refs import VERIFY_EVERY, VERIFY_NONE, segment_refs
 from logtide.spark.errors import SegmentCorruptError
 from logtide.spark.log_segments import WAL_DATA_OFFSET, block_refs, list_log_segments, scan_segment
-from logtide.spark.redo_task import first_references
 from logtide.spark.wal_workload import write_workload
 
 TAG = st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2**32 - 1), st.integers(0, 3),
@@ -126,8 +129,8 @@ def _damaged(rec: bytes) -> bytes:
 
 @pytest.mark.parametrize("blockless", [False, True])
 def test_segment_refs_verify_modes(tmp_path, blockless):
-    """VERIFY_EVERY refuses a record whose own CRC-32C fails; VERIFY_BLOCKLESS refuses it only when
-    it references no block (the redo checks the others before applying them); VERIFY_NONE never."""
+    """VERIFY_EVERY refuses a record whose own CRC-32C fails, with or without block references;
+    VERIFY_NONE leaves that to the scan."""
     tag = (1663, 5, 16384, 0, 2)
     bad = xw.encode(1, 0, 77, 0) if blockless else xw.heap_insert(tag, 3, b"tuple bytes")
     records = [xw.heap_insert(tag, 1, b"first"), _damaged(bad), xw.heap_insert(tag, 2, b"third")]
@@ -135,32 +138,75 @@ def test_segment_refs_verify_modes(tmp_path, blockless):
     args = (s.buf, s.starts, s.types, s.lengths, s.seg.first_lsn)
     cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_EVERY)
     assert bad_frame == 1
-    cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_BLOCKLESS)
-    assert bad_frame == (1 if blockless else -1)
     cols, bad_frame, code = segment_refs(*args, 2**64 - 1, VERIFY_NONE)
     assert bad_frame == -1 and sorted(set(cols["lsn"].tolist())) == ([1, 3] if blockless else [1, 2, 3])
     with pytest.raises(SegmentCorruptError, match="checksum"):
         block_refs(s)
-    if blockless:
-        with pytest.raises(SegmentCorruptError, match=r"LSN 2 .*checksum"):
-            block_refs(s, redo_checks=True)
-    else:
-        assert block_refs(s, redo_checks=True)["lsn"].tolist() == [1, 2, 3]
     with pytest.raises(ValueError):
-        segment_refs(*args, 2**64 - 1, 3)
+        segment_refs(*args, 2**64 - 1, 2)
 
 
-@scaled(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30), st.booleans()), max_size=200))
-def test_first_references_flags_the_first_row_of_each_record(rows):
-    """Against a model: walking the rows in order, a row is flagged when it has a record (seg >= 0)
-    whose LSN no earlier row with a record had."""
-    lsn = np.array([r[0] for r in rows], np.uint64)
-    seg = np.array([0 if r[1] else -1 for r in rows], np.int32)
-    seen, want = set(), []
-    for (l, has_record) in rows:
-        want.append(int(has_record and l not in seen))
-        if has_record:
-            seen.add(l)
-    got = first_references(lsn, seg)
-    assert got.dtype == np.uint8 and got.tolist() == want
+@pytest.mark.parametrize("blockless", [False, True])
+def test_scan_with_records_refuses_a_damaged_record(tmp_path, blockless):
+    """scan_segment(records=True) checks each record's own CRC-32C with its frame's: a record the
+    log framed intact but whose own CRC fails raises SegmentCorruptError naming its LSN, and the
+    block references of a segment so scanned are not summed again."""
+    tag = (1663, 5, 16384, 0, 2)
+    bad = xw.encode(1, 0, 77, 0) if blockless else xw.heap_insert(tag, 3, b"tuple bytes")
+    _log_of(tmp_path, [xw.heap_insert(tag, 1, b"first"), _damaged(bad), xw.heap_insert(tag, 2, b"third")])
+    seg = list_log_segments(str(tmp_path))[0]
+    with pytest.raises(SegmentCorruptError, match=r"LSN 2 \(offset \d+\): incorrect resource manager data checksum"):
+        scan_segment(seg, records=True)
+    good = tmp_path / "good"
+    _log_of(good, [xw.heap_insert(tag, 1, b"first"), bad, xw.heap_insert(tag, 2, b"third")])
+    s = scan_segment(list_log_segments(str(good))[0], records=True)
+    assert s.records_checked and sorted(set(block_refs(s)["lsn"].tolist())) == ([1, 3] if blockless else [1, 2, 3])
+
+
+def _model_checks(buf: bytes, starts, types, lengths) -> tuple:
+    """checked_frames' answer from the two CRCs summed apart, with the plain crc32c."""
+    for i, (at, t, n) in enumerate(zip(starts.tolist(), types.tolist(), lengths.tolist())):
+        frame = buf[at:at + wal.HEADER_SIZE + n]
+        if int.from_bytes(frame[4:8], "little") != wal.frame_crc(frame):
+            return i, FRAME_BAD_CRC
+        rec = frame[WAL_DATA_OFFSET:]
+        if t != 0 or len(rec) < 24 or int.from_bytes(rec[:4], "little") != len(rec):
+            continue
+        if int.from_bytes(rec[20:24], "little") != crc32c(rec[:20], crc32c(rec[24:])):
+            return i, RECORD_BAD_CRC
+    return -1, FRAME_OK
+
+
+@scaled(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(RECORD, min_size=1, max_size=40), st.lists(st.tuples(st.integers(0, 2**31), st.integers(1, 255)),
+                                                           max_size=3),
+       st.lists(st.integers(0, 2**31), max_size=2))
+def test_checked_frames_match_the_crcs_summed_apart(tmp_path_factory, records, flips, damaged):
+    """Against a model: records (some damaged before the log framed them) in a segment whose bytes
+    are then flipped at random; the first frame or record that fails, as checked_frames finds it in
+    one pass, is the one the frame CRC and the record CRC summed apart find."""
+    records = list(records)
+    for k in damaged:
+        records[k % len(records)] = _damaged(records[k % len(records)])
+    d = tmp_path_factory.mktemp("checks")
+    seg = _log_of(d, records).seg
+    raw = bytearray(open(seg.path, "rb").read())
+    used = int(_log_of_end(raw, seg.first_lsn))
+    for at, x in flips:
+        raw[at % used] ^= x
+    buf = bytes(raw)
+    starts, types, lengths, _, _ = wal.scan(np.frombuffer(buf, np.uint8), 0, seg.first_lsn, verify=False)
+    assert checked_frames(np.frombuffer(buf, np.uint8), starts, types, lengths) == \
+        _model_checks(buf, starts, types, lengths)
+
+
+def _log_of_end(raw: bytearray, first_lsn: int) -> int:
+    """Where the frames of an intact segment end (the rest is the zero-filled preallocation)."""
+    return wal.scan(np.frombuffer(bytes(raw), np.uint8), 0, first_lsn)[3]
+
+
+def test_checked_frames_bad_input():
+    with pytest.raises(ValueError):
+        checked_frames(np.zeros(10, np.uint8), np.zeros(1, np.uint64), np.zeros(1, np.uint32), np.zeros(1, np.uint32))
+    with pytest.raises(ValueError):
+        checked_frames(np.zeros(40, np.uint8), np.zeros(1, np.uint64), np.zeros(2, np.uint32), np.zeros(1, np.uint32))
