@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+from logtide.spark.log_segments import SegmentMaps
 from logtide.spark.page_lsns import owned_rows
 from logtide.spark.page_output import abort, commit, temp_dir_for
 from logtide.spark.redo_task import PartitionReplayer, ReplayContext, joined_chunks
@@ -28,9 +29,10 @@ def replay_local(data_dir, target_lsn: int, out_dir) -> dict:
     ctx = ReplayContext(tuple(s.path for s in segs), inp.pages_dir, target_lsn, tmp, 1)
     first_needed = max(inp.consistent_lsn + 1, segs[0].first_lsn)
     rp = None
+    maps = SegmentMaps()      # the scan faults every page in: the redo reads through the same maps
     try:
-        rows = owned_rows(ctx, segs, inp.index_dir, first_needed, inp.base_tags(), 0)
-        rp = PartitionReplayer(ctx)
+        rows = owned_rows(ctx, segs, inp.index_dir, first_needed, inp.base_tags(), 0, maps)
+        rp = PartitionReplayer(ctx, maps)
         chunks = list(rp.chunks(*rows))
         rp.close()
         rp = None
@@ -42,6 +44,8 @@ def replay_local(data_dir, target_lsn: int, out_dir) -> dict:
             rp.close()
         abort(tmp)
         raise
+    finally:
+        maps.close()
     # the records the replay covers, counted as partitioned_replay counts them
     records = max(0, target_lsn - segs[0].first_lsn + 1)
     return {"records": records, "pages": len(tags), "applied": applied, "seconds": time.perf_counter() - t0,

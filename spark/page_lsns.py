@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from logtide.logindex.table_format import META_NAME
-from logtide.spark.log_segments import WAL_DATA_OFFSET, block_refs, scan_segment
+from logtide.spark.log_segments import WAL_DATA_OFFSET, SegmentMaps, block_refs, scan_segment
 from logtide.spark.page_owner import owners
 
 
@@ -52,7 +52,8 @@ def _owned(tags: np.ndarray, part: int, partitions: int):
     return None if partitions == 1 else owners(tags, partitions) == part
 
 
-def index_rows(segments, index_dir: str, first_needed: int, upto: int, part: int, partitions: int) -> tuple:
+def index_rows(segments, index_dir: str, first_needed: int, upto: int, part: int, partitions: int,
+               maps: SegmentMaps | None = None) -> tuple:
     """Rows of partition `part` from the LogIndex's saved tables, LSNs first_needed..upto, located
     in the segments."""
     from logtide.logindex import LogIndex
@@ -80,7 +81,7 @@ def index_rows(segments, index_dir: str, first_needed: int, upto: int, part: int
     off = np.empty(len(lsns), np.int64)
     ln = np.empty(len(lsns), np.int32)
     for k in np.unique(seg).tolist():
-        s = scan_segment(segments[k], records=True)      # the redo applies these records unchecked
+        s = scan_segment(segments[k], records=True, maps=maps)    # the redo applies these records unchecked
         mask = seg == k
         frame = (lsns[mask] - np.uint64(s.seg.first_lsn)).astype(np.int64)
         if len(frame) and frame.max() >= len(s.starts):
@@ -96,13 +97,14 @@ def scanned_segments(segments, upto: int) -> list[int]:
     return [k for k, s in enumerate(segments) if s.next_first is None or s.next_first - 1 > upto]
 
 
-def scan_rows(segments, indexes, target_lsn: int, upto: int, first_needed: int) -> tuple:
+def scan_rows(segments, indexes, target_lsn: int, upto: int, first_needed: int,
+              maps: SegmentMaps | None = None) -> tuple:
     """Rows of every owner from the WAL meta of segments[k] for k in indexes (LSNs above upto, from
     first_needed on, up to the target). Each segment's frames and records are checked against their
     CRC-32C, in one pass (scan_segment, records=True): the redo does not sum them again."""
     tl, ll, sl, ol, nl = [], [], [], [], []
     for k in indexes:
-        r = block_refs(scan_segment(segments[k], records=True), target_lsn)
+        r = block_refs(scan_segment(segments[k], records=True, maps=maps), target_lsn)
         keep = (r["lsn"] > upto) & (r["lsn"] >= first_needed)
         n = int(keep.sum())
         tl.append(r["tags"][keep]); ll.append(r["lsn"][keep]); sl.append(np.full(n, k, np.int32))
@@ -134,14 +136,16 @@ def sorted_rows(parts) -> tuple:
     return np.ascontiguousarray(tags[order]), lsn[order], seg[order], off[order], ln[order]
 
 
-def owned_rows(ctx, segments, index_dir: str, first_needed: int, base_tags: np.ndarray, part: int) -> tuple:
+def owned_rows(ctx, segments, index_dir: str, first_needed: int, base_tags: np.ndarray, part: int,
+               maps: SegmentMaps | None = None) -> tuple:
     """(tags, lsn, seg, off, len) of partition `part`, sorted by tag then LSN, found in this process
-    (LogIndex, then a scan of every segment it does not cover)."""
+    (LogIndex, then a scan of every segment it does not cover); `maps` keeps the scanned segments
+    mapped for a redo in this process."""
     P, target = ctx.partitions, ctx.target_lsn
     upto = min(index_coverage(index_dir, first_needed), target)
-    scanned = scan_rows(segments, scanned_segments(segments, upto), target, upto, first_needed)
+    scanned = scan_rows(segments, scanned_segments(segments, upto), target, upto, first_needed, maps)
     mine = _owned(scanned[0], part, P)
     if mine is not None:
         scanned = select_rows(scanned, mine)
-    return sorted_rows([index_rows(segments, index_dir, first_needed, upto, part, P), scanned,
+    return sorted_rows([index_rows(segments, index_dir, first_needed, upto, part, P, maps), scanned,
                         base_rows(base_tags, part, P)])

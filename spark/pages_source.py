@@ -45,15 +45,20 @@ class PagesReader(DataSourceReader):
         return [OwnerPartition(p) for p in range(self.partitions_n)]
 
     def read(self, partition):
+        from logtide.spark.log_segments import SegmentMaps
         from logtide.spark.page_lsns import owned_rows
         from logtide.spark.redo_task import PartitionReplayer, ReplayContext
         inp = self.inp
         ctx = ReplayContext(tuple(s.path for s in inp.segments), inp.pages_dir, inp.target_lsn, None,
                             self.partitions_n)
         first = max(inp.consistent_lsn + 1, inp.segments[0].first_lsn)
-        rows = owned_rows(ctx, inp.segments, inp.index_dir, first, inp.base_tags(), partition.part)
-        rp = PartitionReplayer(ctx)
+        maps = SegmentMaps()        # scanned here, replayed here: one mapping of each segment
         try:
-            yield from rp.apply(*rows)
+            rows = owned_rows(ctx, inp.segments, inp.index_dir, first, inp.base_tags(), partition.part, maps)
+            rp = PartitionReplayer(ctx, maps)
+            try:
+                yield from rp.apply(*rows)
+            finally:
+                rp.close()
         finally:
-            rp.close()
+            maps.close()

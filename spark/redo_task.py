@@ -21,7 +21,7 @@ from logtide._ext import redo
 from logtide._ext.located_redo import apply_located
 from logtide.errors import RedoError
 from logtide.spark.errors import ReplayInputError, SegmentCorruptError
-from logtide.spark.log_segments import open_buffer
+from logtide.spark.log_segments import SegmentMaps
 from logtide.spark.page_output import PAGE_SIZE, PageWriter
 
 CHUNK_PAGES = 2048          # pages held at once by a task: 16 MiB
@@ -84,19 +84,19 @@ def page_rows_batch(tags, lsns, pages):
 class PartitionReplayer:
     """Replays the pages of one partition, chunk by chunk (rows sorted by tag, then LSN)."""
 
-    def __init__(self, ctx: ReplayContext):
+    def __init__(self, ctx: ReplayContext, maps: SegmentMaps | None = None):
+        """maps: the segments' mmaps, shared with a scan in this process (the caller closes them);
+        else the replayer maps each segment it reads and closes them in close()."""
         from logtide.replay.page_store import PageStore
         self.ctx = ctx
         self.store = PageStore(ctx.pages_dir) if os.path.isdir(ctx.pages_dir) else None
         self.writer = PageWriter(ctx.tmp_dir) if ctx.tmp_dir is not None else None
-        self._bufs: dict[int, object] = {}
+        self._own_maps = maps is None
+        self._maps = SegmentMaps() if maps is None else maps
         self.pages = np.empty((CHUNK_PAGES, PAGE_SIZE), np.uint8)
 
     def _buffer(self, seg: int):
-        b = self._bufs.get(seg)
-        if b is None:
-            b = self._bufs[seg] = open_buffer(self.ctx.segment_paths[seg])
-        return b
+        return self._maps.get(self.ctx.segment_paths[seg])
 
     def chunks(self, tags: np.ndarray, lsn: np.ndarray, seg: np.ndarray, off: np.ndarray, ln: np.ndarray):
         """Replay rows holding whole pages and write them (the context has a tmp_dir); yields one
@@ -176,7 +176,5 @@ class PartitionReplayer:
             self.writer.close()
         if self.store is not None:
             self.store.close()
-        for b in self._bufs.values():
-            if hasattr(b, "close"):
-                b.close()
-        self._bufs.clear()
+        if self._own_maps:
+            self._maps.close()

@@ -165,10 +165,11 @@ def _ref_scan_fn(segments, shares: list[list[int]], refs_dir: str, target_lsn: i
     """Scan task t reads the WAL meta of the segments shares[t] (their indexes) and writes each
     owner's rows to the refs directory; it returns (t, row count per owner)."""
     def run(tasks):
+        from logtide.spark import worker_maps
         from logtide.spark.page_lsns import scan_rows
         from logtide.spark.ref_exchange import write_refs
         for task in tasks:
-            rows = scan_rows(segments, shares[task], target_lsn, upto, first_needed)
+            rows = scan_rows(segments, shares[task], target_lsn, upto, first_needed, worker_maps.for_scan(refs_dir))
             yield task, write_refs(refs_dir, task, rows, partitions)
     return run
 
@@ -178,19 +179,27 @@ def _pages_fn(ctx: ReplayContext, segments, index_dir: str, first_needed: int, u
     """Redo task p: its rows from the LogIndex, from the scan tasks' files and the stored pages it
     owns, sorted by page then LSN, applied and written; returns a PageChunk per chunk of pages."""
     def run(parts):
+        from logtide.spark import worker_maps
+        from logtide.spark.log_segments import SegmentMaps
         from logtide.spark.page_lsns import base_rows, index_rows, sorted_rows
         from logtide.spark.redo_task import PartitionReplayer
         from logtide.spark.ref_exchange import read_refs
         P = ctx.partitions
-        for part in parts:
-            found = [index_rows(segments, index_dir, first_needed, upto, part, P), base_rows(base_tags_fn(), part, P)]
-            if refs_dir is not None:
-                found += read_refs(refs_dir, part, counts[part])
-            rp = PartitionReplayer(ctx)
-            try:
-                yield from rp.chunks(*sorted_rows(found))
-            finally:
-                rp.close()
+        # the segments a scan task of this job mapped in this worker, still faulted in
+        maps = worker_maps.take(refs_dir) if refs_dir is not None else SegmentMaps()
+        try:
+            for part in parts:
+                found = [index_rows(segments, index_dir, first_needed, upto, part, P, maps),
+                         base_rows(base_tags_fn(), part, P)]
+                if refs_dir is not None:
+                    found += read_refs(refs_dir, part, counts[part])
+                rp = PartitionReplayer(ctx, maps)
+                try:
+                    yield from rp.chunks(*sorted_rows(found))
+                finally:
+                    rp.close()
+        finally:
+            maps.close()
     return run
 
 
