@@ -13,6 +13,7 @@ cimport cython
 from logtide._ext.crc32c cimport crc32c_combine, crc32c_update
 from logtide._ext.wal cimport WAL_HEADER_SIZE, WAL_OFF_CRC, WAL_OFF_LSN, _frame_crc, _get32
 from logtide._ext.xlog_format cimport SIZE_OF_XLOG_RECORD, XLOG_RECORD_CRC_OFFSET
+from logtide._ext import wal
 
 cdef enum:
     _PREFIX = 12          # a user frame's data prefix: u32 update type + u64 replica id
@@ -71,3 +72,19 @@ def checked_frames(const uint8_t[::1] buf, const uint64_t[::1] starts, const uin
                 bad, why = i, _RECORD_BAD_CRC
                 break
     return bad, why
+
+
+def scan_checked(buf, uint64_t first_lsn, uint32_t max_length=0xFFFFFFFF) -> tuple:
+    """wal.scan of a whole segment's bytes with every frame's CRC-32C, and the record's own in each
+    user frame, checked in one pass. Returns wal.scan's (starts, types, lengths, end, status), cut
+    at the first frame whose CRC fails (status BAD_CRC, as a verifying scan stops there), and the
+    index of the first frame whose record fails its own CRC in an intact frame (-1: none)."""
+    starts, types, lengths, end, status = wal.scan(buf, 0, first_lsn, max_length=max_length, verify=False)
+    if not len(starts):
+        return starts, types, lengths, end, status, -1
+    bad, why = checked_frames(buf, starts, types, lengths)
+    if why == _RECORD_BAD_CRC:
+        return starts, types, lengths, end, status, bad
+    if why == _FRAME_BAD_CRC:
+        return starts[:bad], types[:bad], lengths[:bad], int(starts[bad]), wal.BAD_CRC, -1
+    return starts, types, lengths, end, status, -1

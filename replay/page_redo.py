@@ -45,11 +45,12 @@ def first_applied(order: np.ndarray, lsns: np.ndarray) -> np.ndarray:
 
 
 def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_id: np.ndarray, tags: np.ndarray,
-               lsns: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> int:
+               lsns: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *, checked_through: int = 0) -> int:
     """Apply block reference i (the record at bufs[buf_id[i]][rec_off[i]:rec_off[i] + rec_len[i]],
     LSN lsns[i], in LSN order) to page tags[i] in `pool`; pages are loaded with `load(tag, frame)`
     on a miss and marked dirty with the first LSN that changed them. Returns the references applied
-    (the rest were skipped by page LSN). Raises CorruptWALRecordError / RedoError on the first bad one."""
+    (the rest were skipped by page LSN). Raises CorruptWALRecordError / RedoError on the first bad one.
+    Records up to `checked_through` were checked against their CRC-32C already (the log's open)."""
     order, starts = page_order(tags)
     if not len(order):
         return 0
@@ -59,6 +60,8 @@ def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_
     n_all = np.ascontiguousarray(rec_len[order], dtype=np.int64)
     l_all = np.ascontiguousarray(lsns[order], dtype=np.uint64)
     check = first_applied(order, np.asarray(lsns))
+    if checked_through:         # the log's open summed those records with their frames
+        check[l_all <= checked_through] = 0
     npages = len(starts) - 1
     chunk = max(1, pool.capacity // 2)   # pages pinned at once: the pool keeps room for others
     applied = 0

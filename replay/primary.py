@@ -61,7 +61,8 @@ class Primary:
         self._own_log = log is None
         if log is None:
             from logtide.engine.logservice import LogService
-            log = LogService.open(self.dir / LOG_DIR)
+            # its records are WAL records: the open checks each one's CRC-32C with its frame's
+            log = LogService.open(self.dir / LOG_DIR, check_records=True)
         elif needs_frames(log):
             log = FramedWal(log, writer=True)   # a replicated log: WAL LSNs stay dense, in frames
         self.log_service = log
@@ -85,7 +86,8 @@ class Primary:
         self._checkpointer = Checkpointer(self.dir, self._heap, self.pool, self.locks, self.store, self.wal,
                                           self.index, self.queue, self.replica_set,
                                           consistent_lsn=ctl.consistent_lsn, truncated_lsn=log.get_truncated_lsn())
-        recovered = recover(ctl, self.store, self.wal, self.index, self.pool, self._heap.write_lsn)
+        recovered = recover(ctl, self.store, self.wal, self.index, self.pool, self._heap.write_lsn,
+                            getattr(self.log_service, "records_checked_through", 0))
         self.recovered_records = recovered.records
         self._heap.resume(recovered.rel_blocks, recovered.next_xid)
         self._checkpointer.consistent_lsn = recovered.consistent_lsn

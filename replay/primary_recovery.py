@@ -33,9 +33,11 @@ class Recovered:
 
 
 def recover(ctl: Control, store: PageStore, wal: WalLog, index: PageIndex, pool: BufferPool,
-            latest: int) -> Recovered:
+            latest: int, checked_through: int = 0) -> Recovered:
     """Redo the WAL after the checkpoint's consistent LSN up to `latest` (the log's newest LSN) onto
-    the stored pages in `pool`, and index the WAL the LogIndex has not saved yet."""
+    the stored pages in `pool`, and index the WAL the LogIndex has not saved yet. checked_through:
+    the log's open checked the records up to this LSN against their own CRC-32C (LogService
+    check_records); the redo checks only those after it."""
     rel_blocks: dict[int, int] = {}
     for spc, db, rel, fork in store.relations():
         if (spc, db, fork) == (SPC, DB, 0):
@@ -62,7 +64,7 @@ def recover(ctl: Control, store: PageStore, wal: WalLog, index: PageIndex, pool:
             rel_blocks[r] = max(rel_blocks.get(r, 0), top)
         todo = rl >= redo_from
         redo_pages(pool, store.read_into, refs.bufs, refs.buf_id[todo], tags[todo], rl[todo], refs.rec_off[todo],
-                   refs.rec_len[todo])
+                   refs.rec_len[todo], checked_through=checked_through)
         n += max(0, min(refs.next_lsn - 1, latest) - max(lsn, redo_from) + 1)
         lsn = refs.next_lsn
     low = pool.min_rec_lsn()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from logtide._ext import wal
-from logtide._ext.record_checks import FRAME_BAD_CRC, RECORD_BAD_CRC, checked_frames
+from logtide._ext.record_checks import scan_checked
 from logtide._ext.segment_refs import VERIFY_EVERY, VERIFY_NONE, segment_refs
 from logtide._ext.xlogreader import xl_error_text
 from logtide.engine.logservice.log_format import MAX_FRAME_LENGTH, parse_segment_name
@@ -108,16 +108,14 @@ def scan_segment(seg: LogSegment, *, verify: bool = True, records: bool = False,
         buf = maps.get(seg.path) if maps is not None else open_buffer(seg.path)
     except FileNotFoundError:
         raise SegmentMissingError(f"log segment {seg.name} (LSN {seg.first_lsn}) disappeared") from None
-    starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn, max_length=MAX_FRAME_LENGTH,
-                                                   verify=verify and not records)
     if records:
-        bad, why = checked_frames(buf, starts, types, lengths)
-        if why == RECORD_BAD_CRC:
+        starts, types, lengths, end, status, bad = scan_checked(buf, seg.first_lsn, MAX_FRAME_LENGTH)
+        if bad >= 0:
             raise SegmentCorruptError(f"log segment {seg.name}: WAL record at LSN {seg.first_lsn + bad} "
                                       f"(offset {int(starts[bad])}): incorrect resource manager data checksum")
-        if why == FRAME_BAD_CRC:      # the scan ends there, as a verifying wal.scan would have
-            end, status = int(starts[bad]), wal.BAD_CRC
-            starts, types, lengths = starts[:bad], types[:bad], lengths[:bad]
+    else:
+        starts, types, lengths, end, status = wal.scan(buf, 0, seg.first_lsn, max_length=MAX_FRAME_LENGTH,
+                                                       verify=verify)
     n = len(starts)
     if status != wal.OK:
         torn = seg.next_first is None and wal.find_frame(buf, end + 1, seg.first_lsn + n,

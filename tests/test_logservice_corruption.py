@@ -135,3 +135,63 @@ def test_corrupt_state_file_is_an_error(tmp_path):
     flip(state, 12)
     with pytest.raises(CorruptionError):
         LogService.open(tmp_path)
+
+
+def _wal_log(path, records):
+    with LogService.open(path) as svc:
+        for r in records:
+            svc.append(r)
+    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".log"))
+
+
+def _wal_records(n):
+    from logtide._ext import xlogwriter as xw
+    return [xw.heap_insert((1663, 5, 16384, 0, i % 5), 1 + i % 50, bytes([i]) * 60) for i in range(n)]
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_check_records_refuses_a_wal_record_damaged_inside_an_intact_frame(tmp_path, checked):
+    """check_records: a WAL record whose frame is intact but whose own CRC-32C fails (framed
+    damaged: a writer's fault, not the disk's) is CorruptLogError at open, naming its LSN; a log
+    opened without it holds the record as data, as any payload."""
+    recs = _wal_records(20)
+    bad = bytearray(recs[12])
+    bad[-3] ^= 0x40
+    recs[12] = bytes(bad)
+    _wal_log(tmp_path, recs)
+    if checked:
+        with pytest.raises(CorruptLogError, match=r"LSN 13 .*incorrect resource manager data checksum"):
+            LogService.open(tmp_path, check_records=True)
+    else:
+        with LogService.open(tmp_path) as svc:
+            assert svc.records_checked_through == 0 and payloads(svc)[12] == recs[12]
+
+
+@pytest.mark.parametrize("where", ["header", "body"])
+def test_check_records_still_cuts_a_torn_tail_and_refuses_damage_mid_log(tmp_path, caplog, where):
+    """With check_records the frames' CRC-32C is derived from the records' single pass: a flipped
+    byte in the last frame is still a torn tail, cut; the same byte in a middle frame is still
+    CorruptLogError; an intact log opens with every record checked."""
+    recs = _wal_records(30)
+    (seg,) = _wal_log(tmp_path / "intact", recs)
+    with LogService.open(tmp_path / "intact", check_records=True) as svc:
+        assert svc.records_checked_through == 30 and payloads(svc) == recs
+    end = frames_end(seg)
+    last = end - (20 + 12 + len(recs[-1]))
+    at = {"header": 2, "body": 20 + 12 + 30}[where]
+    (seg,) = _wal_log(tmp_path / "tail", recs)
+    flip(seg, last + at)
+    with caplog.at_level(logging.WARNING, logger="logtide.logservice"):
+        with LogService.open(tmp_path / "tail", check_records=True) as svc:
+            assert svc.get_latest_lsn() == 29 and payloads(svc) == recs[:29]
+    assert "cut a torn tail" in caplog.text
+    (seg,) = _wal_log(tmp_path / "mid", recs)
+    flip(seg, (20 + 12 + len(recs[0])) * 3 + at)
+    with pytest.raises(CorruptLogError):
+        LogService.open(tmp_path / "mid", check_records=True)
+
+
+def test_check_records_must_be_a_bool(tmp_path):
+    from logtide.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match="check_records"):
+        LogService.open(tmp_path, check_records="yes")

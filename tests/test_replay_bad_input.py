@@ -68,6 +68,49 @@ def test_bad_crc_record_stops_primary_recovery(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_bad_crc_record_stops_the_primary_opening_its_own_log(tmp_path):
+    """A primary that opens its own log checks every record's own CRC-32C there, with its frame's
+    (check_records): the damaged record stops it with CorruptLogError naming the LSN, before any
+    redo; the intact log around it is left as it was."""
+    from logtide import CorruptLogError
+    primary = Primary(tmp_path, checkpoint_interval=0)
+    primary.insert(REL, b"before")
+    assert primary.log_service.records_checked_through == 0    # a new log: nothing to check
+    bad = bytearray(xw.full_page_images([rel_tag(REL + 1, 3)], [bytes(8192)], prev=primary.write_lsn))
+    bad[-100] ^= 0xFF
+    lsn = primary.log_service.append(bytes(bad))
+    primary.crash()
+    primary.log_service.close()                   # as the dead process's would be
+    with pytest.raises(CorruptLogError, match=rf"LSN {lsn} .*incorrect resource manager data checksum"):
+        Primary(tmp_path, checkpoint_interval=0)
+    log = LogService.open(tmp_path / "log")      # unchecked, the record is data like any other
+    try:
+        assert log.get_latest_lsn() == lsn
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(60)
+def test_records_appended_after_a_checked_open_are_checked_by_the_redo(tmp_path):
+    """A log opened with check_records vouches only for the records it held at its open: a damaged
+    record appended later (the same log object, a primary restarted over it) is caught by the
+    redo's own check, at its first applied reference."""
+    log = LogService.open(tmp_path / "log", check_records=True)
+    try:
+        primary = Primary(tmp_path, log=log, checkpoint_interval=0)
+        primary.insert(REL, b"before")
+        bad = bytearray(xw.full_page_images([rel_tag(REL + 1, 3)], [bytes(8192)], prev=primary.write_lsn))
+        bad[-100] ^= 0xFF
+        lsn = log.append(bytes(bad))
+        primary.crash()
+        assert log.records_checked_through == 0 < lsn
+        with pytest.raises(CorruptWALRecordError, match=rf"CRC.*\(LSN {lsn}\)"):
+            Primary(tmp_path, log=log, checkpoint_interval=0)
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(60)
 def test_truncated_and_altered_stream_messages_are_rejected(tmp_path):
     log = LogService.open(tmp_path / "log")
     primary = Primary(tmp_path, log=log, checkpoint_interval=0)

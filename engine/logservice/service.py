@@ -55,8 +55,11 @@ class LogService(LogServiceClient):
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, fsync: str = "always", segment_size: int = DEFAULT_SEGMENT_SIZE,
-             max_record_size: int = DEFAULT_MAX_RECORD_SIZE, truncation_interval: float = 1.0) -> "LogService":
-        """Open (or create) the log in `path`: recover segments, cut a torn tail, start the workers."""
+             max_record_size: int = DEFAULT_MAX_RECORD_SIZE, truncation_interval: float = 1.0,
+             check_records: bool = False) -> "LogService":
+        """Open (or create) the log in `path`: recover segments, cut a torn tail, start the workers.
+        check_records: the records are PostgreSQL WAL records (the primary's log); recovery checks
+        each one's own CRC-32C with its frame's, in one pass (`records_checked_through`)."""
         if fsync not in FSYNC_MODES:
             raise InvalidArgument(f"fsync must be one of {FSYNC_MODES}, got {fsync!r}")
         if not isinstance(segment_size, int) or segment_size < 1024:
@@ -66,10 +69,12 @@ class LogService(LogServiceClient):
         if truncation_interval.__class__ not in (int, float) or not 0 <= truncation_interval < math.inf:
             raise InvalidArgument(f"truncation_interval must be a finite number of seconds >= 0 (0: no "
                                   f"truncation worker), got {truncation_interval!r}")
-        return cls(os.fspath(path), fsync, segment_size, max_record_size, float(truncation_interval))
+        if check_records.__class__ is not bool:
+            raise InvalidArgument(f"check_records must be a bool, got {check_records!r}")
+        return cls(os.fspath(path), fsync, segment_size, max_record_size, float(truncation_interval), check_records)
 
     def __init__(self, dirpath: str, fsync: str, segment_size: int, max_record_size: int,
-                 truncation_interval: float) -> None:
+                 truncation_interval: float, check_records: bool = False) -> None:
         os.makedirs(dirpath, exist_ok=True)
         self._dir = os.path.abspath(dirpath)
         self._config = LogServiceConfig(self._dir, fsync, segment_size, max_record_size, truncation_interval)
@@ -88,7 +93,9 @@ class LogService(LogServiceClient):
                         raise CorruptionError(f"{state}: {exc}") from None
             self._meta_lock = threading.Lock()
             self._reports_dirty = False
-            self._segments: list[Segment] = recover(self._dir, MAX_FRAME_LENGTH)
+            self._segments: list[Segment] = recover(self._dir, MAX_FRAME_LENGTH, check_records)
+            # the records the open checked against their own CRC-32C (0: none); later appends were not
+            self.records_checked_through = self._segments[-1].last_lsn if check_records and self._segments else 0
             truncated = self._sm.truncated_lsn
             if not self._segments:
                 self._segments.append(Segment(self._dir, truncated + 1))
