@@ -11,7 +11,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 cimport cython
 
 from logtide._ext.crc32c cimport crc32c_combine, crc32c_update
-from logtide._ext.wal cimport WAL_HEADER_SIZE, WAL_OFF_CRC, WAL_OFF_LSN, _frame_crc, _get32
+from logtide._ext.wal cimport WAL_HEADER_SIZE, WAL_OFF_CRC, _frame_crc, _frame_crc_start, _get32
 from logtide._ext.xlog_format cimport SIZE_OF_XLOG_RECORD, XLOG_RECORD_CRC_OFFSET
 from logtide._ext import wal
 
@@ -62,9 +62,8 @@ def checked_frames(const uint8_t[::1] buf, const uint64_t[::1] starts, const uin
                 continue
             body_len = length - _PREFIX - SIZE_OF_XLOG_RECORD
             body = crc32c_update(0, rec + SIZE_OF_XLOG_RECORD, body_len)
-            # the frame: its length field, then LSN, type, prefix and record header, then the body
-            frame = crc32c_update(crc32c_update(0, f, 4), f + WAL_OFF_LSN,
-                                  WAL_HEADER_SIZE - WAL_OFF_LSN + _PREFIX + SIZE_OF_XLOG_RECORD)
+            # the frame's CRC up to the body (prefix and record header), finished from the body's
+            frame = _frame_crc_start(f, _PREFIX + SIZE_OF_XLOG_RECORD)
             if _get32(f + WAL_OFF_CRC) != crc32c_combine(frame, body, body_len):
                 bad, why = i, _FRAME_BAD_CRC
                 break

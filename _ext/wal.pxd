@@ -61,9 +61,15 @@ cdef inline bint _all_zero(const uint8_t* p, size_t n) noexcept nogil:
     return acc == 0
 
 
-cdef inline uint32_t _frame_crc(const uint8_t* frame, uint32_t length) noexcept nogil:
+cdef inline uint32_t _frame_crc_start(const uint8_t* frame, size_t data_bytes) noexcept nogil:
+    """The frame CRC over its length, LSN and type fields and the first data_bytes of its data:
+    the whole frame CRC with data_bytes = length, or a start that crc32c_combine finishes."""
     cdef uint32_t c = crc32c_update(0, frame, 4)
-    return crc32c_update(c, frame + WAL_OFF_LSN, 12 + <size_t>length)
+    return crc32c_update(c, frame + WAL_OFF_LSN, 12 + data_bytes)
+
+
+cdef inline uint32_t _frame_crc(const uint8_t* frame, uint32_t length) noexcept nogil:
+    return _frame_crc_start(frame, length)
 
 
 cdef inline void put_frame(uint8_t* f, uint64_t lsn, uint32_t rtype, const uint8_t* prefix, size_t plen,

@@ -59,9 +59,12 @@ def redo_pages(pool, load: Callable[[tuple, np.ndarray], None], bufs: list, buf_
     o_all = np.ascontiguousarray(rec_off[order], dtype=np.int64)
     n_all = np.ascontiguousarray(rec_len[order], dtype=np.int64)
     l_all = np.ascontiguousarray(lsns[order], dtype=np.uint64)
-    check = first_applied(order, np.asarray(lsns))
-    if checked_through:         # the log's open summed those records with their frames
-        check[l_all <= checked_through] = 0
+    if checked_through and int(l_all.max()) <= checked_through:    # the log's open summed them all
+        check = np.zeros(len(l_all), np.uint8)
+    else:
+        check = first_applied(order, np.asarray(lsns))
+        if checked_through:                      # those the open summed with their frames
+            check[l_all <= checked_through] = 0
     npages = len(starts) - 1
     chunk = max(1, pool.capacity // 2)   # pages pinned at once: the pool keeps room for others
     applied = 0
