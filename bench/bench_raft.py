@@ -27,7 +27,7 @@ import pytest
 from bench.conftest import scaled
 from bench.raft_cluster import LOGTIDE, RaftCluster, free_ports
 from bench.ratios import Ratio
-from bench.server_process import cpu_seconds
+from bench.server_process import context_switches, cpu_seconds, user_kernel_seconds
 from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
@@ -59,12 +59,19 @@ def _sustained(benchmark, clients: int, make, call, cpu_pid: int | None = None, 
     try:
         op = lambda t: call(conns[t], t)                                     # noqa: E731
         run_sustained(clients, WARMUP_SECONDS, op)
-        c0 = cpu_seconds(cpu_pid) if cpu_pid else 0.0
+        if cpu_pid:
+            c0, uk0, w0 = cpu_seconds(cpu_pid), user_kernel_seconds(cpu_pid), context_switches(cpu_pid)
         s0 = status() if status else None
         run = sustained_benchmark(benchmark, clients, op, warmup=0)
         figures = benchmark.extra_info["figures"]
         if cpu_pid:
-            figures["leader_cpu_us_per_op"] = 1e6 * (cpu_seconds(cpu_pid) - c0) / max(1, run.ops)
+            ops = max(1, run.ops)
+            figures["leader_cpu_us_per_op"] = 1e6 * (cpu_seconds(cpu_pid) - c0) / ops
+            (u1, k1), w1 = user_kernel_seconds(cpu_pid), context_switches(cpu_pid)
+            # where it goes: Python and C in user mode, sockets and wake-ups in the kernel
+            figures["leader_user_us_per_op"] = 1e6 * (u1 - uk0[0]) / ops
+            figures["leader_kernel_us_per_op"] = 1e6 * (k1 - uk0[1]) / ops
+            figures["leader_switches_per_op"] = (w1 - w0) / ops
         if s0 is not None:
             s1 = status()
             batches = s1["proposal_batches"] - s0["proposal_batches"]

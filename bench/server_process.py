@@ -40,3 +40,18 @@ def user_kernel_seconds(pid: int) -> tuple[float, float]:
         fields = f.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def context_switches(pid: int) -> int:
+    """A process's context switches so far (voluntary: it slept to wait; involuntary: it was
+    preempted), summed over its live threads: on a VM each wake-up behind them is costly."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[1])
+        except (OSError, ValueError):   # the thread exited meanwhile
+            pass
+    return total
