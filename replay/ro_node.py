@@ -18,8 +18,6 @@ receipt, into pages it keeps resident (it cannot write them back to shared stora
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import threading
 import time
@@ -32,7 +30,7 @@ import numpy as np
 from logtide._ext import page as pg
 from logtide._ext import redo
 from logtide.arg_checks import int_arg, lsn_arg, seconds_arg
-from logtide.errors import (CorruptionError, InvalidArgument, ReplicaDroppedError, ReplicaError,
+from logtide.errors import (CorruptionError, ReplicaDroppedError, ReplicaError,
                             ReplicaTimeoutError, TruncatedSubscribeError)
 from logtide.replay.buffer_pool import BufferPool
 from logtide.replay.meta_stream import MetaBatch, decode_batch, encode_feedback
@@ -328,11 +326,10 @@ class ReadOnlyNode:
     def wait_applied(self, lsn: int, timeout: float = 30.0) -> bool:
         """Wait until the applied LSN reaches `lsn` (True). ReplicaTimeoutError at the deadline;
         ReplicaError if the node stopped on bad WAL or was closed; InvalidArgument for an `lsn`
-        that is not an int in [0, 2**64) or a `timeout` that is not a number of seconds."""
+        that is not an int in [0, 2**64) or a `timeout` that is not a finite number of seconds >= 0
+        (0: no wait)."""
         lsn_arg("lsn", lsn)
-        # NaN compares False with everything: it would pass the wait, or never end it
-        if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or math.isnan(timeout):
-            raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
+        timeout = seconds_arg("timeout", timeout, allow_none=False, zero="no wait: applied already or timed out")
         deadline = time.monotonic() + timeout
         with self._applied_cv:
             while self.applied_lsn < lsn:

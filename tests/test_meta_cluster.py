@@ -170,3 +170,63 @@ def test_heartbeater_outlives_a_silent_meta_service(tmp_path, how):
             thaw(srv.pid)
             srv.kill()
         srv.wait()
+
+
+@pytest.mark.timeout(120)
+def test_heartbeater_retries_a_failed_renewal_before_the_next_period(tmp_path):
+    """A renewal refused because the meta-service is down is retried within the period (it only
+    extends the lease, so a repeat is harmless), and the lease is kept once the server is back.
+    A real `logtide meta serve`, SIGKILLed and restarted on its directory and port."""
+    import os
+    import subprocess
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ports import free_ports
+    from logtide.engine.meta.client import connect_meta
+
+    exe = os.path.join(os.path.dirname(sys.executable), "logtide")
+    addr = f"127.0.0.1:{free_ports(1)[0]}"
+
+    def serve(name):
+        log = tmp_path / f"{name}.log"
+        p = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", addr],
+                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        end = time.monotonic() + 60
+        while "listening on" not in log.read_text():
+            assert time.monotonic() < end and p.poll() is None, log.read_text()
+            time.sleep(0.05)
+        return p
+
+    srv = serve("meta")
+    client = hb = None
+    try:
+        client = connect_meta(addr, timeout=0.5, follow_leader=False)
+        cm = ClusterMeta(client)
+        cm.register("n1", {"role": "cn"}, ttl_ms=60000)
+        hb = Heartbeater(cm, "n1", 60000, 3000).start()    # a renewal every 3 s
+        end = time.monotonic() + 20
+        while hb.beats < 1:
+            assert time.monotonic() < end, "no renewal"
+            time.sleep(0.05)
+        srv.kill()
+        srv.wait()
+        end = time.monotonic() + 20
+        while hb.failures < 1:
+            assert time.monotonic() < end, "a renewal against a dead server did not fail"
+            time.sleep(0.02)
+        time.sleep(2.0)                 # within the 3 s period: only retries can fail meanwhile
+        assert hb.failures >= 3, f"{hb.failures} failed renewals in 2 s: not retried before the period"
+        srv = serve("meta-restarted")
+        beats = hb.beats
+        end = time.monotonic() + 20
+        while hb.beats <= beats:
+            assert time.monotonic() < end and not hb.lost, "no renewal after the restart"
+            time.sleep(0.05)
+        assert not hb.lost and "n1" in cm.nodes()
+    finally:
+        if hb is not None:
+            hb.stop()
+        if client is not None:
+            client.close()
+        srv.kill()
+        srv.wait()

@@ -344,7 +344,7 @@ def test_wait_applied_refuses_an_lsn_or_timeout_that_is_not_one(tmp_path):
         for lsn in (float("nan"), float("inf"), 1.0, -1, 1 << 64, True, "1", b"1", None):
             with pytest.raises(InvalidArgument):
                 ro.wait_applied(lsn)
-        for timeout in (float("nan"), "1", None, True):
+        for timeout in (float("nan"), float("inf"), -1, "1", None, True):
             with pytest.raises(InvalidArgument):
                 ro.wait_applied(applied + 1, timeout=timeout)
         assert ro.applied_lsn == applied and ro.error is None

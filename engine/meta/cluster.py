@@ -26,6 +26,7 @@ from logtide.failure_log import worth_logging
 log = logging.getLogger(__name__)
 
 NODES = "cluster/nodes/"
+RETRY_FIRST_S = 0.05      # a failed lease renewal is retried this soon, then backing off to the period
 CHECKPOINTS = "cluster/checkpoints/"
 
 
@@ -116,8 +117,11 @@ class Heartbeater:
     default ttl_ms/3, so that two renewals in a row may fail before the lease runs out).
 
     A renewal the meta-service does not answer (unreachable, no leader) is counted in `failures`
-    and retried at the next period; the thread outlives it. `lost` is set, and renewals stop, when
-    a renewal finds the lease gone: the node must register again."""
+    and retried soon, 50 ms after the first failure and twice as long after each next one, up to
+    the period: a renewal only extends the lease, so a repeated one is harmless, and a leader
+    change of half a second must not cost the lease a whole period. The thread outlives failures.
+    `lost` is set, and renewals stop, when a renewal finds the lease gone: the node must register
+    again."""
 
     def __init__(self, cluster: ClusterMeta, node_id: str, ttl_ms: int, interval_ms: Optional[int] = None):
         if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 3 <= ttl_ms <= U64_MAX:
@@ -141,7 +145,8 @@ class Heartbeater:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_ms / 1000.0):
+        period = wait = self.interval_ms / 1000.0
+        while not self._stop.wait(wait):
             try:
                 renewed = self.cluster.heartbeat(self.node_id, self.ttl_ms)
             except MetaClosedError as exc:    # the client was closed under it: nothing to retry
@@ -153,7 +158,9 @@ class Heartbeater:
                 if worth_logging(self.failures):
                     log.warning("heartbeat of %s: the meta-service did not answer (%d so far): %s",
                                 self.node_id, self.failures, exc)
+                wait = min(period, RETRY_FIRST_S if wait >= period else 2 * wait)
                 continue
+            wait = period
             if renewed:
                 self.beats += 1
             else:
