@@ -1,23 +1,21 @@
 """Log service group commit: 1, 4, 16 and 32 in-process appenders, fsync="always", 256-byte records.
 
 Appenders wait for durability in Cython (engine/logservice/log_writer.py, _ext/commit_queue.pyx).
-Each benchmark reports, over all its rounds, the appends per fdatasync and the process CPU time per
-append (time.process_time: every thread of the process, the flusher and the kernel's fsync work
-included) and the context switches per append. The issue's goal: 32 appenders >= 10x one appender,
+Each count runs sustained for 10 s after a warm-up (bench/sustained.py), and reports the appends
+per fdatasync, the process CPU time per append (every thread of the process, the flusher and the
+kernel's fsync work included) and the context switches per append. The issue's goal: 32 appenders >= 10x one appender,
 at <= 6 us CPU per append. The same two runs confined to one CPU (logtide.cpu_affinity, both sides)
 show what the wake-ups across CPUs cost (bench/bench_wake_cost.py).
 """
 from __future__ import annotations
 
 import os
-import resource
-import time
 
 import pytest
 
-from bench.conftest import cpu_pair_or_skip, scaled
+from bench.conftest import cpu_pair_or_skip
 from bench.ratios import Ratio
-from bench.client_threads import Threads
+from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
     Ratio("log group commit: 32 appenders vs 1 appender, fsync=always, 256 B (Cython waiters)",
@@ -36,69 +34,51 @@ PAYLOAD = b"\xa5" * 256
 
 @pytest.mark.benchmark(group="logservice-group-commit")
 @pytest.mark.parametrize("clients", CLIENTS)
-def test_group_commit_appenders(benchmark, items, tmp_path, clients):
-    _appenders(benchmark, items, tmp_path, clients)
+def test_group_commit_appenders(benchmark, tmp_path, clients):
+    _appenders(benchmark, tmp_path, clients)
 
 
 @pytest.mark.benchmark(group="logservice-group-commit-one-cpu")
 @pytest.mark.parametrize("clients", (1, 32))
-def test_group_commit_one_cpu(benchmark, items, tmp_path, clients):
+def test_group_commit_one_cpu(benchmark, tmp_path, clients):
     from logtide.cpu_affinity import confined
     with confined(cpu_pair_or_skip()[0]):   # the service's flusher and the appenders alike
-        _appenders(benchmark, items, tmp_path, clients)
+        _appenders(benchmark, tmp_path, clients)
 
 
-def _appenders(benchmark, items, tmp_path, clients: int) -> None:
+def _appenders(benchmark, tmp_path, clients: int) -> None:
+    """`clients` threads appending to one embedded service, sustained (bench/sustained.py): its steady
+    state, without the start and end of short rounds (a release of every appender at once, and
+    a tail of small groups as they finish) in the CPU counted per append."""
     from logtide import LogService
-    # one appender: 400 appends a round; concurrent ones: 12,800 shared out, so that handing a round
-    # to the pool's threads (two 33-party barriers, ~1.5 ms of CPU) is ~1% of the CPU counted per
-    # append rather than ~7% as with 3,200
-    per = scaled(400, minimum=20) if clients == 1 else max(4, scaled(12800, minimum=128) // clients)
-    n = items(per * clients, clients=clients)
-    pool = Threads(clients)
-    totals = {"cpu": 0.0, "switches": 0, "appends": 0}
-    try:
-        with LogService.open(tmp_path / "log", fsync="always") as svc:
-            def body(t):
-                append = svc.append
-                for _ in range(per):
-                    append(PAYLOAD, replica_id=t)
-
-            def run():
-                c0, r0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
-                pool.run(body)
-                r1 = resource.getrusage(resource.RUSAGE_SELF)
-                totals["cpu"] += time.process_time() - c0
-                totals["switches"] += (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw)
-                totals["appends"] += n
-
-            g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
-            benchmark(run)
-            st = svc.stats()
-            assert st["latest_lsn"] - l0 == totals["appends"]
-            benchmark.extra_info["figures"] = {
-                "appends_per_fsync": totals["appends"] / max(1, st["groups"] - g0),
-                "cpu_us_per_append": 1e6 * totals["cpu"] / max(1, totals["appends"]),
-                "switches_per_append": totals["switches"] / max(1, totals["appends"]),
-                "goal_cpu_us_per_append": GOAL_CPU_US,
-                "load_avg_1m": os.getloadavg()[0],
-            }
-    finally:
-        pool.close()
+    with LogService.open(tmp_path / "log", fsync="always") as svc:
+        op = lambda t: svc.append(PAYLOAD, replica_id=t)   # noqa: E731
+        run_sustained(clients, WARMUP_SECONDS, op)
+        g0, l0 = svc.stats()["groups"], svc.get_latest_lsn()
+        run = sustained_benchmark(benchmark, clients, op, warmup=0)
+        st = svc.stats()
+        assert st["latest_lsn"] - l0 == run.ops
+        benchmark.extra_info["figures"] = {
+            "appends_per_fsync": run.ops / max(1, st["groups"] - g0),
+            "cpu_us_per_append": 1e6 * run.cpu_s / max(1, run.ops),
+            "switches_per_append": run.switches / max(1, run.ops),
+            "goal_cpu_us_per_append": GOAL_CPU_US,
+            "load_avg_1m": os.getloadavg()[0],
+        }
 
 
 def plot(benchmarks: dict, outdir) -> list:
     """Appends/s against appender count, with CPU per append and appends per fsync beside."""
     from pathlib import Path
     runs = {b["extra_info"].get("clients"): b for name, b in benchmarks.items()
-            if name.startswith("test_group_commit_appenders") and b.get("extra_info", {}).get("items")}
+            if name.startswith("test_group_commit_appenders") and b.get("extra_info", {}).get("rate")}
     if not runs:
         return []
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     xs = sorted(runs)
-    rate = [runs[x]["extra_info"]["items"] / runs[x]["stats"]["min"] for x in xs]
+    rate = [runs[x]["extra_info"]["rate"] for x in xs]
     figs = [runs[x]["extra_info"].get("figures", {}) for x in xs]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.plot(xs, rate, "o-", label="appends/s (fsync=always)")
