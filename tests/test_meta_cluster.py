@@ -1,5 +1,8 @@
 """Cluster metadata on the meta-service: leases, heartbeats, checkpoints. (RO-node LSNs and the
 truncation LSN go through HAKeeper: tests/test_hakeeper_state_machine.py, tests/test_cluster_ro_truncation.py.)"""
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,6 +13,18 @@ from logtide.errors import MetaInvalidArgument
 
 from meta_clock import ManualClock
 
+
+def _serve_meta(tmp_path, addr, name):
+    """`logtide meta serve` on tmp_path/meta at addr, once it listens (its output in tmp_path/<name>.log)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "logtide")
+    log = tmp_path / f"{name}.log"
+    p = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", addr],
+                         stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    end = time.monotonic() + 60
+    while "listening on" not in log.read_text():
+        assert time.monotonic() < end and p.poll() is None, log.read_text()
+        time.sleep(0.05)
+    return p
 
 
 @pytest.fixture
@@ -86,28 +101,16 @@ def test_heartbeater_outlives_a_silent_meta_service(tmp_path, how):
     than the lease: it ran out, and the first renewal after the heal reports it lost.
     The killed server's outage includes its restart, which on a loaded host has taken longer
     than 9 s: that case gets a 40 s lease, renewed every 3 s as in the others."""
-    import os
-    import re
-    import subprocess
-    import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from frozen import freeze, thaw
     from ports import free_ports
     from tcp_proxy import TcpProxy
     from logtide.engine.meta.client import connect_meta
 
-    exe = os.path.join(os.path.dirname(sys.executable), "logtide")
     addr = f"127.0.0.1:{free_ports(1)[0]}"
 
     def serve(name):
-        log = tmp_path / f"{name}.log"
-        p = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", addr],
-                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
-        while "listening on" not in log.read_text():
-            assert time.monotonic() < end and p.poll() is None, log.read_text()
-            time.sleep(0.05)
-        return p
+        return _serve_meta(tmp_path, addr, name)
 
     srv = serve("meta")
     proxy = client = direct = hb = None
@@ -177,27 +180,12 @@ def test_heartbeater_retries_a_failed_renewal_before_the_next_period(tmp_path):
     """A renewal refused because the meta-service is down is retried within the period (it only
     extends the lease, so a repeat is harmless), and the lease is kept once the server is back.
     A real `logtide meta serve`, SIGKILLed and restarted on its directory and port."""
-    import os
-    import subprocess
-    import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ports import free_ports
     from logtide.engine.meta.client import connect_meta
 
-    exe = os.path.join(os.path.dirname(sys.executable), "logtide")
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-
-    def serve(name):
-        log = tmp_path / f"{name}.log"
-        p = subprocess.Popen([exe, "meta", "serve", "--dir", str(tmp_path / "meta"), "--listen", addr],
-                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
-        while "listening on" not in log.read_text():
-            assert time.monotonic() < end and p.poll() is None, log.read_text()
-            time.sleep(0.05)
-        return p
-
-    srv = serve("meta")
+    srv = _serve_meta(tmp_path, addr, "meta")
     client = hb = None
     try:
         client = connect_meta(addr, timeout=0.5, follow_leader=False)
@@ -216,7 +204,7 @@ def test_heartbeater_retries_a_failed_renewal_before_the_next_period(tmp_path):
             time.sleep(0.02)
         time.sleep(2.0)                 # within the 3 s period: only retries can fail meanwhile
         assert hb.failures >= 3, f"{hb.failures} failed renewals in 2 s: not retried before the period"
-        srv = serve("meta-restarted")
+        srv = _serve_meta(tmp_path, addr, "meta-restarted")
         beats = hb.beats
         end = time.monotonic() + 20
         while hb.beats <= beats:
