@@ -445,13 +445,18 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     for i in cluster.ports:
         r = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
         end = time.monotonic() + 10
-        while cluster.status(i)["applied"] < after[-1] and time.monotonic() < end:
+        while (st := cluster.status(i))["applied"] < after[-1]:
+            assert time.monotonic() < end, (
+                f"replica {i} ({'the victim' if i == victim else 'leader' if i == lead else 'the third'}) applied "
+                f"only to {st['applied']} of {after[-1]} in 10 s: {st}\n"
+                + (cluster.tmp / f"replica{i}.log").read_text()[-3000:])
             time.sleep(0.05)
         recs, _n = r.read(1, 8 << 20, stale=True)
         r.close()
         payloads = [x.payload for x in recs]
         assert b"evil" not in b"".join(payloads) and b"EVIL" not in b"".join(payloads) and b"stale" not in payloads
-        assert [x.lsn for x in recs if x.payload.startswith(b"ok")] == before + after
+        assert [x.lsn for x in recs if x.payload.startswith(b"ok")] == before + after, \
+            f"replica {i} read {len(recs)} records from LSN 1 (its status: {st})"
     log = (cluster.tmp / f"replica{victim}.log").read_text()
     for reason in ("group 99", "node 42", "failed its CRC", "unknown Raft message type", "claiming node"):
         assert reason in log, f"no logged reason containing {reason!r}"
