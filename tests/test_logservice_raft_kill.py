@@ -444,11 +444,11 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
     assert all(p.poll() is None for p in cluster.procs.values()), "a replica crashed on bad input"
     for i in cluster.ports:
         r = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
-        end = time.monotonic() + 10
+        end = time.monotonic() + 30      # the bound replica_logs gives every Raft kill test
         while (st := cluster.status(i))["applied"] < after[-1]:
             assert time.monotonic() < end, (
                 f"replica {i} ({'the victim' if i == victim else 'leader' if i == lead else 'the third'}) applied "
-                f"only to {st['applied']} of {after[-1]} in 10 s: {st}\n"
+                f"only to {st['applied']} of {after[-1]} in 30 s: {st}\n"
                 + (cluster.tmp / f"replica{i}.log").read_text()[-3000:])
             time.sleep(0.05)
         recs, _n = r.read(1, 8 << 20, stale=True)
