@@ -3,8 +3,8 @@
 Appenders wait for durability in Cython (engine/logservice/log_writer.py, _ext/commit_queue.pyx).
 Each count runs sustained for 10 s after a warm-up (bench/sustained.py), and reports the appends
 per fdatasync, the process CPU time per append (every thread of the process, the flusher and the
-kernel's fsync work included) and the context switches per append. The issue's goal: 32 appenders >= 10x one appender,
-at <= 6 us CPU per append. The same two runs confined to one CPU (logtide.cpu_affinity, both sides)
+kernel's fsync work included) and the context switches per append. The issue's goal: 32 appenders
+>= 10x one appender, at <= 6 us CPU per append. The same two runs confined to one CPU (logtide.cpu_affinity, both sides)
 show what the wake-ups across CPUs cost (bench/bench_wake_cost.py).
 """
 from __future__ import annotations

@@ -329,7 +329,8 @@ class ReadOnlyNode:
         that is not an int in [0, 2**64) or a `timeout` that is not a finite number of seconds >= 0
         (0: no wait)."""
         lsn_arg("lsn", lsn)
-        timeout = seconds_arg("timeout", timeout, allow_none=False, zero="no wait: applied already or timed out")
+        timeout = seconds_arg("timeout", timeout, allow_none=False,
+                              zero="no wait: applied already or timed out")
         deadline = time.monotonic() + timeout
         with self._applied_cv:
             while self.applied_lsn < lsn:

@@ -446,9 +446,9 @@ def test_bad_raft_input_is_refused_and_the_group_stays_up(cluster):
         r = connect_logservice(cluster.addr(i) + ",", deadline=10.0)
         end = time.monotonic() + 30      # the bound replica_logs gives every Raft kill test
         while (st := cluster.status(i))["applied"] < after[-1]:
+            role = "the victim" if i == victim else "the leader" if i == lead else "the third"
             assert time.monotonic() < end, (
-                f"replica {i} ({'the victim' if i == victim else 'leader' if i == lead else 'the third'}) applied "
-                f"only to {st['applied']} of {after[-1]} in 30 s: {st}\n"
+                f"replica {i} ({role}) applied only to {st['applied']} of {after[-1]} in 30 s: {st}\n"
                 + (cluster.tmp / f"replica{i}.log").read_text()[-3000:])
             time.sleep(0.05)
         recs, _n = r.read(1, 8 << 20, stale=True)

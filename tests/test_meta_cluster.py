@@ -108,11 +108,7 @@ def test_heartbeater_outlives_a_silent_meta_service(tmp_path, how):
     from logtide.engine.meta.client import connect_meta
 
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-
-    def serve(name):
-        return _serve_meta(tmp_path, addr, name)
-
-    srv = serve("meta")
+    srv = _serve_meta(tmp_path, addr, "meta")
     proxy = client = direct = hb = None
     try:
         proxy = TcpProxy(addr)
@@ -139,7 +135,7 @@ def test_heartbeater_outlives_a_silent_meta_service(tmp_path, how):
         elif how == "stop":
             thaw(srv.pid)
         else:
-            srv = serve("meta-restarted")
+            srv = _serve_meta(tmp_path, addr, "meta-restarted")
         healed = time.monotonic()
         end = healed + 20
         beats = hb.beats
