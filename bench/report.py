@@ -69,17 +69,22 @@ def per_item(b: dict) -> float | None:
 
 
 def compute(benchmarks: dict[str, dict], ratios: list[Ratio]) -> list[dict]:
+    """One row per ratio. A ratio is taken only between benchmarks of one run: latest.json keeps
+    entries of earlier runs (report -k), and a baseline kept from another run (a peer that was
+    skipped this time, say) would compare two machines' or two loads' figures as if side by side."""
     rows = []
     for r in ratios:
         c = benchmarks.get(r.candidate)
-        # several baselines: the fastest of those measured
-        measured = [n for n in ((r.baseline,) if isinstance(r.baseline, str) else r.baseline)
-                    if benchmarks.get(n) and per_item(benchmarks[n])]
-        best = min(measured, key=lambda n: per_item(benchmarks[n]), default=None)
+        # several baselines: the fastest of those measured in the candidate's run
+        names = (r.baseline,) if isinstance(r.baseline, str) else r.baseline
+        measured = [n for n in names if benchmarks.get(n) and per_item(benchmarks[n])]
+        same_run = [n for n in measured if c is not None and benchmarks[n].get("when") == c.get("when")]
+        best = min(same_run, key=lambda n: per_item(benchmarks[n]), default=None)
         b = benchmarks.get(best) if best else None
         row = {"name": r.name, "issue": r.issue, "target": r.target, "candidate": r.candidate,
-               "baseline": best or (r.baseline if isinstance(r.baseline, str) else r.baseline[0]),
-               "ratio": None, "met": None}
+               "baseline": best or names[0], "ratio": None, "met": None}
+        if c and per_item(c) and measured and not same_run:
+            row["other_runs"] = {"candidate": c.get("when"), "baseline": benchmarks[measured[0]].get("when")}
         if c and b and per_item(c) and per_item(b):
             row["ratio"] = per_item(b) / per_item(c) / r.cores
             row["met"] = None if r.target is None else row["ratio"] >= r.target
@@ -93,7 +98,10 @@ def print_report(rows: list[dict], benchmarks: dict[str, dict]) -> None:
     print("\n== ratios (baseline time per item / logtide time per item, min of rounds) ==")
     for row in rows:
         if row["ratio"] is None:
-            print(f"  [ -- ] {row['name']}: not measured in this run")
+            runs = row.get("other_runs")
+            why = (f"its sides ran in different runs (candidate {runs['candidate']}, baseline {runs['baseline']})"
+                   if runs else "not measured in this run")
+            print(f"  [ -- ] {row['name']}: {why}")
             continue
         flag = "info" if row["met"] is None else " ok " if row["met"] else "MISS"
         goal = "no target" if row["target"] is None else f"target >= {row['target']:g}x"

@@ -31,3 +31,25 @@ def test_the_report_refuses_one_name_from_two_modules():
     assert by_name([a]) == {"test_x[1]": a}
     with pytest.raises(ValueError, match="bench_a.py.*bench_b.py"):
         by_name([a, b])
+
+
+def test_the_report_takes_a_ratio_only_between_benchmarks_of_one_run():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench.ratios import Ratio
+        from bench.report import compute
+    finally:
+        if str(ROOT) in sys.path:
+            sys.path.remove(str(ROOT))
+
+    def bench(when, rate):
+        return {"when": when, "stats": {"min": 1.0}, "extra_info": {"rate": rate}}
+    ratio = Ratio("x vs peer", "test_x", ("test_peer_a", "test_peer_b"), 1.5, 24)
+    # the faster peer was kept from an earlier run: only the peer measured beside x counts
+    rows = compute({"test_x": bench("run2", 300.0), "test_peer_a": bench("run1", 1000.0),
+                    "test_peer_b": bench("run2", 100.0)}, [ratio])
+    assert rows[0]["baseline"] == "test_peer_b" and rows[0]["ratio"] == 3.0 and rows[0]["met"] is True
+    # no peer measured in x's run: no ratio, and the row says why
+    rows = compute({"test_x": bench("run2", 300.0), "test_peer_a": bench("run1", 100.0)}, [ratio])
+    assert rows[0]["ratio"] is None and rows[0]["met"] is None
+    assert rows[0]["other_runs"] == {"candidate": "run2", "baseline": "run1"}
