@@ -20,7 +20,8 @@ from collections import deque
 from typing import Any, Callable
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
+from logtide.engine.raft.errors import (DivergedLog, MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped,
+                                        RaftTimeout)
 from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
@@ -279,10 +280,12 @@ class RaftNode:
         commit, applied, last_index and first_index are never behind anything this replica
         acknowledged: the driver sets them before it completes a request, so a status whose applied
         index comes from an installed snapshot also shows the log starting after it (the rest may
-        be a few ms old)."""
+        be a few ms old). A node whose driver stopped on an error has "failed": that error."""
         st = dict(self._status)
         st["commit"], st["last_index"], st["applied"] = self.commit, self.last_index, self.applied
         st["first_index"] = self.first_index
+        if self._failed is not None:
+            st["failed"] = f"{type(self._failed).__name__}: {self._failed}"
         return st
 
     @property
@@ -295,7 +298,8 @@ class RaftNode:
     # --- transport callbacks -----------------------------------------------------------------------
 
     def _deliver(self, msgs) -> None:
-        self._inbox.put(("msgs", msgs))
+        if self._failed is None:   # a stopped driver takes nothing: its inbox would only grow
+            self._inbox.put(("msgs", msgs))
 
     def _unreachable(self, peer: int) -> None:
         self._inbox.put(("unreachable", peer))
@@ -375,6 +379,8 @@ class RaftNode:
                 for m in item[1]:
                     try:
                         raw.step(m)
+                    except DivergedLog:
+                        raise       # stops the driver (_run): no message can mend a committed log
                     except RaftError as exc:
                         log.warning("raft node %d: refused %r: %s", self.id, m, exc)
             elif kind == "read":
@@ -406,6 +412,8 @@ class RaftNode:
                     if pr.state == SNAPSHOT:  # the snapshot may have been lost with the stream
                         raw.report_snapshot(item[1], False)
                     raw.report_unreachable(item[1])
+        except DivergedLog:
+            raise
         except RaftError as exc:
             log.warning("raft node %d: %s: %s", self.id, kind, exc)
 

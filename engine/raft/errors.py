@@ -49,6 +49,12 @@ class CorruptRaftEntry(RaftError, CorruptionError):
     """A Raft entry failed its CRC or framing, on disk or on the wire; it is never applied."""
 
 
+class DivergedLog(RaftError, CorruptionError):
+    """An entry this replica committed is not in its leader's log. Raft's peers never cause it (a
+    leader holds every committed entry); a forged message or a lost write can. Retrying cannot
+    help (the leader would probe below the commit index forever), so the replica stops."""
+
+
 class SafetyViolation(RaftError, AssertionError):
     """The simulator (or a real-process test) saw one of Raft's safety properties broken."""
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import (CompactedError, MalformedMessage, MembershipRefused, NotLeader, ProposalDropped,
-                                        UnavailableError)
+from logtide.engine.raft.errors import (CompactedError, DivergedLog, MalformedMessage, MembershipRefused, NotLeader,
+                                        ProposalDropped, UnavailableError)
 from logtide.engine.raft.messages import ConfChange, ConfState, Entry, HardState, Message, ReadState, Snapshot
 from logtide.engine.raft.progress import PROBE, REPLICATE, SNAPSHOT, Progress
 from logtide.engine.raft.quorum import VOTE_LOST, VOTE_WON, committed_index, has_quorum, vote_result
@@ -654,6 +654,9 @@ class Raft:
             self.send(Message(M.APP_RESP, to=m.frm, index=log.committed))
             return
         if not log.match_term(m.index, m.log_term):
+            if m.index == log.committed and m.index:    # (below it was answered above)
+                raise DivergedLog(f"the leader {m.frm} has term {m.log_term} at index {m.index}, which this "
+                                  f"replica committed with term {log.term(m.index)}")
             hint_index, hint_term = log.find_conflict_by_term(min(m.index, log.last_index()), m.log_term)
             self.send(Message(M.APP_RESP, to=m.frm, index=m.index, reject=True, reject_hint=hint_index,
                               log_term=hint_term))
@@ -663,7 +666,8 @@ class Raft:
         ci = log.find_conflict(ents)
         if ci:
             if ci <= log.committed:
-                raise AssertionError(f"entry {ci} conflicts with the committed log (commit {log.committed})")
+                raise DivergedLog(f"the leader {m.frm}'s entry {ci} conflicts with the log this replica "
+                                  f"committed up to {log.committed}")
             new = ents[ci - m.index - 1:]
             self._truncate_conf_history(ci)
             log.append(new)
