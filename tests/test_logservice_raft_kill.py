@@ -529,7 +529,9 @@ def test_a_replica_whose_committed_log_conflicts_with_its_leaders_stops_and_says
             assert time.monotonic() < end, f"replica 3 did not stop on the conflict: {st}"
             time.sleep(0.05)
         assert st["failed"].startswith("DivergedLog") and st["applied"] == last + 1, st
-        assert "DivergedLog" in (tmp_path / "replica3.log").read_text()
+        while "DivergedLog" not in (text := (tmp_path / "replica3.log").read_text()):   # logged just after
+            assert time.monotonic() < end, f"replica 3 did not log why it stopped: {text[-2000:]}"
+            time.sleep(0.05)
         alone = connect_logservice(c.addr(3) + ",", deadline=2.0)
         with pytest.raises(LogtideError):
             alone.append(b"to a stopped replica")
