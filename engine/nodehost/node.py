@@ -20,8 +20,7 @@ from collections import deque
 from typing import Any, Callable
 
 from logtide.engine.raft import messages as M
-from logtide.engine.raft.errors import (DivergedLog, MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped,
-                                        RaftTimeout)
+from logtide.engine.raft.errors import MembershipRefused, NotLeader, ProposalDropped, RaftError, RaftStopped, RaftTimeout
 from logtide.engine.raft.messages import ConfChange, ConfState
 from logtide.engine.raft.progress import REPLICATE, SNAPSHOT
 from logtide.engine.raft.raft import Config
@@ -379,8 +378,6 @@ class RaftNode:
                 for m in item[1]:
                     try:
                         raw.step(m)
-                    except DivergedLog:
-                        raise       # stops the driver (_run): no message can mend a committed log
                     except RaftError as exc:
                         log.warning("raft node %d: refused %r: %s", self.id, m, exc)
             elif kind == "read":
@@ -412,8 +409,6 @@ class RaftNode:
                     if pr.state == SNAPSHOT:  # the snapshot may have been lost with the stream
                         raw.report_snapshot(item[1], False)
                     raw.report_unreachable(item[1])
-        except DivergedLog:
-            raise
         except RaftError as exc:
             log.warning("raft node %d: %s: %s", self.id, kind, exc)
 

@@ -49,10 +49,11 @@ class CorruptRaftEntry(RaftError, CorruptionError):
     """A Raft entry failed its CRC or framing, on disk or on the wire; it is never applied."""
 
 
-class DivergedLog(RaftError, CorruptionError):
+class DivergedLog(CorruptionError):
     """An entry this replica committed is not in its leader's log. Raft's peers never cause it (a
     leader holds every committed entry); a forged message or a lost write can. Retrying cannot
-    help (the leader would probe below the commit index forever), so the replica stops."""
+    help (the leader would probe below the commit index forever), so the replica stops. Not a
+    RaftError: a driver logs those and goes on, and this one must stop it."""
 
 
 class SafetyViolation(RaftError, AssertionError):
