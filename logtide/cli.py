@@ -18,6 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     tls.add_argument("--tls-ca", metavar="PEM", help="CA that signed every peer's certificate")
     tls.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
     tls.add_argument("--tls-key", metavar="PEM", help="its private key")
+    tls.add_argument("--tls-peer-ids", action="store_true",
+                     help="Raft replicas take a peer's messages only when its certificate names the id they "
+                          "claim (the URI logtide:raft:ID in its subjectAltName); also LOGTIDE_TLS_PEER_IDS=1")
     parser.add_argument("--cpus", metavar="LIST",
                         help="run this process on these CPUs only, e.g. 0 or 0,2-3 (see logtide.cpu_affinity: a "
                              "wake-up on another CPU costs more than the work it hands over)")
@@ -31,12 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _apply_tls(args: argparse.Namespace) -> None:
     given = [args.tls_ca, args.tls_cert, args.tls_key]
-    if any(given):
+    if any(given) or args.tls_peer_ids:
         from logtide.engine.rpc.tls import TlsConfig, set_default
         from logtide.errors import InvalidArgument
         if not all(given):
-            raise InvalidArgument("--tls-ca, --tls-cert and --tls-key go together")
-        set_default(TlsConfig(*given))
+            raise InvalidArgument("--tls-ca, --tls-cert and --tls-key go together"
+                                  + (" (--tls-peer-ids needs them)" if args.tls_peer_ids else ""))
+        set_default(TlsConfig(*given, peer_ids=args.tls_peer_ids))
 
 
 def _log_role_changes() -> None:

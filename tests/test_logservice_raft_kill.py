@@ -59,13 +59,17 @@ class Cluster:
     def addr(self, i):
         return f"127.0.0.1:{self.ports[i]}"
 
+    def env_of(self, i):
+        """Replica i's environment (None: this process's)."""
+        return None
+
     def start(self, i):
         log = open(self.tmp / f"replica{i}.log", "ab")
         self.procs[i] = subprocess.Popen(
             [LOGTIDE, "logservice", "serve", "--raft", "--id", str(i), "--peers", self.peers_of(i),
              "--listen", self.addr(i), "--dir", str(self.tmp / f"r{i}"), "--tick", TICK, "--stats-interval", "0",
              *self.extra],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env_of(i))
 
     def start_joiner(self, i):
         """Start replica i on a new port with --join: it waits to be added as a learner."""
@@ -486,6 +490,17 @@ def _all_follow(cluster, lsn, deadline=30.0):
         time.sleep(0.05)
 
 
+def _start_and_wait(cluster, i, end):
+    """Start replica i; its status once it answers (by `end`)."""
+    cluster.start(i)
+    while True:
+        try:
+            return cluster.status(i)
+        except LogtideError:
+            assert time.monotonic() < end, f"replica {i} did not start"
+            time.sleep(0.02)
+
+
 def test_a_replica_whose_committed_log_conflicts_with_its_leaders_stops_and_says_why(tmp_path):
     """A message forged in a replica's own term, before it has heard from the leader, makes it commit
     an entry the leader's log does not have (plaintext peers are not authenticated; Raft trusts its
@@ -505,15 +520,8 @@ def test_a_replica_whose_committed_log_conflicts_with_its_leaders_stops_and_says
         lead = c.leader()
         client = connect_logservice(f"{c.addr(1)},{c.addr(2)}", deadline=20.0)
         acked = [client.append(b"ok-%d" % k) for k in range(5)]
-        c.start(3)
         end = time.monotonic() + 30
-        while True:
-            try:
-                st = c.status(3)
-                break
-            except LogtideError:
-                assert time.monotonic() < end, "replica 3 did not start"
-                time.sleep(0.02)
+        st = _start_and_wait(c, 3, end)
         assert st["lead"] == 0 and st["term"] < c.status(lead)["term"], st   # isolated since its start
         t, last = st["term"], st["last_index"]
         forged = encode_message(Message(M.APP, to=3, frm=lead, term=t, index=last, log_term=t,
@@ -542,6 +550,82 @@ def test_a_replica_whose_committed_log_conflicts_with_its_leaders_stops_and_says
         client.close()
     finally:
         c.stop()
+
+
+class _NamedCluster(Cluster):
+    """Every replica on mutual TLS with a certificate that names its Raft id, and peer ids checked
+    (`--tls-peer-ids`, here through LOGTIDE_TLS_*)."""
+
+    def __init__(self, tmp_path, pki, **kw):
+        self.pki = pki
+        super().__init__(tmp_path, **kw)
+
+    def env_of(self, i):
+        cfg = self.pki[f"raft{i}"]
+        return dict(os.environ, LOGTIDE_TLS_CA=cfg.ca, LOGTIDE_TLS_CERT=cfg.cert, LOGTIDE_TLS_KEY=cfg.key,
+                    LOGTIDE_TLS_PEER_IDS="1")
+
+
+def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
+    """The forgery of the test above, on a cluster whose certificates name their Raft ids: sent with
+    a client's certificate (signed by the same CA, naming no node) and with another member's, it is
+    refused on receipt, so the isolated replica commits nothing; once healed it follows the leader."""
+    from logtide.engine.raft import messages as M
+    from logtide.engine.raft import raft_pb2 as rpb
+    from logtide.engine.raft.messages import Entry, Message
+    from logtide.engine.nodehost.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.channel import connect_replica
+    from logtide.engine.raft.wire import encode_message
+    from logtide.engine.rpc.tls import set_default
+    from tls_certs import make_raft_pki
+
+    pki = make_raft_pki(tmp_path / "pki", (1, 2, 3))
+    set_default(pki["client"])
+    c = None
+    try:
+        c = _NamedCluster(tmp_path, pki, proxied=True, start_now=(1, 2))
+        c.cut([3], [1, 2])
+        lead = c.leader()
+        client = connect_logservice(f"{c.addr(1)},{c.addr(2)}", deadline=20.0)
+        acked = [client.append(b"ok-%d" % k) for k in range(5)]
+        end = time.monotonic() + 30
+        st = _start_and_wait(c, 3, end)
+        assert st["lead"] == 0 and st["term"] < c.status(lead)["term"], st
+        t, last = st["term"], st["last_index"]
+        forged = encode_message(Message(M.APP, to=3, frm=lead, term=t, index=last, log_term=t,
+                                        entries=[Entry(t, last + 1, M.ENTRY_NORMAL, b"forged")], commit=last + 1))
+        other = next(i for i in (1, 2) if i != lead)
+        for sender in ("client", f"raft{other}"):
+            set_default(pki[sender])
+            raft = connect_replica(RAFT_SERVICE, c.addr(3), timeout=10)
+            ack = raft.Send(rpb.RaftBatch(cluster=1, frm=lead, messages=[forged]))
+            raft.close()
+            assert ack.messages == 0, f"replica 3 took a batch claiming node {lead} with {sender}'s certificate"
+        set_default(pki["client"])
+        log3 = tmp_path / "replica3.log"
+        while (text := log3.read_text()).count("certificate names") < 2:
+            assert time.monotonic() < end, f"replica 3 did not log both refusals: {text[-2000:]}"
+            time.sleep(0.05)
+        assert f"names logtide:raft:{other}, not logtide:raft:{lead}" in text and "names no URI" in text
+        st = c.status(3)
+        assert st["commit"] < last + 1 and "failed" not in st, st
+        c.heal()
+        more = [client.append(b"ok2-%d" % k) for k in range(5)]
+        while (st := c.status(3))["applied"] < more[-1]:
+            assert time.monotonic() < end, f"replica 3 did not follow the leader once healed: {st}"
+            time.sleep(0.05)
+        assert "failed" not in st and c.procs[3].poll() is None
+        alone = connect_logservice(c.addr(3) + ",", deadline=10.0)
+        recs, _ = alone.read(1, 8 << 20, stale=True)
+        alone.close()
+        payloads = [r.payload for r in recs]
+        assert b"forged" not in payloads and all(b"ok-%d" % k in payloads for k in range(5)), payloads
+        assert acked[-1] < more[0]
+        client.close()
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
 
 
 def test_status_command_prints_every_replica(cluster):

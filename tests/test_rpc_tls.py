@@ -126,3 +126,52 @@ def test_the_process_default_and_the_cli_options(tmp_path, pki):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_peer_ids_reach_child_processes_and_name_a_peers_certificate(tmp_path):
+    """TlsConfig.peer_ids travels through LOGTIDE_TLS_PEER_IDS as the paths do; a server with it
+    hands each call its peer certificate's URI names (a certificate without any gives none), one
+    without it hands None (nothing to check); `--tls-peer-ids` alone is a typed CLI error."""
+    from logtide.engine.rpc.diagnostics import DiagnosticsServicer as Base
+    from tls_certs import make_raft_pki
+    pki = make_raft_pki(tmp_path / "pki", (7,))
+    set_default(pki["raft7"])
+    try:
+        assert os.environ["LOGTIDE_TLS_PEER_IDS"] == "1"
+        set_default(None)   # resolve() reads the environment only without a process default
+        os.environ.update(LOGTIDE_TLS_CA=pki["raft7"].ca, LOGTIDE_TLS_CERT=pki["raft7"].cert,
+                          LOGTIDE_TLS_KEY=pki["raft7"].key, LOGTIDE_TLS_PEER_IDS="1")
+        assert resolve(None) == pki["raft7"]
+    finally:
+        set_default(None)
+    assert "LOGTIDE_TLS_PEER_IDS" not in os.environ
+
+    seen = []
+
+    class Names(Base):
+        def Ping(self, req, ctx):
+            seen.append(ctx.peer_uris)
+            return super().Ping(req, ctx)
+
+    for server_tls, want in ((pki["raft7"], [frozenset({"logtide:raft:7"}), frozenset()]),
+                             (TlsConfig(pki["raft7"].ca, pki["raft7"].cert, pki["raft7"].key), [None, None])):
+        s = DualServer("127.0.0.1:0", tls=server_tls)
+        s.add_service(DIAGNOSTICS, Names("names"))
+        s.start()
+        try:
+            seen.clear()
+            for client in ("raft7", "client"):
+                with connect(DIAGNOSTICS, s.address, carrier="wire", tls=pki[client], timeout=10) as w:
+                    assert w.Ping(payload=b"x").payload == b"x"
+            assert seen == want
+        finally:
+            s.stop(0)
+    out = subprocess.run([LOGTIDE, "--tls-peer-ids", "logservice", "serve", "--dir", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "--tls-peer-ids needs them" in out.stderr, out.stderr
+    c = pki["raft7"]
+    out = subprocess.run([LOGTIDE, "--tls-ca", c.ca, "--tls-cert", c.cert, "--tls-key", c.key, "--tls-peer-ids",
+                          "cluster", "up", "--dir", str(tmp_path / "cluster")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "drop --tls-peer-ids" in out.stderr, out.stderr
+    assert not (tmp_path / "cluster" / "cluster.json").exists()

@@ -24,10 +24,11 @@ def make_ca(d: Path, name: str) -> tuple[Path, Path]:
     return ca, key
 
 
-def make_leaf(d: Path, ca: tuple[Path, Path], name: str) -> tuple[Path, Path]:
+def make_leaf(d: Path, ca: tuple[Path, Path], name: str, uris: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A leaf the CA signs, for 127.0.0.1 and localhost; `uris` are added to its subjectAltName."""
     key, csr, cert, ext = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem", d / f"{name}.ext"
     _run("req", *EC, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
-    ext.write_text(LEAF_EXT)
+    ext.write_text(LEAF_EXT.replace("DNS:localhost", "DNS:localhost" + "".join(f",URI:{u}" for u in uris)))
     _run("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
          "-out", str(cert), "-days", "7", "-extfile", str(ext))
     os.chmod(key, 0o600)
@@ -47,4 +48,17 @@ def make_pki(d: Path) -> dict[str, TlsConfig]:
     cert, key = make_leaf(d, rogue_ca, "rogue")
     out["rogue"] = TlsConfig(str(ca[0]), str(cert), str(key))
     out["wary"] = TlsConfig(str(rogue_ca[0]), out["client"].cert, out["client"].key)
+    return out
+
+
+def make_raft_pki(d: Path, ids) -> dict[str, TlsConfig]:
+    """{"raft<i>": a leaf naming Raft node i (URI logtide:raft:<i>), for each i in ids; "client": a
+    leaf of the same CA naming no node}, all with peer_ids on."""
+    ca = make_ca(d, "ca")
+    out = {}
+    for i in ids:
+        cert, key = make_leaf(d, ca, f"raft{i}", (f"logtide:raft:{i}",))
+        out[f"raft{i}"] = TlsConfig(str(ca[0]), str(cert), str(key), peer_ids=True)
+    cert, key = make_leaf(d, ca, "client")
+    out["client"] = TlsConfig(str(ca[0]), str(cert), str(key), peer_ids=True)
     return out

@@ -22,7 +22,9 @@ a full queue or a large snapshot on the wire never delays an election.
 Received batches are decoded and checked here (CRC, types, sender, group) before the driver sees
 them; a bad message is dropped with a logged reason and counted, and the stream goes on. A frame
 that is not a RaftBatch at all ends that stream with a typed error (logged on both sides); the
-sender opens a new one.
+sender opens a new one. On a server whose TLS has peer_ids, a batch is also dropped unless the
+sender's certificate names the node it claims to come from (raft_id_uri): a holder of another
+certificate from the same CA cannot speak for a member.
 """
 from __future__ import annotations
 
@@ -358,18 +360,25 @@ class _Peer:
             feed.kill("closed")
 
 
+def raft_id_uri(node_id: int) -> str:
+    """The certificate name (a URI in subjectAltName) that proves Raft node id `node_id` to peers
+    whose TLS has peer_ids."""
+    return f"logtide:raft:{node_id}"
+
+
 class _Receiver:
     """The receiving end of one stream: delivers each batch, and says which to acknowledge (at least
     every ACK_EVERY, and every keepalive)."""
 
-    def __init__(self, transport: "RaftTransport", peer: str) -> None:
+    def __init__(self, transport: "RaftTransport", peer: str, names: frozenset[str] | None = None) -> None:
         self.t = transport
         self.peer = peer
+        self.names = names            # the sender's certificate's URI names, when they are checked
         self.last_ack = 0.0
 
     def take(self, batch: pb.RaftBatch) -> pb.RaftAck | None:
         if batch.messages:
-            self.t.receive(batch)
+            self.t.receive(batch, self.names)
         now = time.monotonic()
         if not batch.messages or now - self.last_ack >= ACK_EVERY:
             self.last_ack = now
@@ -384,8 +393,8 @@ class _Receiver:
 class _LoopReceiver(_Receiver):
     """A stream received on the framed server's loop (WireServer's open_<Method>)."""
 
-    def __init__(self, transport: "RaftTransport", peer: str, reply) -> None:
-        super().__init__(transport, peer)
+    def __init__(self, transport: "RaftTransport", peer: str, reply, names: frozenset[str] | None) -> None:
+        super().__init__(transport, peer, names)
         self.reply = reply
 
     def on_request(self, batch: pb.RaftBatch) -> None:
@@ -405,12 +414,12 @@ class _Servicer:
         self.t = transport
 
     def Send(self, batch, context) -> pb.RaftAck:
-        return pb.RaftAck(messages=self.t.receive(batch))
+        return pb.RaftAck(messages=self.t.receive(batch, context.peer_uris))
 
     def Stream(self, batches, context):
         # a sender that cancels the stream (it replaces one it found stuck) or goes away ends
         # `batches`: the loop just stops
-        r = _Receiver(self.t, context.peer)
+        r = _Receiver(self.t, context.peer, context.peer_uris)
         try:
             for batch in batches:
                 ack = r.take(batch)
@@ -423,7 +432,7 @@ class _Servicer:
     def open_Stream(self, context, reply) -> _LoopReceiver:
         """Stream, served on the framed server's event loop: decoding and delivering a batch there
         costs no thread wake-up (the driver's inbox is the one hand-off)."""
-        return _LoopReceiver(self.t, context.peer, reply)
+        return _LoopReceiver(self.t, context.peer, reply, context.peer_uris)
 
 
 class RaftTransport:
@@ -500,11 +509,18 @@ class RaftTransport:
             except Exception:  # noqa: BLE001 - a sender thread must outlive a failing callback
                 log.exception("raft %d: reporting peer %d gone failed", self.node_id, peer_id)
 
-    def receive(self, batch: pb.RaftBatch) -> int:
-        """Check and deliver a received batch; returns how many messages were accepted."""
+    def receive(self, batch: pb.RaftBatch, names: frozenset[str] | None = None) -> int:
+        """Check and deliver a received batch; returns how many messages were accepted. names: the
+        URI names of the sender's certificate, when the server checks them (TLS with peer_ids): the
+        batch must then come from a node they name (raft_id_uri)."""
         if batch.cluster != self.cluster_id:
             self.refuse(UnknownPeer(f"a batch for Raft group {batch.cluster} from node {batch.frm}; "
                                      f"this is group {self.cluster_id}"))
+            return 0
+        if names is not None and raft_id_uri(batch.frm) not in names:
+            named = ", ".join(sorted(names)) or "no URI"
+            self.refuse(UnknownPeer(f"a batch claiming node {batch.frm} over a connection whose certificate "
+                                     f"names {named}, not {raft_id_uri(batch.frm)}"))
             return 0
         if batch.frm not in self._peers:
             self.refuse(UnknownPeer(f"a batch from node {batch.frm}, which is not a known member"))

@@ -30,7 +30,7 @@ class LoopStream:
 
     def __init__(self, conn: Any, sid: int, method: MethodDef, opener, window: int) -> None:
         self.conn, self.sid, self.method = conn, sid, method
-        self.ctx = CallContext(conn.peer)
+        self.ctx = CallContext(conn.peer, peer_uris=conn.ctx.peer_uris)
         self.window = window                   # the carrier's stream window (credit per stream)
         self.credit = window
         self.taken = 0

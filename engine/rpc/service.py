@@ -60,8 +60,10 @@ class CallContext:
     """What a servicer method sees of its call, on either transport."""
 
     def __init__(self, peer: str, metadata: dict[str, str] | None = None, grpc_context: Any = None,
-                 own_call: bool = False) -> None:
+                 own_call: bool = False, peer_uris: frozenset[str] | None = None) -> None:
         self.peer = peer
+        # the URI names of the peer's certificate, when the server's TLS has peer_ids; else None
+        self.peer_uris = peer_uris
         self.metadata = metadata or {}
         self._grpc = grpc_context
         self._cancelled = False

@@ -5,7 +5,10 @@ client also checks that the server's certificate names the host it dialled. A pr
 and clients use the TlsConfig given to them, else the process default: `set_default()` (the
 `logtide --tls-ca/--tls-cert/--tls-key` options) or the LOGTIDE_TLS_CA, LOGTIDE_TLS_CERT and
 LOGTIDE_TLS_KEY environment variables, which child processes inherit. Without any, plaintext
-(the default, on loopback). See docs/rpc.md, "Who may connect".
+(the default, on loopback). With `peer_ids` (`--tls-peer-ids`, LOGTIDE_TLS_PEER_IDS=1) a server
+also hands each call the URI names of its peer's certificate, for a service that binds what a
+peer claims to be to what its certificate names (Raft's peers: docs/raft.md, section 5). See
+docs/rpc.md, "Who may connect".
 """
 from __future__ import annotations
 
@@ -17,15 +20,18 @@ from typing import Optional, Union
 from logtide.errors import InvalidArgument
 
 ENV = ("LOGTIDE_TLS_CA", "LOGTIDE_TLS_CERT", "LOGTIDE_TLS_KEY")
+PEER_IDS_ENV = "LOGTIDE_TLS_PEER_IDS"
 ALPN_WIRE = "ltwire"      # the framed carrier's ALPN name; gRPC's is "h2"
 
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """Paths of the CA (verifies peers), this side's certificate and its private key."""
+    """Paths of the CA (verifies peers), this side's certificate and its private key; peer_ids: a
+    server gives each call its peer certificate's URI names (CallContext.peer_uris)."""
     ca: str
     cert: str
     key: str
+    peer_ids: bool = False
 
     def __post_init__(self) -> None:
         for what, path in (("CA", self.ca), ("certificate", self.cert), ("key", self.key)):
@@ -96,6 +102,10 @@ def set_default(cfg: Optional[TlsConfig]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = os.path.abspath(os.fspath(value))
+    if cfg is not None and cfg.peer_ids:
+        os.environ[PEER_IDS_ENV] = "1"
+    else:
+        os.environ.pop(PEER_IDS_ENV, None)
 
 
 def resolve(tls: TlsOption) -> Optional[TlsConfig]:
@@ -113,7 +123,14 @@ def resolve(tls: TlsOption) -> Optional[TlsConfig]:
         return None
     if not all(paths):
         raise InvalidArgument(f"set all of {', '.join(ENV)} or none of them")
-    return TlsConfig(*paths)
+    return TlsConfig(*paths, peer_ids=os.environ.get(PEER_IDS_ENV) == "1")
+
+
+def certificate_uris(cert: Optional[dict]) -> frozenset[str]:
+    """The URI names (subjectAltName) of a certificate as ssl's getpeercert() gives it."""
+    if not cert:
+        return frozenset()
+    return frozenset(value for kind, value in cert.get("subjectAltName", ()) if kind == "URI")
 
 
 def grpc_channel(address: str, options: list, cfg: Optional[TlsConfig], aio: bool = False):

@@ -43,7 +43,7 @@ from logtide.engine.rpc.loop_stream import LoopStream
 from logtide.engine.rpc.stream_reply import stream_reply
 from logtide.engine.rpc.grpc_passthrough import HTTP2_FIRST_BYTE, GrpcPassthrough
 from logtide.engine.rpc.service import CallContext, MethodDef, ServiceDef
-from logtide.engine.rpc.tls import TlsOption
+from logtide.engine.rpc.tls import TlsOption, certificate_uris
 from logtide.engine.rpc.tls import resolve as tls_resolve
 from logtide.engine.rpc.transport import DEFAULT_MAX_MESSAGE_SIZE
 from logtide.engine.rpc.wire_client import FRAME_SLACK, STREAM_WINDOW
@@ -77,7 +77,7 @@ class _ServerStream:
 
     def __init__(self, conn: "_ServerConn", sid: int, method: MethodDef, fn) -> None:
         self.conn, self.sid, self.method, self.fn = conn, sid, method, fn
-        self.ctx = CallContext(conn.peer)
+        self.ctx = CallContext(conn.peer, peer_uris=conn.ctx.peer_uris)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.cv = threading.Condition()
         self.credit = STREAM_WINDOW
@@ -197,7 +197,10 @@ class _ServerConn(ConnCore, asyncio.Protocol):
         self.tr = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.ctx = CallContext(self.peer)
+        tls = self.server.tls
+        # after the handshake: the CA signed this certificate
+        uris = certificate_uris(transport.get_extra_info("peercert")) if tls is not None and tls.peer_ids else None
+        self.ctx = CallContext(self.peer, peer_uris=uris)
         self.partial_since = time.monotonic()   # the preface is due
         self.server.conns.add(self)
         # with a gRPC backend the first bytes say which carrier the client speaks: answer after them

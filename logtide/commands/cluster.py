@@ -67,6 +67,13 @@ def _table(rows: list) -> str:
 
 def run_up(args: argparse.Namespace) -> int:
     from logtide.engine.cluster import local_cluster
+    from logtide.engine.rpc.tls import resolve
+    from logtide.errors import InvalidArgument
+    tls = resolve(None)
+    if tls is not None and tls.peer_ids:
+        # every process gets the one certificate: each Raft replica would refuse the others
+        raise InvalidArgument("cluster up gives every process the same certificate, and --tls-peer-ids needs "
+                              "each Raft replica's own (naming its id): drop --tls-peer-ids")
     local_cluster.up(args.dir, log_replicas=args.log_replicas, meta_replicas=args.meta_replicas, cns=args.cns,
                      ros=args.ros, spare_stores=args.spare_stores, non_voting_replicas=args.non_voting_replicas,
                      tick=args.tick, tn_load=args.tn_load,
