@@ -628,6 +628,42 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
             c.stop()
 
 
+def test_peers_with_bound_ids_survive_sigkill_rounds_and_a_stopped_follower(tmp_path):
+    """The 15 SIGKILL rounds and their checks on replicas whose certificates name their Raft ids, with
+    peer ids checked: each restarted replica is taken back over its new connections. Then a
+    follower is SIGSTOPped: appends go on through the other two (each within its deadline), and
+    thawed it applies everything the leader committed."""
+    from logtide.engine.rpc.tls import set_default
+    from tls_certs import make_raft_pki
+    pki = make_raft_pki(tmp_path / "pki", (1, 2, 3))
+    set_default(pki["client"])
+    c = None
+    try:
+        c = _NamedCluster(tmp_path, pki)
+        _sigkill_rounds(c)
+        lead = c.leader()
+        frozen = next(i for i in c.procs if i != lead)
+        client = connect_logservice(",".join(c.addr(i) for i in c.procs), deadline=10.0, call_timeout=2.0)
+        freeze(c.procs[frozen].pid)
+        try:
+            t0 = time.monotonic()
+            during = [client.append(b"while-stopped-%d" % k) for k in range(20)]
+            assert time.monotonic() - t0 < 20, "appends waited on the stopped follower"
+        finally:
+            c.procs[frozen].send_signal(signal.SIGCONT)
+        end = time.monotonic() + 30
+        while (st := c.status(frozen))["applied"] < during[-1]:
+            assert time.monotonic() < end, f"the thawed follower did not catch up: {st}"
+            time.sleep(0.05)
+        logs = "".join((tmp_path / f"replica{i}.log").read_text() for i in c.procs)
+        assert "certificate names" not in logs, "a member's own batches were refused"
+        client.close()
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
+
+
 def test_status_command_prints_every_replica(cluster):
     cluster.leader()
     out = subprocess.run([LOGTIDE, "logservice", "status", *(cluster.addr(i) for i in cluster.ports), "127.0.0.1:1"],
