@@ -5,7 +5,8 @@
   there is: the same pages plan in one process without Spark (replay_local since issue 27; before,
   it was logtide.replay's batch redo into a buffer pool, several times slower, which made the
   speed-up look 5.65x). Spark's start-up is reported apart (extra_info["spark_startup_s"]), never
-  inside a round.
+  inside a round; each side first runs two rounds that are not counted (WARMUP), so both are timed
+  at their steady state.
 - records/s per executor core against the single-process rate: the pages plan's speed-up over its
   core count, from the same rounds (a second run of the same job only measured the noise between
   runs: 0.74 beside a 1.67x speed-up in one report).
@@ -47,6 +48,10 @@ RATIOS = [
 # each round is a whole job; each side's fastest of three counts (on 2 cores the JVM's own work can
 # slow one round); the smoke test runs one
 ROUNDS = 3 if SCALE >= 1 else 1
+# rounds run first and not counted, on both sides: each side at its steady state. Spark's first jobs
+# after start-up run while its JVM still compiles (0.5-1.2 s of JIT CPU in a round, against 0.1-0.3
+# s later, on 2 cores the Python workers share), and a log's first read fills the page cache.
+WARMUP = 2 if SCALE >= 1 else 0
 _seq = itertools.count()
 
 
@@ -89,7 +94,7 @@ def test_replay_single_process(benchmark, items, replay_dir, work):
     from logtide.spark.local_replay import replay_local
     items(replay_dir.last_lsn)
     benchmark.pedantic(lambda: replay_local(replay_dir.data_dir, replay_dir.last_lsn, _out(work, "local")),
-                       rounds=ROUNDS, iterations=1)
+                       rounds=ROUNDS, iterations=1, warmup_rounds=WARMUP)
 
 
 def _spark_replay(benchmark, items, spark_session, replay_dir, work, plan):
@@ -98,7 +103,8 @@ def _spark_replay(benchmark, items, spark_session, replay_dir, work, plan):
     n = replay_dir.last_lsn
     items(n, spark_startup_s=startup, plan=plan, partitions=CORES)
     res = benchmark.pedantic(lambda: partitioned_replay(spark, replay_dir.data_dir, n, _out(work, plan),
-                                                        partitions=CORES, plan=plan), rounds=ROUNDS, iterations=1)
+                                                        partitions=CORES, plan=plan),
+                             rounds=ROUNDS, iterations=1, warmup_rounds=WARMUP)
     assert res.pages > 0
 
 
@@ -146,7 +152,7 @@ def test_pg_changed_pages_waldump(benchmark, items, pg_wal, pg_range):
     def run():
         recs, _ = waldump_records(PG_BIN, pg_wal, os.path.basename(segs[0].path), os.path.basename(segs[-1].path))
         return changed_pages_map(recs, lo, hi)
-    out = benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
+    out = benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=WARMUP)
     assert len(out) > 10
 
 
@@ -157,7 +163,7 @@ def test_pg_changed_pages_spark(benchmark, items, spark_session, pg_wal, pg_rang
     segs, lo, hi, n = pg_range
     items(n, spark_startup_s=startup, segments=len(segs))
     rows = benchmark.pedantic(lambda: pg_changed_pages(spark, str(pg_wal), lo, hi).toArrow(), rounds=ROUNDS,
-                              iterations=1)
+                              iterations=1, warmup_rounds=WARMUP)
     assert rows.num_rows > 10
 
 
@@ -201,7 +207,7 @@ def tn_state(work):
 def test_table_snapshot_cn_read(benchmark, items, tn_state):
     d, cn, ts, n = tn_state
     items(n)
-    t = benchmark.pedantic(lambda: cn.read("t", ts), rounds=3, iterations=1)
+    t = benchmark.pedantic(lambda: cn.read("t", ts), rounds=3, iterations=1, warmup_rounds=WARMUP)
     assert t.num_rows == n
 
 
@@ -211,5 +217,6 @@ def test_table_snapshot_spark(benchmark, items, spark_session, tn_state):
     spark, startup = spark_session
     d, cn, ts, n = tn_state
     items(n, spark_startup_s=startup)
-    t = benchmark.pedantic(lambda: table_snapshot(spark, d, "t", ts).toArrow(), rounds=ROUNDS, iterations=1)
+    t = benchmark.pedantic(lambda: table_snapshot(spark, d, "t", ts).toArrow(), rounds=ROUNDS, iterations=1,
+                           warmup_rounds=WARMUP)
     assert t.num_rows == n
