@@ -24,10 +24,9 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": "1g",
     "spark.python.worker.reuse": "true",
-    # each task's Python worker talks to its JVM over a Unix domain socket (Spark >= 4.1 reads it):
-    # over loopback TCP a task waited about 40 ms for its input (the length of a delayed ACK), and
-    # an empty job of two tasks took 75-110 ms against 30-50 (docs/spark.md)
-    "spark.python.unix.domain.socket.enabled": "true",
+    # not "spark.python.unix.domain.socket.enabled": it saves about 40 ms per job, but a Python
+    # worker that finds its socket closed when the session stops then prints a BrokenPipeError
+    # (docs/spark.md, "A 40 ms wait per task")
     # never import logtide from the working directory (a source tree has no compiled extension)
     "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
