@@ -49,8 +49,9 @@ RATIOS = [
 # slow one round); the smoke test runs one
 ROUNDS = 3 if SCALE >= 1 else 1
 # rounds run first and not counted, on both sides: each side at its steady state. Spark's first jobs
-# after start-up run while its JVM still compiles (0.5-1.2 s of JIT CPU in a round, against 0.1-0.3
-# s later, on 2 cores the Python workers share), and a log's first read fills the page cache.
+# after start-up run while its JVM still compiles (0.8-1.3 s of JVM CPU in a round, nearly all JIT,
+# against 0.25-0.55 s later, on the 2 cores the Python workers share), and a log's first read fills
+# the page cache.
 WARMUP = 2 if SCALE >= 1 else 0
 _seq = itertools.count()
 
