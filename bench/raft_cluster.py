@@ -5,23 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from logtide.engine.cluster.loopback_ports import free_ports  # noqa: F401 - tests/ports.py re-exports it
+
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class RaftCluster:

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from logtide.engine.cluster import process_state, roles
 from logtide.engine.cluster.layout import FILE, ClusterLayout, ProcessRecord
 from logtide.engine.cluster.layout_lock import locked
+from logtide.engine.cluster.loopback_ports import free_ports
 from logtide.engine.cluster.probe import probe
 from logtide.engine.cluster.process_restart import STOPPING
 from logtide.engine.cluster.spawn import spawn
@@ -26,18 +27,6 @@ UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 DEFAULTS = {"log_replicas": 3, "meta_replicas": 3, "cns": 2, "ros": 2, "spare_stores": 1, "tick": 0.05,
             "replica_timeout": 10.0, "tn_load": 0}
-
-
-def _free_ports(n: int) -> list[int]:
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def plan(d: str, opts: dict) -> ClusterLayout:
@@ -50,7 +39,7 @@ def plan(d: str, opts: dict) -> ClusterLayout:
             raise InvalidArgument(f"{k.replace('_', '-')} must not be negative, got {opts[k]}")
     n, s = opts["log_replicas"], opts["spare_stores"]
     k = min(roles.HAKEEPER_REPLICAS, n)
-    ports = iter(_free_ports(n + s + opts["meta_replicas"] + 2 + opts["ros"] + k))
+    ports = iter(free_ports(n + s + opts["meta_replicas"] + 2 + opts["ros"] + k))
     addr = lambda: f"127.0.0.1:{next(ports)}"                      # noqa: E731
     log_peers = {i: addr() for i in range(1, n + 1)}
     spare_addrs = {n + k: addr() for k in range(1, s + 1)}
