@@ -52,6 +52,10 @@ cdef class Memtable:
     cdef MemtableData* d
     cdef int insert_raw(self, const uint32_t* tag, uint32_t slot, uint64_t lsn) noexcept nogil
     cdef uint16_t find_head(self, const uint32_t* tag, uint32_t slot) noexcept nogil
+    # rows i..n-1 of C-contiguous (tags[n][5], lsns[n]) until one is neither inserted nor a
+    # duplicate; returns the next row, its status in rc (MT_INSERTED when all were consumed)
+    cdef Py_ssize_t insert_rows(self, const uint32_t* tags, const uint64_t* lsns, Py_ssize_t i,
+                                Py_ssize_t n, int* rc) noexcept nogil
     # LSNs of the item at head within [lo, hi], written to out (None: only counted); returns how many
     cdef Py_ssize_t lookup_raw(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out) noexcept nogil
     # the same, writing at most cap LSNs (the return value still counts them all)

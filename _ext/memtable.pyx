@@ -87,6 +87,16 @@ cdef inline uint8_t* _seg(MemtableData* d, uint16_t sid) noexcept nogil:
     return d.segs + <size_t>sid * MT_SEG_BYTES
 
 
+cdef extern from *:
+    """
+    #define lt_mt_prefetch(p) __builtin_prefetch((const void *)(p), 1, 3)
+    """
+    void _prefetch "lt_mt_prefetch"(const void* p) nogil
+
+cdef enum:
+    _AHEAD = 8      # rows hashed ahead of the insert (a power of two)
+
+
 cdef class Memtable:
     """One LogIndex memtable (see the module docstring)."""
 
@@ -107,7 +117,9 @@ cdef class Memtable:
     def reset(self, uint64_t table_id):
         """Empty the memtable for reuse under a new table id."""
         cdef uint16_t limit = self.d.seg_limit
-        memset(self.d, 0, sizeof(MemtableData))
+        # the header and hash slots only: segments are cleared as they are taken, and nothing
+        # reads a segment past used_segs or an order entry past n_order
+        memset(self.d, 0, <size_t>(<char*>self.d.segs - <char*>self.d))
         self.d.seg_limit = limit
         self.d.table_id = table_id
 
@@ -192,6 +204,34 @@ cdef class Memtable:
         d.n_order += 1
         d.max_lsn = lsn
         return MT_INSERTED
+
+    cdef Py_ssize_t insert_rows(self, const uint32_t* tags, const uint64_t* lsns, Py_ssize_t i,
+                                Py_ssize_t n, int* rc) noexcept nogil:
+        # Rows are hashed AHEAD rows early and their hash chain's first segment prefetched, so a
+        # row's chain walk finds it in cache instead of waiting on the load (the hash and the
+        # walk of different rows overlap).
+        cdef MemtableData* d = self.d
+        cdef uint32_t ring[_AHEAD]
+        cdef uint32_t s
+        cdef Py_ssize_t k, j
+        rc[0] = MT_INSERTED
+        for k in range(i, min(i + _AHEAD, n)):
+            s = tag_slot(tags + 5 * k)
+            ring[k & (_AHEAD - 1)] = s
+            _prefetch(_seg(d, d.hash[s]))
+        while i < n:
+            s = ring[i & (_AHEAD - 1)]
+            j = i + _AHEAD
+            if j < n:
+                ring[j & (_AHEAD - 1)] = tag_slot(tags + 5 * j)
+                _prefetch(_seg(d, d.hash[ring[j & (_AHEAD - 1)]]))
+            rc[0] = self.insert_raw(tags + 5 * i, s, lsns[i])
+            if rc[0] != MT_INSERTED and rc[0] != MT_DUPLICATE:
+                break
+            i += 1
+        if i == n:
+            rc[0] = MT_INSERTED
+        return i
 
     cdef Py_ssize_t lookup_raw(self, uint16_t head, uint64_t lo, uint64_t hi, uint64_t* out) noexcept nogil:
         return self.lookup_cap(head, lo, hi, out, PY_SSIZE_T_MAX if out != NULL else 0)
@@ -319,13 +359,9 @@ cdef class Memtable:
             raise ValueError(f"tags and lsns differ in length: {n} vs {l.shape[0]}")
         if start < 0 or start > n:
             raise ValueError(f"start {start} outside [0, {n}]")
-        with nogil:
-            while i < n:
-                rc = self.insert_raw(&t[i, 0], tag_slot(&t[i, 0]), l[i])
-                if rc == MT_INSERTED or rc == MT_DUPLICATE:
-                    i += 1
-                    continue
-                break
+        if i < n:
+            with nogil:
+                i = self.insert_rows(&t[0, 0], &l[0], i, n, &rc)
         if rc == MT_LSN_ORDER:
             raise LsnOrderError(f"row {i}: LSN {l[i]} is below the memtable's max LSN {self.d.max_lsn}")
         if i == n:
@@ -647,14 +683,19 @@ cdef extern from *:
 @cython.wraparound(False)
 def slices_add(uint64_t[:, ::1] slices, const uint8_t[::1] bits, Py_ssize_t j):
     """Set table j's bloom bits (4064 bytes, Bloom4K layout) into the bit-sliced matrix."""
-    cdef Py_ssize_t p, w = j >> 6
-    cdef uint64_t b = (<uint64_t>1) << (j & 63)
+    cdef Py_ssize_t q, r, w = j >> 6
+    cdef int sh = j & 63
+    cdef uint64_t byte
     if bits.shape[0] != BLOOM_BITS_BYTES_ or slices.shape[0] != BLOOM_NBITS_ or w >= slices.shape[1]:
         raise ValueError("slices_add: wrong shapes")
     with nogil:
-        for p in range(BLOOM_NBITS_):
-            if bits[p >> 3] & (1 << (p & 7)):
-                slices[p, w] |= b
+        # without a branch per bit: a bloom's bits are set at random, half of them, and a branch
+        # on each mispredicted about as often
+        for q in range(BLOOM_BITS_BYTES_):
+            byte = bits[q]
+            if byte:
+                for r in range(8):
+                    slices[8 * q + r, w] |= ((byte >> r) & 1) << sh
 
 
 cdef struct _Cands:
