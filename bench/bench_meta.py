@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from bench.conftest import scaled
 from bench.etcd_kv_client import etcd_kv
 from bench.ratios import Ratio
 from bench.sustained import PROBE_SECONDS, WARMUP_SECONDS, run_sustained, sustained_benchmark
+from logtide.engine.cluster.loopback_ports import free_ports
 
 RATIOS = [
     Ratio("meta-service over the framed carrier: upsert vs etcd put (16 client threads, 64-byte values, sustained, after warm-up)", "test_meta_net_upsert[16]",
@@ -53,12 +53,6 @@ VALUE = b"v" * 64
 
 def _key(i: int) -> str:
     return f"bench/key/{i:06d}"      # 16 bytes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _durable() -> bool:
@@ -250,7 +244,7 @@ def etcd():
     import grpc
     from bench import etcd_kv_pb2 as pb
     d = tempfile.mkdtemp(prefix="bench-etcd-")
-    cport, pport = _free_port(), _free_port()
+    cport, pport = free_ports(2)
     p = subprocess.Popen([exe, "--name", "bench", "--data-dir", os.path.join(d, "data"),
                           "--listen-client-urls", f"http://127.0.0.1:{cport}",
                           "--advertise-client-urls", f"http://127.0.0.1:{cport}",

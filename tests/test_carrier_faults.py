@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ import time
 import pytest
 from frozen import freeze
 from logtide_cli import logtide_cmd
+from ports import free_ports
 
 from logtide.errors import DeadlineExceededError, RpcError, RpcStreamBroken
 
@@ -22,12 +22,6 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("carrier", ["wir
 
 
 # --- a real server process, SIGSTOPped and SIGKILLed under concurrent callers ------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        return so.getsockname()[1]
 
 
 def _serve(path, port, carrier):
@@ -70,7 +64,7 @@ def _latest_after_restart(client, timeout: float = 15.0) -> int:
 
 def test_sigstop_then_sigkill_of_the_server_ends_every_call(tmp_path, carrier):
     from logtide import connect_logservice
-    port = _free_port()
+    port, = free_ports(1)
     p = _serve(tmp_path / "log", port, carrier)
     client = connect_logservice(f"127.0.0.1:{port}", carrier=carrier, timeout=1.5)
     try:
@@ -127,7 +121,7 @@ def test_sigkill_mid_batch_under_32_callers(tmp_path, carrier):
     Every caller ends at once with a typed error (no hang), and after a restart every acknowledged
     LSN holds exactly the payload of the caller that got it (each caller got its own reply)."""
     from logtide import connect_logservice
-    port = _free_port()
+    port, = free_ports(1)
     p = _serve(tmp_path / "log", port, carrier)
     client = connect_logservice(f"127.0.0.1:{port}", carrier=carrier, timeout=30)
     try:
@@ -194,7 +188,7 @@ def test_a_frozen_server_does_not_stall_the_other_clients_of_the_process(tmp_pat
     callers of a SIGSTOPped server end with DeadlineExceededError while another client's callers,
     to a live server, go on being answered; thawed, the first server answers the same client again."""
     from logtide import connect_logservice
-    pa, pb_ = _free_port(), _free_port()
+    pa, pb_ = free_ports(2)
     frozen, live = _serve(tmp_path / "a", pa, carrier), _serve(tmp_path / "b", pb_, carrier)
     ca = connect_logservice(f"127.0.0.1:{pa}", carrier=carrier, timeout=1.5)
     cb = connect_logservice(f"127.0.0.1:{pb_}", carrier=carrier, timeout=10)

@@ -9,6 +9,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_profiles import scaled
+from ports import free_ports
 
 from logtide.engine.logservice import connect_logservice
 from logtide.engine.logservice import replicated_pb2 as pb
@@ -93,13 +94,7 @@ def test_parse_append_reads_both_kinds():
 # --- three replicas ------------------------------------------------------------------------------------
 
 def _group(tmp_path, grpc: bool = False):
-    import socket
-    socks = [socket.socket() for _ in range(3)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = {i + 1: s.getsockname()[1] for i, s in enumerate(socks)}
-    for s in socks:
-        s.close()
+    ports = dict(zip((1, 2, 3), free_ports(3)))
     peers = {i: f"127.0.0.1:{p}" for i, p in ports.items()}
     return {i: ReplicatedLogService.open(tmp_path / f"r{i}", i, peers, peers[i], tick_interval=0.05,
                                          request_timeout=2.0, grpc_listen="127.0.0.1:0" if grpc else None)

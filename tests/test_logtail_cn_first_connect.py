@@ -1,10 +1,10 @@
 """A CN started before its TN listens (cluster up under load, a TN restart) waits for it, up to its
 connect deadline, instead of failing at once; with no TN at all it ends in a typed error."""
-import socket
 import threading
 import time
 
 import pytest
+from ports import free_ports
 
 from logtide.engine.logtail import ComputeNode, TransactionNode
 from logtide.engine.logtail.service import serve
@@ -13,9 +13,8 @@ from logtide.errors import StreamClosedError
 
 
 def _free_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    port, = free_ports(1)
+    return f"127.0.0.1:{port}"
 
 
 @pytest.mark.timeout(60)
