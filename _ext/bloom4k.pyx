@@ -12,8 +12,10 @@ cimport cython
 
 from logtide._ext.murmur3 cimport murmur3_x64_128
 from logtide._ext.crc32c cimport crc32c_update
+from logtide._ext.le_bytes cimport put_le
 from logtide._ext.murmur3 import as_key_rows
 from cpython.long cimport PyLong_Check
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from operator import index as _index
 from logtide.errors import CorruptBlockError
 
@@ -299,16 +301,10 @@ cdef class Bloom4K:
 
     def to_bytes(self):
         """The 4096-byte block: header (table_id, min_lsn, max_lsn, bits_size, crc32c) then bits."""
-        cdef bytearray out = bytearray(BLOOM_BLOCK_SIZE)
-        _HEADER.pack_into(out, 0, self._table_id, self._min_lsn, self._max_lsn, BLOOM_NBITS, 0)
-        cdef uint8_t* p = <uint8_t*><char*>out
-        memcpy(p + BLOOM_HEADER_SIZE, self._bits, BLOOM_BITS_BYTES)
-        cdef uint32_t crc = _block_crc(p)
-        p[28] = crc & 0xFF
-        p[29] = (crc >> 8) & 0xFF
-        p[30] = (crc >> 16) & 0xFF
-        p[31] = crc >> 24
-        return bytes(out)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, BLOOM_BLOCK_SIZE)
+        bloom_write_block(self._bits, self._table_id, self._min_lsn, self._max_lsn,
+                          <uint8_t*>PyBytes_AS_STRING(out))
+        return out
 
     @classmethod
     def from_bytes(cls, data, Py_ssize_t expected_elements=BLOOM_DEFAULT_ELEMENTS):
@@ -348,10 +344,25 @@ def _from_state(data, expected):
     return Bloom4K.from_bytes(data, expected)
 
 
-cdef uint32_t _block_crc(const uint8_t* block) noexcept:
+cdef uint32_t _block_crc(const uint8_t* block) noexcept nogil:
     """CRC-32C over the header before the crc field, then the bits."""
     cdef uint32_t c = crc32c_update(0, block, 28)
     return crc32c_update(c, block + BLOOM_HEADER_SIZE, BLOOM_BITS_BYTES)
+
+
+cdef void bloom_write_block(const uint8_t* bits, uint64_t table_id, uint64_t min_lsn, uint64_t max_lsn,
+                            uint8_t* out) noexcept nogil:
+    # the header as _HEADER packs it: table_id, min_lsn, max_lsn, bits_size, crc32c (little-endian)
+    put_le(out, table_id, 8)
+    put_le(out + 8, min_lsn, 8)
+    put_le(out + 16, max_lsn, 8)
+    put_le(out + 24, BLOOM_NBITS, 4)
+    memcpy(out + BLOOM_HEADER_SIZE, bits, BLOOM_BITS_BYTES)
+    put_le(out + 28, _block_crc(out), 4)
+
+
+cdef void bloom_add_key(uint8_t* bits, int k, const uint8_t* key, Py_ssize_t length) noexcept nogil:
+    _set_bits(bits, k, key, length)
 
 
 cdef const uint8_t[::1] _as_view(object key):

@@ -28,6 +28,8 @@ cdef enum:
     KIND_HEAD = 1
     KIND_SEG = 2
 
+    MT_IMAGE_HEADER = 44      # the serialised image's header (memtable.pyx _HDR)
+
     # insert results
     MT_INSERTED = 0
     MT_FULL = 1
@@ -71,3 +73,8 @@ cdef uint32_t tag_slot(const uint32_t* tag) noexcept nogil
 
 # the five u32 fields of a PageTag given as a 5-tuple, list or array (TypeError / OverflowError otherwise)
 cdef int tag_fields(object tag, uint32_t* out) except -1
+
+# The serialised image of a memtable (to_bytes): its size, and the image laid out at p, CRC
+# included; for writers that run without the GIL (the LogIndex table writer).
+cdef Py_ssize_t image_size(const MemtableData* d) noexcept nogil
+cdef void write_image(const MemtableData* d, uint8_t* p) noexcept nogil

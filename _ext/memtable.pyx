@@ -33,6 +33,7 @@ from libc.string cimport memcpy, memset, memcmp, memmove
 
 from logtide._ext.murmur3 cimport murmur3_x64_128
 from logtide._ext.crc32c cimport crc32c_update
+from logtide._ext.le_bytes cimport put_le
 from logtide.errors import CorruptBlockError, LsnOrderError
 from logtide.pagetag import PageTag, tag_array
 
@@ -51,10 +52,14 @@ STATUS_NAMES = {MT_INSERTED: "INSERTED", MT_FULL: "FULL", MT_PREFIX_CHANGE: "PRE
                 MT_DUPLICATE: "DUPLICATE"}
 
 # serialised form: header, hash[2048], segments 1..used, order[n], crc32c of everything before it
-MAGIC = 0x544D544C  # "LTMT"
-VERSION = 1
+cdef enum:
+    MAGIC_ = 0x544D544C  # "LTMT"
+    VERSION_ = 1
+MAGIC = MAGIC_
+VERSION = VERSION_
 _HDR = struct.Struct("<IHHQQQIIHH")  # magic, version, reserved, table_id, min, max, prefix, n_order, used, limit
 HEADER_SIZE = _HDR.size
+assert HEADER_SIZE == MT_IMAGE_HEADER
 
 
 cdef inline uint16_t _u16(const uint8_t* p) noexcept nogil:
@@ -95,6 +100,35 @@ cdef extern from *:
 
 cdef enum:
     _AHEAD = 8      # rows hashed ahead of the insert (a power of two)
+
+
+cdef Py_ssize_t image_size(const MemtableData* d) noexcept nogil:
+    return (MT_IMAGE_HEADER + MT_HASH_SLOTS * 2 + <Py_ssize_t>d.used_segs * MT_SEG_BYTES
+            + <Py_ssize_t>d.n_order * 2 + 4)
+
+
+cdef void write_image(const MemtableData* d, uint8_t* p) noexcept nogil:
+    cdef Py_ssize_t nseg = <Py_ssize_t>d.used_segs * MT_SEG_BYTES, nord = <Py_ssize_t>d.n_order * 2
+    cdef Py_ssize_t pos = MT_IMAGE_HEADER
+    # the header as _HDR packs it (little-endian): magic, version, reserved, table_id, min, max,
+    # prefix, n_order, used, limit
+    put_le(p, MAGIC_, 4)
+    put_le(p + 4, VERSION_, 2)
+    put_le(p + 6, 0, 2)
+    put_le(p + 8, d.table_id, 8)
+    put_le(p + 16, d.min_lsn, 8)
+    put_le(p + 24, d.max_lsn, 8)
+    put_le(p + 32, d.prefix, 4)
+    put_le(p + 36, d.n_order, 4)
+    put_le(p + 40, d.used_segs, 2)
+    put_le(p + 42, d.seg_limit, 2)
+    memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
+    pos += MT_HASH_SLOTS * 2
+    memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
+    pos += nseg
+    memcpy(p + pos, d.order, nord)
+    pos += nord
+    _set32(p + pos, crc32c_update(0, p, pos))
 
 
 cdef class Memtable:
@@ -476,26 +510,10 @@ cdef class Memtable:
 
     def to_bytes(self):
         """Compact form: header, hash slots, used segments, index order, CRC-32C."""
-        cdef MemtableData* d = self.d
-        cdef Py_ssize_t nseg = <Py_ssize_t>d.used_segs * MT_SEG_BYTES, nord = <Py_ssize_t>d.n_order * 2
-        cdef Py_ssize_t size = HEADER_SIZE + MT_HASH_SLOTS * 2 + nseg + nord + 4
-        cdef bytes head = _HDR.pack(MAGIC, VERSION, 0, d.table_id, d.min_lsn, d.max_lsn, d.prefix, d.n_order,
-                                    d.used_segs, d.seg_limit)
-        # built in place in the bytes object, without the GIL (the LogIndex flush thread runs this
-        # beside inserts)
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, image_size(self.d))
         cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-        cdef const uint8_t* h = <const uint8_t*>PyBytes_AS_STRING(head)
-        cdef Py_ssize_t pos = HEADER_SIZE
-        with nogil:
-            memcpy(p, h, pos)
-            memcpy(p + pos, d.hash, MT_HASH_SLOTS * 2)
-            pos += MT_HASH_SLOTS * 2
-            memcpy(p + pos, d.segs + MT_SEG_BYTES, nseg)
-            pos += nseg
-            memcpy(p + pos, d.order, nord)
-            pos += nord
-            _set32(p + pos, crc32c_update(0, p, pos))
+        with nogil:   # the LogIndex flush thread runs this beside inserts
+            write_image(self.d, p)
         return out
 
     @classmethod

@@ -1,11 +1,10 @@
 """The LogIndex meta file: the commit point of flushed tables, replaced atomically."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 from logtide import crc32c
 from logtide.errors import CorruptionError
 from logtide.logindex.table_format import (BLOOM_EXPECTED, META, META_CRC, META_MAGIC, META_NAME, META_SIZE,
@@ -70,16 +69,7 @@ def read_meta(directory: Path) -> Meta | None:
 
 
 def write_meta(directory: Path, meta: Meta) -> None:
-    """Commit meta: write a temp file, fsync it, rename it over the meta file, fsync the directory."""
+    """Commit meta: write a temp file, fsync it, rename it over the meta file, fsync the directory
+    (in one call without the GIL: a flush thread runs this beside inserts)."""
     directory = Path(directory)
-    tmp = directory / (META_NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        data = meta.to_bytes()
-        if os.write(fd, data) != len(data):
-            raise OSError(f"short write to {tmp}")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / META_NAME)
-    fsync_dir(directory)
+    replace_file_durably(directory / (META_NAME + ".tmp"), directory / META_NAME, meta.to_bytes())

@@ -5,10 +5,12 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from logtide import Bloom4K, crc32c
 from logtide.errors import CorruptBlockError
 from logtide._ext.memtable import Memtable
-from logtide.fsync_dir import fsync_dir
+from logtide._ext.table_writer import write_tables
 from logtide.logindex.table_format import (BLOOM_BLOCK, BLOOM_EXPECTED, MAX_IMAGE, SLOT_SIZE, TABLE_HEADER,
                                            TABLE_MAGIC, TABLES_PER_FILE, bloom_file_name, table_file_name)
 
@@ -68,29 +70,19 @@ class TableStore:
     def write(self, memtables: list[Memtable]) -> list[Bloom4K]:
         """Write each memtable into its table slot and its bloom block, then fsync; returns the blooms."""
         assert self.writable
-        touched, created, blooms = set(), False, []
-        for m in memtables:
-            tid = m.table_id
-            seg, slot = divmod(tid, TABLES_PER_FILE)
-            image = m.to_bytes()
-            head = TABLE_HEADER.pack(TABLE_MAGIC, len(image), tid)
-            crc = crc32c(image, crc32c(head)).to_bytes(4, "little")
+        touched, created = set(), False
+        places = np.empty((len(memtables), 4), np.int64)
+        for i, m in enumerate(memtables):
+            seg, slot = divmod(m.table_id, TABLES_PER_FILE)
             fd, new = self._fd(seg, "tbl", True)
             created |= new
-            _pwritev_all(fd, [head, image, crc], slot * SLOT_SIZE)  # no copy of the 280 KB image
-            b = Bloom4K(table_id=tid, min_lsn=m.min_lsn, max_lsn=m.max_lsn, expected_elements=self.bloom_expected)
-            b.add_many(m.tags())
             bfd, new = self._fd(seg, "bloom", True)
             created |= new
-            _pwrite_all(bfd, b.to_bytes(), slot * BLOOM_BLOCK)
+            places[i] = (fd, slot * SLOT_SIZE, bfd, slot * BLOOM_BLOCK)
             touched.add(seg)
-            blooms.append(b)
-        for seg in touched:
-            os.fsync(self._fds[(seg, "tbl")])
-            os.fsync(self._fds[(seg, "bloom")])
-        if created:
-            fsync_dir(self.dir)
-        return blooms
+        fsyncs = np.array([self._fds[(seg, kind)] for seg in sorted(touched) for kind in ("tbl", "bloom")], np.int64)
+        # one pass without the GIL: writes, fsyncs and the directory's fsync
+        return write_tables(memtables, places, self.bloom_expected, fsyncs, self.dir if created else None)
 
     # -- read --
 
@@ -141,22 +133,3 @@ class TableStore:
             except FileNotFoundError:
                 pass
 
-
-def _pwritev_all(fd: int, parts: list, offset: int) -> None:
-    views = [memoryview(p) for p in parts if len(p)]
-    while views:
-        n = os.pwritev(fd, views, offset)
-        offset += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
