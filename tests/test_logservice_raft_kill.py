@@ -628,6 +628,56 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
             c.stop()
 
 
+def test_peer_ids_bound_to_a_group_refuse_a_node_of_another_group(tmp_path):
+    """Replicas run with --group 5 and certificates naming logtide:raft:5:<id>: they elect a leader
+    and take appends. A batch claiming to come from the leader, sent with the certificate of the
+    leader's id in group 6 (same CA), is refused and logged, and nothing of it is applied."""
+    from logtide.engine.raft import messages as M
+    from logtide.engine.raft import raft_pb2 as rpb
+    from logtide.engine.raft.messages import Entry, Message
+    from logtide.engine.nodehost.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.channel import connect_replica
+    from logtide.engine.raft.wire import encode_message
+    from logtide.engine.rpc.tls import set_default
+    from tls_certs import make_raft_pki
+
+    pki = make_raft_pki(tmp_path / "pki", (1, 2, 3), group=5, foreign_group=6)
+    set_default(pki["client"])
+    c = None
+    try:
+        c = _NamedCluster(tmp_path, pki, extra=("--group", "5"))
+        lead = c.leader()
+        client = connect_logservice(",".join(c.addr(i) for i in (1, 2, 3)), deadline=20.0)
+        acked = [client.append(b"ok-%d" % k) for k in range(5)]
+        follower = next(i for i in (1, 2, 3) if i != lead)
+        st = c.status(follower)
+        t, last = st["term"], st["last_index"]
+        forged = encode_message(Message(M.APP, to=follower, frm=lead, term=t, index=last, log_term=t,
+                                        entries=[Entry(t, last + 1, M.ENTRY_NORMAL, b"forged")], commit=last + 1))
+        set_default(pki[f"foreign{lead}"])
+        raft = connect_replica(RAFT_SERVICE, c.addr(follower), timeout=10)
+        ack = raft.Send(rpb.RaftBatch(cluster=5, frm=lead, messages=[forged]))
+        raft.close()
+        set_default(pki["client"])
+        assert ack.messages == 0, "a certificate of group 6 spoke for a member of group 5"
+        log = tmp_path / f"replica{follower}.log"
+        end = time.monotonic() + 30
+        want = f"names logtide:raft:6:{lead}, not logtide:raft:{lead} (nor logtide:raft:5:{lead})"
+        while want not in (text := log.read_text()):
+            assert time.monotonic() < end, f"the refusal was not logged: {text[-2000:]}"
+            time.sleep(0.05)
+        more = [client.append(b"ok2-%d" % k) for k in range(5)]
+        recs, _ = client.read(1, 8 << 20)
+        payloads = [r.payload for r in recs]
+        assert b"forged" not in payloads and all(b"ok-%d" % k in payloads for k in range(5)), payloads
+        assert acked[-1] < more[0]
+        client.close()
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
+
+
 def test_peers_with_bound_ids_survive_sigkill_rounds_and_a_stopped_follower(tmp_path):
     """The 15 SIGKILL rounds and their checks on replicas whose certificates name their Raft ids, with
     peer ids checked: each restarted replica is taken back over its new connections. Then a

@@ -182,7 +182,8 @@ def test_sigkill_rounds_lose_no_acknowledged_write(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_replica_down_past_compaction_catches_up_through_a_snapshot(tmp_path):
-    cluster = MetaCluster(tmp_path, extra=["--snapshot-entries", "50", "--compact-keep", "5"])
+    # in Raft group 9 (--group): every batch, the snapshot's too, names it
+    cluster = MetaCluster(tmp_path, extra=["--group", "9", "--snapshot-entries", "50", "--compact-keep", "5"])
     try:
         wait_ready(cluster)
         with connect_meta(cluster.addrs(), timeout=30) as c:

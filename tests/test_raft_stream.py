@@ -271,3 +271,26 @@ def test_election_messages_bypass_a_stuck_stream():
         a.close()
         b.close()
         sb.stop(0)
+
+
+def test_peer_ids_bind_a_node_to_one_group_or_to_every_group():
+    """With peer ids on, a batch claiming node 1 of group 7 is taken when the sender's certificate
+    names logtide:raft:7:1 (this group) or logtide:raft:1 (any group), and refused, with a logged
+    reason, when it names node 1 of another group, another node, or nothing."""
+    got = []
+    b = RaftTransport(2, 7, got.extend)
+    b.set_peer(1, "127.0.0.1:1")  # a member; b never needs to reach it here
+    batch = pb.RaftBatch(cluster=7, frm=1, messages=[encode_message(_app(5))])
+    try:
+        assert b.receive(batch, frozenset({"logtide:raft:7:1"})) == 1
+        assert b.receive(batch, frozenset({"logtide:raft:1", "logtide:raft:9:4"})) == 1
+        assert b.receive(batch, None) == 1                     # a server without peer ids
+        assert len(got) == 3
+        for names in ({"logtide:raft:8:1"}, {"logtide:raft:7:2", "logtide:raft:2"}, set()):
+            assert b.receive(batch, frozenset(names)) == 0, names
+        assert len(got) == 3
+        last = str(b.errors[-1])
+        assert "names no URI, not logtide:raft:1 (nor logtide:raft:7:1)" in last, last
+        assert "logtide:raft:8:1, not logtide:raft:1" in str(b.errors[-3])
+    finally:
+        b.close()

@@ -51,14 +51,19 @@ def make_pki(d: Path) -> dict[str, TlsConfig]:
     return out
 
 
-def make_raft_pki(d: Path, ids) -> dict[str, TlsConfig]:
-    """{"raft<i>": a leaf naming Raft node i (URI logtide:raft:<i>), for each i in ids; "client": a
-    leaf of the same CA naming no node}, all with peer_ids on."""
+def make_raft_pki(d: Path, ids, group: int | None = None, foreign_group: int | None = None) -> dict[str, TlsConfig]:
+    """{"raft<i>": a leaf naming Raft node i (URI logtide:raft:<i>, or logtide:raft:<group>:<i> in
+    group `group` only), for each i in ids; "foreign<i>": node i of group `foreign_group`, when
+    given; "client": a leaf of the same CA naming no node}, all with peer_ids on."""
     ca = make_ca(d, "ca")
     out = {}
     for i in ids:
-        cert, key = make_leaf(d, ca, f"raft{i}", (f"logtide:raft:{i}",))
+        uri = f"logtide:raft:{i}" if group is None else f"logtide:raft:{group}:{i}"
+        cert, key = make_leaf(d, ca, f"raft{i}", (uri,))
         out[f"raft{i}"] = TlsConfig(str(ca[0]), str(cert), str(key), peer_ids=True)
+        if foreign_group is not None:
+            cert, key = make_leaf(d, ca, f"foreign{i}", (f"logtide:raft:{foreign_group}:{i}",))
+            out[f"foreign{i}"] = TlsConfig(str(ca[0]), str(cert), str(key), peer_ids=True)
     cert, key = make_leaf(d, ca, "client")
     out["client"] = TlsConfig(str(ca[0]), str(cert), str(key), peer_ids=True)
     return out

@@ -14,6 +14,10 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--raft", action="store_true", help="serve one replica of a Raft-replicated log service")
     s.add_argument("--id", type=int, help="(--raft) this replica's id, a key of --peers")
     s.add_argument("--peers", help="(--raft) every founding replica: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT")
+    s.add_argument("--group", type=positive_int, default=1,
+                   help="(--raft) the Raft group's id, the same on every replica of the group (default %(default)s): "
+                        "a batch for another group is refused, and with --tls-peer-ids a certificate naming "
+                        "logtide:raft:GROUP:ID speaks for node ID in this group only")
     s.add_argument("--join", action="store_true",
                    help="(--raft) a new replica: wait to be added by the leader instead of founding a group")
     s.add_argument("--tick", type=tick_seconds, default=0.1,
@@ -53,7 +57,8 @@ def serve_raft(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"--id {args.id} is not one of --peers ({sorted(peers)})")
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
     def open_replica(d: str, rid: int, members: dict, at: str, join: bool = True) -> ReplicatedLogService:
-        return ReplicatedLogService.open(d, rid, members, at, join=join, tick_interval=args.tick,
+        return ReplicatedLogService.open(d, rid, members, at, join=join, cluster_id=args.group,
+                                         tick_interval=args.tick,
                                          election_tick=args.election_tick, fsync=args.fsync,
                                          segment_size=args.segment_size, snapshot_entries=args.snapshot_entries,
                                          compact_keep=args.compact_keep, grpc_listen=args.grpc_listen)

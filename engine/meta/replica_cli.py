@@ -16,6 +16,10 @@ def add_serve_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--raft", action="store_true", help="serve one replica of the meta-service's Raft group")
     s.add_argument("--id", type=int, help="(--raft) this replica's id, a key of --peers")
     s.add_argument("--peers", help="(--raft) every founding replica's serving address: 1=HOST:PORT,2=HOST:PORT,...")
+    s.add_argument("--group", type=positive_int, default=1,
+                   help="(--raft) the Raft group's id, the same on every replica of the group (default %(default)s): "
+                        "a batch for another group is refused, and with --tls-peer-ids a certificate naming "
+                        "logtide:raft:GROUP:ID speaks for node ID in this group only")
     s.add_argument("--tick", type=tick_seconds, default=0.1,
                    help="(--raft) seconds per Raft tick (default %(default)s)")
     s.add_argument("--election-tick", type=election_tick, default=6,
@@ -104,7 +108,7 @@ def serve_raft(args: argparse.Namespace) -> int:
         kw["clock"] = FileClock(args.clock_file)
     listen = args.listen if args.listen != "127.0.0.1:0" else peers[args.id]
     replica = MetaReplica(args.dir, args.id, peers, listen, tick_interval=args.tick,
-                          election_tick=args.election_tick, join=args.join, **kw)
+                          election_tick=args.election_tick, join=args.join, cluster_id=args.group, **kw)
     stop = stop_event()
     # the first line names the bound address: scripts and tests read it
     print(f"meta-service listening on {replica.address} (raft replica {args.id}, peers {args.peers})", flush=True)

@@ -23,8 +23,8 @@ Received batches are decoded and checked here (CRC, types, sender, group) before
 them; a bad message is dropped with a logged reason and counted, and the stream goes on. A frame
 that is not a RaftBatch at all ends that stream with a typed error (logged on both sides); the
 sender opens a new one. On a server whose TLS has peer_ids, a batch is also dropped unless the
-sender's certificate names the node it claims to come from (raft_id_uri): a holder of another
-certificate from the same CA cannot speak for a member.
+sender's certificate names the node it claims to come from (raft_id_uri, in any group or in this
+one): a holder of another certificate from the same CA cannot speak for a member.
 """
 from __future__ import annotations
 
@@ -360,10 +360,11 @@ class _Peer:
             feed.kill("closed")
 
 
-def raft_id_uri(node_id: int) -> str:
+def raft_id_uri(node_id: int, group: int | None = None) -> str:
     """The certificate name (a URI in subjectAltName) that proves Raft node id `node_id` to peers
-    whose TLS has peer_ids."""
-    return f"logtide:raft:{node_id}"
+    whose TLS has peer_ids: `logtide:raft:<group>:<id>` in Raft group `group` only, and
+    `logtide:raft:<id>` (group None) in every group whose peers trust the same CA."""
+    return f"logtide:raft:{node_id}" if group is None else f"logtide:raft:{group}:{node_id}"
 
 
 class _Receiver:
@@ -517,10 +518,12 @@ class RaftTransport:
             self.refuse(UnknownPeer(f"a batch for Raft group {batch.cluster} from node {batch.frm}; "
                                      f"this is group {self.cluster_id}"))
             return 0
-        if names is not None and raft_id_uri(batch.frm) not in names:
+        if names is not None and not (raft_id_uri(batch.frm) in names
+                                      or raft_id_uri(batch.frm, self.cluster_id) in names):
             named = ", ".join(sorted(names)) or "no URI"
             self.refuse(UnknownPeer(f"a batch claiming node {batch.frm} over a connection whose certificate "
-                                     f"names {named}, not {raft_id_uri(batch.frm)}"))
+                                     f"names {named}, not {raft_id_uri(batch.frm)} "
+                                     f"(nor {raft_id_uri(batch.frm, self.cluster_id)})"))
             return 0
         if batch.frm not in self._peers:
             self.refuse(UnknownPeer(f"a batch from node {batch.frm}, which is not a known member"))
