@@ -566,6 +566,13 @@ class _NamedCluster(Cluster):
                     LOGTIDE_TLS_PEER_IDS="1")
 
 
+def _no_forgery(recs, acked, more) -> None:
+    """The log holds every acknowledged append in order, and not the forged entry."""
+    payloads = [r.payload for r in recs]
+    assert b"forged" not in payloads and all(b"ok-%d" % k in payloads for k in range(5)), payloads
+    assert acked[-1] < more[0]
+
+
 def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
     """The forgery of the test above, on a cluster whose certificates name their Raft ids: sent with
     a client's certificate (signed by the same CA, naming no node) and with another member's, it is
@@ -618,9 +625,7 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
         alone = connect_logservice(c.addr(3) + ",", deadline=10.0)
         recs, _ = alone.read(1, 8 << 20, stale=True)
         alone.close()
-        payloads = [r.payload for r in recs]
-        assert b"forged" not in payloads and all(b"ok-%d" % k in payloads for k in range(5)), payloads
-        assert acked[-1] < more[0]
+        _no_forgery(recs, acked, more)
         client.close()
     finally:
         set_default(None)
@@ -668,9 +673,7 @@ def test_peer_ids_bound_to_a_group_refuse_a_node_of_another_group(tmp_path):
             time.sleep(0.05)
         more = [client.append(b"ok2-%d" % k) for k in range(5)]
         recs, _ = client.read(1, 8 << 20)
-        payloads = [r.payload for r in recs]
-        assert b"forged" not in payloads and all(b"ok-%d" % k in payloads for k in range(5)), payloads
-        assert acked[-1] < more[0]
+        _no_forgery(recs, acked, more)
         client.close()
     finally:
         set_default(None)
