@@ -20,8 +20,9 @@ cdef class Bloom4K:
     cdef bint contains_raw(self, const uint8_t* key, Py_ssize_t length) noexcept nogil
 
 
-# For writers that run without the GIL (the LogIndex table writer): set a key's bits in a bloom's
-# bit array, and lay out the 4096-byte block of (bits, header fields) at out, CRC included.
-cdef void bloom_add_key(uint8_t* bits, int k, const uint8_t* key, Py_ssize_t length) noexcept nogil
+# For writers that run without the GIL (the LogIndex table writer): set the bits of n 20-byte
+# PageTags (tags[i] points at one) in a bloom's bit array, and lay out the 4096-byte block of
+# (bits, header fields) at out, CRC included.
+cdef void bloom_add_tags(uint8_t* bits, int k, const uint8_t* const* tags, Py_ssize_t n) noexcept nogil
 cdef void bloom_write_block(const uint8_t* bits, uint64_t table_id, uint64_t min_lsn, uint64_t max_lsn,
                             uint8_t* out) noexcept nogil

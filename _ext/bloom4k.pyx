@@ -83,6 +83,29 @@ cdef inline void _set_bits(uint8_t* bits, int k, const uint8_t* key, Py_ssize_t 
         g += step
 
 
+cdef inline void _set_hashed(uint8_t* bits, int k, uint64_t h1, uint64_t h2) noexcept nogil:
+    cdef uint64_t g = h1, step = h2 | 1, x
+    cdef int i
+    for i in range(k):
+        x = _probe(g)
+        bits[x >> 3] |= <uint8_t>(1 << (x & 7))
+        g += step
+
+
+cdef void _set_tags(uint8_t* bits, int k, const uint8_t* const* tags, Py_ssize_t n) noexcept nogil:
+    # a chunk hashed first, then its bits set: the hashes of different keys overlap in the
+    # pipeline instead of each waiting behind the last one's stores
+    cdef uint64_t h[CHUNK][2]
+    cdef Py_ssize_t i = 0, j, m
+    while i < n:
+        m = min(CHUNK, n - i)
+        for j in range(m):
+            murmur3_x64_128(tags[i + j], 20, 0, h[j])
+        for j in range(m):
+            _set_hashed(bits, k, h[j][0], h[j][1])
+        i += m
+
+
 cdef inline bint _test_bits(const uint8_t* bits, int k, const uint8_t* key, Py_ssize_t length) noexcept nogil:
     cdef uint64_t h[2]
     murmur3_x64_128(key, length, 0, h)
@@ -201,10 +224,17 @@ cdef class Bloom4K:
         cdef Py_ssize_t i, n = rows.shape[0], w = rows.shape[1]
         if n == 0:
             return
+        cdef const uint8_t* ptrs[CHUNK]
+        cdef Py_ssize_t j, m
         with nogil:
             if w == 20:
-                for i in range(n):
-                    _set_bits(self._bits, self._k, &rows[i, 0], 20)
+                i = 0
+                while i < n:
+                    m = min(CHUNK, n - i)
+                    for j in range(m):
+                        ptrs[j] = &rows[i + j, 0]
+                    _set_tags(self._bits, self._k, ptrs, m)
+                    i += m
             else:
                 for i in range(n):
                     _set_bits(self._bits, self._k, &rows[i, 0] if w else <const uint8_t*>self._bits, w)
@@ -361,8 +391,8 @@ cdef void bloom_write_block(const uint8_t* bits, uint64_t table_id, uint64_t min
     put_le(out + 28, _block_crc(out), 4)
 
 
-cdef void bloom_add_key(uint8_t* bits, int k, const uint8_t* key, Py_ssize_t length) noexcept nogil:
-    _set_bits(bits, k, key, length)
+cdef void bloom_add_tags(uint8_t* bits, int k, const uint8_t* const* tags, Py_ssize_t n) noexcept nogil:
+    _set_tags(bits, k, tags, n)
 
 
 cdef const uint8_t[::1] _as_view(object key):

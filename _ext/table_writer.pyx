@@ -14,11 +14,11 @@ from libc.errno cimport errno
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
-from logtide._ext.bloom4k cimport Bloom4K, BLOOM_BLOCK_SIZE, bloom_add_key, bloom_write_block
+from logtide._ext.bloom4k cimport Bloom4K, BLOOM_BLOCK_SIZE, bloom_add_tags, bloom_write_block
 from logtide._ext.crc32c cimport crc32c_update
 from logtide._ext.le_bytes cimport put_le
 from logtide._ext.durable_io cimport fsync_dir_path, pwrite_all
-from logtide._ext.memtable cimport (HEAD_TAG, ITEM_KIND, KIND_HEAD, MT_SEG_BYTES, Memtable, MemtableData,
+from logtide._ext.memtable cimport (HEAD_TAG, ITEM_KIND, KIND_HEAD, MT_SEG_BYTES, MT_SEGMENTS, Memtable, MemtableData,
                                     image_size, write_image)
 
 import os
@@ -38,7 +38,8 @@ cdef extern from "<unistd.h>" nogil:
 
 cdef int _write_one(MemtableData* d, uint8_t* bits, int k, uint64_t min_lsn, uint64_t max_lsn,
                     const int64_t* place, uint8_t* buf, uint8_t* block) noexcept nogil:
-    cdef Py_ssize_t n = image_size(d), sid
+    cdef const uint8_t* tags[MT_SEGMENTS]
+    cdef Py_ssize_t n = image_size(d), sid, nt = 0
     cdef const uint8_t* s
     cdef int rc
     put_le(buf, TABLE_MAGIC_, 4)
@@ -52,7 +53,9 @@ cdef int _write_one(MemtableData* d, uint8_t* bits, int k, uint64_t min_lsn, uin
     for sid in range(1, d.used_segs + 1):   # every item head holds one distinct tag
         s = d.segs + sid * MT_SEG_BYTES
         if s[ITEM_KIND] == KIND_HEAD:
-            bloom_add_key(bits, k, s + HEAD_TAG, 20)
+            tags[nt] = s + HEAD_TAG
+            nt += 1
+    bloom_add_tags(bits, k, tags, nt)
     bloom_write_block(bits, d.table_id, min_lsn, max_lsn, block)
     return pwrite_all(<int>place[2], block, BLOOM_BLOCK_SIZE, place[3])
 
