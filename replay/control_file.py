@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 from logtide._ext.crc32c import crc32c
 from logtide.errors import CorruptionError
 
@@ -45,12 +45,4 @@ def write_control(directory: str | os.PathLike, control: Control) -> None:
     d = Path(directory)
     head = struct.pack("<IIQQ", MAGIC, VERSION, control.consistent_lsn, control.next_xid)
     raw = head + struct.pack("<II", crc32c(head), 0)
-    tmp = d / (NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, raw)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, d / NAME)
-    fsync_dir(d)
+    replace_file_durably(d / (NAME + ".tmp"), d / NAME, raw)

@@ -24,6 +24,7 @@ from logtide.engine.logservice.durability_watcher import DurabilityWatcher
 from logtide.engine.logservice.log_writer import LogWriter
 from logtide.engine.logservice.loop_durability import LoopDurability
 from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 from logtide.engine.logservice.record import LogRecord, data_prefix
 from logtide.engine.logservice.recovery import recover
 from logtide.engine.logservice.segment import Segment
@@ -149,15 +150,7 @@ class LogService(LogServiceClient):
         buf = io.BytesIO()
         self._sm.save_snapshot(buf)
         path = os.path.join(self._dir, STATE_FILE)
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, buf.getvalue())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(self._dir)
+        replace_file_durably(path + ".tmp", path, buf.getvalue())
         self._reports_dirty = False
 
     def _check_open(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 
 MARKER = "ZOMBIE_KILLED"
 
@@ -18,13 +18,7 @@ MARKER = "ZOMBIE_KILLED"
 def mark_killed(replica_dir: str, replica_id: int) -> None:
     """Record durably that replica `replica_id` in `replica_dir` was killed as a zombie."""
     path = os.path.join(replica_dir, MARKER)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{replica_id}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(replica_dir)
+    replace_file_durably(path + ".tmp", path, f"{replica_id}\n".encode())
 
 
 def killed(replica_dir: str) -> bool:

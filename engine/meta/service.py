@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from logtide.engine.group_commit import open_committer
-from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 from logtide.engine.meta.command import (
     TxnCmd, UpsertCmd, check_key, check_match_seq, make_spec)
 from logtide.engine.meta.log_entry import encode_entry
@@ -220,17 +219,7 @@ class MetaService:
                 index = self._sm.save_snapshot(buf)
             if index <= self._snapshot_index and (self._dir / SNAPSHOT_FILE).exists():
                 return self._snapshot_index
-            tmp = self._dir / (SNAPSHOT_FILE + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(buf.getvalue())
-                while view:                       # a short write is legal: finish it
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._dir / SNAPSHOT_FILE)
-            fsync_dir(self._dir)
+            replace_file_durably(self._dir / (SNAPSHOT_FILE + ".tmp"), self._dir / SNAPSHOT_FILE, buf.getvalue())
             if index > self._log.get_truncated_lsn():
                 try:
                     self._log.truncate(index)

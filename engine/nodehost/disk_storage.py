@@ -45,6 +45,7 @@ from logtide.engine.raft.raft_format import (
 from logtide.engine.raft.storage import founding_entries, limit_size
 from logtide.errors import CorruptLogError
 from logtide.fsync_dir import fsync_dir
+from logtide._ext.durable_io import replace_file_durably
 
 log = logging.getLogger("logtide.raft")
 
@@ -68,15 +69,7 @@ def _unframe(magic: bytes, raw: bytes, what: str) -> bytes:
 
 def _write_atomic(dirpath: str, name: str, data: bytes) -> None:
     path = os.path.join(dirpath, name)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(dirpath)
+    replace_file_durably(path + ".tmp", path, data)
 
 
 def encode_entry(e: Entry) -> bytes:
