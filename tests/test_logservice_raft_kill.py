@@ -4,6 +4,7 @@ follower, and all three at once, 15 rounds) or partitioned through loopback TCP 
 blackhole traffic (the leader isolated; one follower split from the other two). Afterwards every acknowledged append is present exactly
 once, at the same LSN on every replica, no LSN ever held two records, and the recorded client
 history is linearizable (lincheck)."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -566,6 +567,47 @@ class _NamedCluster(Cluster):
                     LOGTIDE_TLS_PEER_IDS="1")
 
 
+@contextlib.contextmanager
+def _named_cluster(tmp_path, pki, **kw):
+    """A _NamedCluster, this process's calls on the client certificate; stopped, and the process
+    default reset, at the end."""
+    from logtide.engine.rpc.tls import set_default
+    set_default(pki["client"])
+    c = None
+    try:
+        c = _NamedCluster(tmp_path, pki, **kw)
+        yield c
+    finally:
+        set_default(None)
+        if c is not None:
+            c.stop()
+
+
+def _send_forged(c, to, frm, st, tls, group=1) -> int:
+    """Send replica `to` an APP claiming to come from node `frm`, one entry past its log (`st`, its
+    status), over a connection on certificate `tls`; returns how many messages it took. The process
+    default goes back to the client certificate after."""
+    from logtide.engine.raft import messages as M
+    from logtide.engine.raft import raft_pb2 as rpb
+    from logtide.engine.raft.messages import Entry, Message
+    from logtide.engine.nodehost.transport import RAFT_SERVICE
+    from logtide.engine.nodehost.channel import connect_replica
+    from logtide.engine.raft.wire import encode_message
+    from logtide.engine.rpc.tls import set_default
+    t, last = st["term"], st["last_index"]
+    forged = encode_message(Message(M.APP, to=to, frm=frm, term=t, index=last, log_term=t,
+                                    entries=[Entry(t, last + 1, M.ENTRY_NORMAL, b"forged")], commit=last + 1))
+    set_default(tls)
+    try:
+        raft = connect_replica(RAFT_SERVICE, c.addr(to), timeout=10)
+        try:
+            return raft.Send(rpb.RaftBatch(cluster=group, frm=frm, messages=[forged])).messages
+        finally:
+            raft.close()
+    finally:
+        set_default(c.pki["client"])
+
+
 def _no_forgery(recs, acked, more) -> None:
     """The log holds every acknowledged append in order, and not the forged entry."""
     payloads = [r.payload for r in recs]
@@ -577,20 +619,10 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
     """The forgery of the test above, on a cluster whose certificates name their Raft ids: sent with
     a client's certificate (signed by the same CA, naming no node) and with another member's, it is
     refused on receipt, so the isolated replica commits nothing; once healed it follows the leader."""
-    from logtide.engine.raft import messages as M
-    from logtide.engine.raft import raft_pb2 as rpb
-    from logtide.engine.raft.messages import Entry, Message
-    from logtide.engine.nodehost.transport import RAFT_SERVICE
-    from logtide.engine.nodehost.channel import connect_replica
-    from logtide.engine.raft.wire import encode_message
-    from logtide.engine.rpc.tls import set_default
     from tls_certs import make_raft_pki
 
     pki = make_raft_pki(tmp_path / "pki", (1, 2, 3))
-    set_default(pki["client"])
-    c = None
-    try:
-        c = _NamedCluster(tmp_path, pki, proxied=True, start_now=(1, 2))
+    with _named_cluster(tmp_path, pki, proxied=True, start_now=(1, 2)) as c:
         c.cut([3], [1, 2])
         lead = c.leader()
         client = connect_logservice(f"{c.addr(1)},{c.addr(2)}", deadline=20.0)
@@ -598,17 +630,11 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
         end = time.monotonic() + 30
         st = _start_and_wait(c, 3, end)
         assert st["lead"] == 0 and st["term"] < c.status(lead)["term"], st
-        t, last = st["term"], st["last_index"]
-        forged = encode_message(Message(M.APP, to=3, frm=lead, term=t, index=last, log_term=t,
-                                        entries=[Entry(t, last + 1, M.ENTRY_NORMAL, b"forged")], commit=last + 1))
+        last = st["last_index"]
         other = next(i for i in (1, 2) if i != lead)
         for sender in ("client", f"raft{other}"):
-            set_default(pki[sender])
-            raft = connect_replica(RAFT_SERVICE, c.addr(3), timeout=10)
-            ack = raft.Send(rpb.RaftBatch(cluster=1, frm=lead, messages=[forged]))
-            raft.close()
-            assert ack.messages == 0, f"replica 3 took a batch claiming node {lead} with {sender}'s certificate"
-        set_default(pki["client"])
+            taken = _send_forged(c, 3, lead, st, pki[sender])
+            assert taken == 0, f"replica 3 took a batch claiming node {lead} with {sender}'s certificate"
         log3 = tmp_path / "replica3.log"
         while (text := log3.read_text()).count("certificate names") < 2:
             assert time.monotonic() < end, f"replica 3 did not log both refusals: {text[-2000:]}"
@@ -627,44 +653,22 @@ def test_with_peer_ids_a_certificate_cannot_speak_for_another_member(tmp_path):
         alone.close()
         _no_forgery(recs, acked, more)
         client.close()
-    finally:
-        set_default(None)
-        if c is not None:
-            c.stop()
 
 
 def test_peer_ids_bound_to_a_group_refuse_a_node_of_another_group(tmp_path):
     """Replicas run with --group 5 and certificates naming logtide:raft:5:<id>: they elect a leader
     and take appends. A batch claiming to come from the leader, sent with the certificate of the
     leader's id in group 6 (same CA), is refused and logged, and nothing of it is applied."""
-    from logtide.engine.raft import messages as M
-    from logtide.engine.raft import raft_pb2 as rpb
-    from logtide.engine.raft.messages import Entry, Message
-    from logtide.engine.nodehost.transport import RAFT_SERVICE
-    from logtide.engine.nodehost.channel import connect_replica
-    from logtide.engine.raft.wire import encode_message
-    from logtide.engine.rpc.tls import set_default
     from tls_certs import make_raft_pki
 
     pki = make_raft_pki(tmp_path / "pki", (1, 2, 3), group=5, foreign_group=6)
-    set_default(pki["client"])
-    c = None
-    try:
-        c = _NamedCluster(tmp_path, pki, extra=("--group", "5"))
+    with _named_cluster(tmp_path, pki, extra=("--group", "5")) as c:
         lead = c.leader()
         client = connect_logservice(",".join(c.addr(i) for i in (1, 2, 3)), deadline=20.0)
         acked = [client.append(b"ok-%d" % k) for k in range(5)]
         follower = next(i for i in (1, 2, 3) if i != lead)
-        st = c.status(follower)
-        t, last = st["term"], st["last_index"]
-        forged = encode_message(Message(M.APP, to=follower, frm=lead, term=t, index=last, log_term=t,
-                                        entries=[Entry(t, last + 1, M.ENTRY_NORMAL, b"forged")], commit=last + 1))
-        set_default(pki[f"foreign{lead}"])
-        raft = connect_replica(RAFT_SERVICE, c.addr(follower), timeout=10)
-        ack = raft.Send(rpb.RaftBatch(cluster=5, frm=lead, messages=[forged]))
-        raft.close()
-        set_default(pki["client"])
-        assert ack.messages == 0, "a certificate of group 6 spoke for a member of group 5"
+        taken = _send_forged(c, follower, lead, c.status(follower), pki[f"foreign{lead}"], group=5)
+        assert taken == 0, "a certificate of group 6 spoke for a member of group 5"
         log = tmp_path / f"replica{follower}.log"
         end = time.monotonic() + 30
         want = f"names logtide:raft:6:{lead}, not logtide:raft:{lead} (nor logtide:raft:5:{lead})"
@@ -675,10 +679,6 @@ def test_peer_ids_bound_to_a_group_refuse_a_node_of_another_group(tmp_path):
         recs, _ = client.read(1, 8 << 20)
         _no_forgery(recs, acked, more)
         client.close()
-    finally:
-        set_default(None)
-        if c is not None:
-            c.stop()
 
 
 def test_peers_with_bound_ids_survive_sigkill_rounds_and_a_stopped_follower(tmp_path):
