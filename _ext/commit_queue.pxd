@@ -59,6 +59,7 @@ cdef class CommitQueue:
     cdef double batch_interval, unsynced_since
     cdef FrameBuf solo_buf
     cdef readonly uint64_t direct_writes  # appends a lone appender wrote itself
+    cdef readonly uint64_t groups_here    # groups a caller of commit_here wrote itself (also in groups)
     # notify_durable: an eventfd written once `published` reaches dur_at (0: none armed), or on a failure
     cdef int dur_fd
     cdef uint64_t dur_at

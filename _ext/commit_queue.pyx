@@ -20,6 +20,7 @@ indexes its own record, without a thread hand-over.
     q.append_many(rtype, prefix, payloads) -> first lsn   # a list of bytes-like, or a 2-D uint8 array
     q.enqueue_one(rtype, prefix, payload) -> lsn; q.wait_durable(lsn)   # queue now, wait later
     q.enqueue_many(rtype, prefixes, payloads) -> first lsn                # a batch, one group
+    q.enqueue_many(..., wake=False); q.commit_here() -> written here?     # an event loop's group
     q.notify_durable(lsn, eventfd) -> already?                            # an event loop's wake-up
     q.bind_index(fd, starts, count, end, roll_at); q.configure(sync_always, direct, batch_interval)
     q.run(timeout, publish) -> (first, last, starts, nbytes) for Python | CLOSED | KICKED | TIMEOUT
@@ -758,15 +759,15 @@ cdef class CommitQueue:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def enqueue_many(self, uint32_t rtype, list prefixes not None, list payloads not None) -> int:
+    def enqueue_many(self, uint32_t rtype, list prefixes not None, list payloads not None, bint wake=True) -> int:
         """enqueue_one of each (prefix, payload), all of them bytes, in one hold of the queue: their
         LSNs are consecutive from the one returned. A server's batch of calls is then one group for
         the flusher: queued one by one, the flusher would start on the first records and leave the
-        rest to a second write and fsync."""
+        rest to a second write and fsync. wake=False leaves the flusher asleep: the caller then
+        calls commit_here() (which commits the group itself or wakes the flusher)."""
         cdef Py_ssize_t n = len(payloads), i
         cdef size_t total = 0, plen, dlen
         cdef uint64_t first
-        cdef bint wake
         if n == 0 or len(prefixes) != n:
             raise ValueError("enqueue_many needs as many prefixes as payloads, and at least one")
         for i in range(n):
@@ -782,11 +783,97 @@ cdef class CommitQueue:
             pre, p = <bytes>prefixes[i], <bytes>payloads[i]
             fb_put(&self.fill, first + i, rtype, <const uint8_t*>PyBytes_AS_STRING(pre), PyBytes_GET_SIZE(pre),
                    <const uint8_t*>PyBytes_AS_STRING(p), PyBytes_GET_SIZE(p))
-        wake = self._count_append_locked()
+        if wake:
+            wake = self._count_append_locked()
+        else:
+            self.appends += 1
         lt_unlock(&self.mu)
         if wake:
             lt_futex_wake(&self.fl_word, 1)
         return first
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def commit_here(self) -> bool:
+        """Write what is queued as one group in the calling thread, as the flusher would (fdatasync
+        with sync_always, index, publish, wake its waiters), when the log is idle: True once it is
+        published. An event loop that queued its batches with enqueue_many(wake=False) calls it
+        once it has read them all, so a batch costs no wake of the flusher and no wake back.
+        False when nothing is queued, or the flusher must take it (it holds a group, the log is
+        closing or failed, a sync is requested or due, or the group reaches the roll size, the
+        pre-allocation mark or the index's end): the flusher is woken then. OSError (the queue
+        fails) when the write or sync fails. The caller's thread blocks for the write and sync,
+        with the GIL released."""
+        cdef uint64_t base, end, c, first, last
+        cdef Py_ssize_t n, i
+        cdef int err = 0
+        cdef bint wake, was_synced = False
+        cdef lt_waiter* woken = NULL
+        cdef FrameBuf tmp
+        lt_lock(&self.mu)
+        if self.appends == 0:
+            lt_unlock(&self.mu)
+            return False
+        n = self.fill.n
+        base = self.wend
+        end = base + self.fill.len
+        if (self.state != Q_OPEN or self.busy or self.solo or self.idx == NULL or self.kicked
+                or lt_load64(self.icount) + <uint64_t>n + 1 > <uint64_t>self.icap
+                or end >= self.roll_at or end >= self.mark_at or self._sync_due(lt_now())):
+            wake = self.fl_sleeping
+            if wake:
+                self.fl_sleeping = False
+                self.fl_word += 1
+            lt_unlock(&self.mu)
+            if wake:
+                lt_futex_wake(&self.fl_word, 1)
+            return False
+        # as a lone appender does: the flusher waits while solo; appends queue in the new fill
+        self.solo = True
+        tmp = self.solo_buf
+        self.solo_buf = self.fill
+        self.fill = tmp
+        fb_clear(&self.fill)
+        self.fill_gen += 1
+        self.appends = 0
+        first = self.next_lsn - <uint64_t>n
+        lt_unlock(&self.mu)
+        with nogil:
+            err = self._write_at(self.wfd, self.solo_buf.data, self.solo_buf.len, base, self.sync_always)
+            if err == 0:
+                c = lt_load64(self.icount)
+                for i in range(n):
+                    self.idx[c + i] = self.solo_buf.starts[i] + base
+                self.idx[c + n] = end
+                lt_store64(self.icount, c + n)  # release: readers see the entries before the count
+                self.wend = end
+        fb_trim(&self.solo_buf, KEEP_BYTES)  # while solo: a lone appender may use it after
+        last = first + <uint64_t>n - 1
+        lt_lock(&self.mu)
+        self.solo = False
+        if err == 0:
+            was_synced = self.durable <= self.synced
+            self.groups += 1
+            self.groups_here += 1
+            self.records += n
+            self._set_durable_locked(last, self.sync_always, lt_now())
+            woken = self._publish_locked(last)
+        # the flusher waits for this write when appends queued meanwhile, or a close, a sync request
+        # or a batch sync timer that now starts needs it
+        wake = self.fl_sleeping and (self.appends > 0 or self.state != Q_OPEN or self.kicked or err != 0
+                                     or (self.batch_interval > 0 and was_synced and not self.sync_always))
+        if wake:
+            self.fl_sleeping = False
+            self.fl_word += 1
+        lt_unlock(&self.mu)
+        if wake:
+            lt_futex_wake(&self.fl_word, 1)
+        if err:
+            exc = OSError(err, os.strerror(err))
+            self.fail(exc)
+            raise exc
+        wl_settle(woken, W_DURABLE)
+        return True
 
     def wait_durable(self, uint64_t lsn) -> int:
         """Return once every record up to lsn is published (written, and synced with sync_always),

@@ -74,6 +74,7 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         self.payloads = {}         # lsn -> payload, for the file check
         self.waiters: list[Waiter] = []
         self.blocking: list[Waiter] = []   # blocking appends mixed in (their own LSN)
+        self.held = False          # the flusher handed a group back: it holds the log until its next run
 
     def teardown(self):
         if hasattr(self, "q"):
@@ -95,15 +96,15 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         self.payloads[lsn] = p
         self.next += 1
 
-    @rule(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6))
-    def enqueue_many(self, sizes):
+    @rule(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6), wake=st.booleans())
+    def enqueue_many(self, sizes, wake):
         """A server's batch: consecutive LSNs, queued in one hold of the queue."""
         ps = [os.urandom(n) for n in sizes]
         if self.failed or self.closed:
             with pytest.raises(LogServiceFailed if self.failed else LogServiceClosed):
                 self.q.enqueue_many(7, [b"PF"] * len(ps), ps)
             return
-        first = self.q.enqueue_many(7, [b"PF"] * len(ps), ps)
+        first = self.q.enqueue_many(7, [b"PF"] * len(ps), ps, wake)
         assert first == self.next
         for i, p in enumerate(ps):
             self.payloads[first + i] = p
@@ -146,6 +147,7 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
         room = self.fl.capacity - self.fl.seg.count
         got = self.fl.run(TICK, publish)
         self.published = max(self.published, publish)
+        self.held = isinstance(got, tuple)
         if self.written_lsn < self.next - 1:
             first, last, base = self.written_lsn + 1, self.next - 1, self.written
             self.written += sum(wal.HEADER_SIZE + 2 + len(self.payloads[lsn]) for lsn in range(first, last + 1))
@@ -164,6 +166,21 @@ class PipelinedQueueMachine(RuleBasedStateMachine):
     def flusher_run(self, hand_back, pending):
         """run(), publishing first any LSN up to the written one (the flusher's last group handed back)."""
         self._run(hand_back, 0 if pending is None else self._upto_written(pending))
+
+    @rule()
+    def commit_here(self):
+        """An event loop's group: everything queued is written, synced and published by this
+        thread, unless the flusher must take it (it holds a group, the log is closing or failed,
+        the group reaches the mark or does not fit the index)."""
+        first, last = self.written_lsn + 1, self.next - 1
+        size = sum(wal.HEADER_SIZE + 2 + len(self.payloads[lsn]) for lsn in range(first, last + 1))
+        room = self.fl.capacity - self.fl.seg.count
+        here = (last >= first and not (self.failed or self.closed or self.held)
+                and last - first + 2 <= room and self.written + size < self.q.mark)
+        assert self.q.commit_here() is here
+        if here:
+            self.written += size
+            self.written_lsn = self.published = last
 
     @precondition(lambda self: not self.failed)
     @rule(frac=st.floats(0, 1))

@@ -245,3 +245,60 @@ def test_queued_groups_on_an_event_loop_are_answered_on_the_loop(tmp_path):
         th.join(30)
     with LogService.open(tmp_path / "log", fsync="always") as again:
         assert [r.data for r in again.read(1, 1 << 20)[0]] == [LogRecord.user(bytes([p]), 0).data for p in b"abcdefg"]
+
+
+def test_groups_queued_on_a_loop_are_written_by_the_loop_or_the_flusher(tmp_path):
+    """queue_group with the running loop (the framed server's appends) beside threads appending
+    on their own: the loop writes a group itself when the log is idle and leaves it to the flusher
+    when it is not. Either way every callback runs on the loop once its records are readable, and
+    the log holds every record exactly once, each at the LSN it was given."""
+    svc = LogService.open(tmp_path / "log", fsync="always")
+    loop, th, call = _loop_thread()
+    expected: dict[int, bytes] = {}
+    answers: list = []
+    stop = threading.Event()
+
+    def appender(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            p = b"t%d-%d" % (k, i)
+            expected[svc.append(p, replica_id=k)] = LogRecord.user(p, k).data
+            i += 1
+    threads = [threading.Thread(target=appender, args=(k,)) for k in (1, 2)]
+    try:
+        def register(batch: int) -> None:
+            payloads = [b"loop-%d-%d" % (batch, j) for j in range(1 + batch % 5)]
+            lsns = svc.queue_group(payloads, [0] * len(payloads), loop=loop)
+            for lsn, p in zip(lsns, payloads):
+                expected[lsn] = LogRecord.user(p, 0).data
+
+            def callback(err):
+                answers.append((err, threading.get_ident() == th.ident, svc.get_latest_lsn() >= lsns[-1]))
+            svc.when_durable(lsns[-1], callback, loop)
+        q = svc._writer.queue
+        here0 = q.groups_here
+        for batch in range(40):                  # the log idle: the loop writes each group itself
+            call(lambda: register(batch))
+            time.sleep(0.001)
+        assert q.groups_here - here0 >= 20
+        for t in threads:
+            t.start()
+        for batch in range(40, 400):             # now beside the appenders' groups
+            call(lambda: (register(batch), register(batch + 1000)))
+        stop.set()
+        for t in threads:
+            t.join(30)
+        end = time.monotonic() + 30
+        while len(answers) < 40 + 2 * 360 and time.monotonic() < end:
+            time.sleep(0.005)
+        assert len(answers) == 40 + 2 * 360
+        assert set(answers) == {(None, True, True)}
+    finally:
+        stop.set()
+        svc.close()
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(30)
+    with LogService.open(tmp_path / "log", fsync="always") as again:
+        recs = again.read(1, 1 << 30)[0]
+        assert {r.lsn: r.data for r in recs} == expected
+        assert [r.lsn for r in recs] == list(range(1, len(expected) + 1))

@@ -142,6 +142,10 @@ class LogServiceServicer:
         failed: list = []
         queued_ids: list = []
         lsns: list = []
+        try:
+            loop = asyncio.get_running_loop()     # the framed server's: it commits and is told itself
+        except RuntimeError:
+            loop = None
         if types.count(types[0]) == len(types):
             groups = [(types[0], f_ids, payloads, rids)]
         else:
@@ -152,7 +156,7 @@ class LogServiceServicer:
                       for t, ks in by_type.items()]
         for rtype, g_ids, g_payloads, g_rids in groups:
             try:
-                lsns += self.svc.queue_group(g_payloads, g_rids, rtype)
+                lsns += self.svc.queue_group(g_payloads, g_rids, rtype, loop)
             except Exception as exc:  # noqa: BLE001 - nothing of the group was queued
                 failed.extend((i, exc) for i in g_ids)
                 continue
@@ -166,10 +170,6 @@ class LogServiceServicer:
                 done(b"", failed + [(i, err) for i in queued_ids])
             else:
                 done(_lsn_replies(queued_ids, lsns), failed)
-        try:
-            loop = asyncio.get_running_loop()     # the framed server's: its flusher wakes the loop itself
-        except RuntimeError:
-            loop = None
         self.svc.when_durable(max(lsns), durable, loop)
 
     def _answer_frames(self, ids: list, requests: list, done) -> None:

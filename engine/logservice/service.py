@@ -231,11 +231,13 @@ class LogService(LogServiceClient):
             datas.append(prefix + bytes(p))
         return self._writer.append(rtype, b"", datas)
 
-    def queue_group(self, payloads: list, replica_ids: list, type: int = USER_RECORD) -> list[int]:
+    def queue_group(self, payloads: list, replica_ids: list, type: int = USER_RECORD,
+                    loop: asyncio.AbstractEventLoop | None = None) -> list[int]:
         """append_group without waiting: each payload is queued as a record of its replica id, in
         order, and its LSN returned; `when_durable(lsns[-1], ...)` says when they are durable. What
         a server does so that no thread waits per call. A payload it refuses (size, replica id)
-        raises before anything is queued."""
+        raises before anything is queued. Given the running event `loop` (called on its thread),
+        that loop writes the group itself once it has read what is ready, when the log is idle."""
         self._check_open()
         if len(payloads) != len(replica_ids) or not payloads:
             raise InvalidArgument("queue_group needs as many replica ids as payloads, and at least one")
@@ -251,7 +253,10 @@ class LogService(LogServiceClient):
                 raise RecordTooLarge(f"payload {i} of {len(p)} bytes exceeds max_record_size "
                                      f"{self._config.max_record_size} (with the 12-byte header)")
             prefixes.append(prefix)
-        first = self._writer.queue.enqueue_many(rtype, prefixes, payloads)   # one group for the flusher
+        notices = self._notices_on(loop) if loop is not None else None
+        first = self._writer.queue.enqueue_many(rtype, prefixes, payloads, notices is None)
+        if notices is not None:
+            notices.commit_soon()
         return list(range(first, first + len(payloads)))
 
     def when_durable(self, lsn: int, callback, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -259,15 +264,19 @@ class LogService(LogServiceClient):
         as durable as an append's return makes it; callback(exc) when the log fails first. The
         callback runs on the service's durability watcher thread; or, given the running event
         `loop` (called on its thread), on that loop, which the log's flusher then wakes directly."""
-        if loop is not None:
-            notices = self._loop_notices
-            if notices is None:
-                self._check_open()
-                notices = self._loop_notices = LoopDurability(self._writer.queue, loop)
-            if notices.loop is loop:
-                notices.watch(lsn, callback)
-                return
-        self._watcher.watch(lsn, callback)
+        notices = self._notices_on(loop) if loop is not None else None
+        if notices is not None:
+            notices.watch(lsn, callback)
+        else:
+            self._watcher.watch(lsn, callback)
+
+    def _notices_on(self, loop: asyncio.AbstractEventLoop) -> LoopDurability | None:
+        """The durability notices of `loop` (the first loop to ask gets them; another gets None)."""
+        notices = self._loop_notices
+        if notices is None:
+            self._check_open()
+            notices = self._loop_notices = LoopDurability(self._writer.queue, loop)
+        return notices if notices.loop is loop else None
 
     def _close_loop_notices(self) -> None:
         """Close the loop's notices on their loop (the writer drained its queue: each is answered)."""
