@@ -164,7 +164,6 @@ def test_loop_durability_follows_the_queue(tmp_path):
     answered at once; a failure answers the rest with LogServiceFailed; close answers what is left."""
     from logtide._ext.commit_queue import CommitQueue
     from logtide.engine.logservice.loop_durability import LoopDurability
-    from logtide.errors import LogServiceFailed
     loop, th, call = _loop_thread()
     try:
         q = CommitQueue(1)
@@ -275,12 +274,11 @@ def test_groups_queued_on_a_loop_are_written_by_the_loop_or_the_flusher(tmp_path
             def callback(err):
                 answers.append((err, threading.get_ident() == th.ident, svc.get_latest_lsn() >= lsns[-1]))
             svc.when_durable(lsns[-1], callback, loop)
-        q = svc._writer.queue
-        here0 = q.groups_here
+        here0 = svc.stats()["loop_groups"]
         for batch in range(40):                  # the log idle: the loop writes each group itself
             call(lambda: register(batch))
             time.sleep(0.001)
-        assert q.groups_here - here0 >= 20
+        assert svc.stats()["loop_groups"] - here0 >= 20
         for t in threads:
             t.start()
         for batch in range(40, 400):             # now beside the appenders' groups
@@ -302,3 +300,29 @@ def test_groups_queued_on_a_loop_are_written_by_the_loop_or_the_flusher(tmp_path
         recs = again.read(1, 1 << 30)[0]
         assert {r.lsn: r.data for r in recs} == expected
         assert [r.lsn for r in recs] == list(range(1, len(expected) + 1))
+
+
+def test_a_framed_server_commits_its_batches_on_its_loop(tmp_path):
+    """Appends over the framed carrier from concurrent threads: the server's loop writes their
+    groups itself (the log is otherwise idle), and each caller's LSN holds its record."""
+    from logtide import connect_logservice
+    from logtide.engine.logservice.rpc_service import LogServiceServer
+    svc = LogService.open(tmp_path / "log", fsync="always")
+    server = LogServiceServer(svc, "127.0.0.1:0", own_service=True)
+    client = connect_logservice(f"127.0.0.1:{server.port}")
+    got: dict[int, bytes] = {}
+    try:
+        def run(k: int) -> None:
+            for i in range(50):
+                p = b"%d-%d" % (k, i)
+                got[client.append(p, replica_id=k)] = LogRecord.user(p, k).data
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(got) == 400 and svc.stats()["loop_groups"] >= 1
+        assert {r.lsn: r.data for r in svc.read(1, 1 << 30)[0]} == got
+    finally:
+        client.close()
+        server.stop()

@@ -471,12 +471,14 @@ class LogService(LogServiceClient):
 
     def stats(self) -> dict:
         """Counters: writes so far (groups; records / groups = the group-commit factor), of which
-        direct_writes were a lone appender's own (fsync="batch"/"never"), the flusher's naps for an
-        expected group (its commit delay with concurrent appenders), segments, the latest and the
-        synced LSN, failed pre-allocations."""
+        direct_writes were a lone appender's own (fsync="batch"/"never") and loop_groups an event
+        loop's own (a framed server's batches), the flusher's naps for an expected group (its commit
+        delay with concurrent appenders), segments, the latest and the synced LSN, failed
+        pre-allocations."""
         with self._cv:
             q = self._writer.queue
-            return {"groups": self._writer.groups, "direct_writes": q.direct_writes, "flusher_naps": q.naps,
+            return {"groups": self._writer.groups, "direct_writes": q.direct_writes, "loop_groups": q.groups_here,
+                    "flusher_naps": q.naps,
                     "segments": len(self._segments),
                     "latest_lsn": self._writer.durable_lsn, "synced_lsn": q.synced_lsn,
                     "first_lsn": self._segments[0].first_lsn, "prealloc_errors": self._writer.prealloc_errors}
