@@ -72,6 +72,9 @@ cdef class CommitQueue:
     cdef int _refuse(self) except -1
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil
     cdef bint _count_append_locked(self) noexcept nogil
+    cdef Py_ssize_t _swap_fill_locked(self, FrameBuf* into) noexcept nogil
+    cdef bint _rouse_locked(self) noexcept nogil
+    cdef lt_waiter* _end_solo(self, uint64_t last, Py_ssize_t n, int err, uint64_t* counter) noexcept nogil
     cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0
     cdef uint64_t _wait(self, lt_waiter* w, bint wake) except? 0
     cdef uint64_t _append(self, uint32_t rtype, const uint8_t* pre, size_t plen, const uint8_t* src,

@@ -124,11 +124,54 @@ cdef class CommitQueue:
         # the first append wakes the flusher only if it sleeps unbounded: a flusher expecting a
         # group (want) looks again within the commit delay by itself, so the whole group costs it
         # one wake, by the append that completes it
-        if self.fl_sleeping and ((self.appends == 1 and not self.fl_timed) or self.appends >= self.want):
+        if (self.appends == 1 and not self.fl_timed) or self.appends >= self.want:
+            return self._rouse_locked()
+        return False
+
+    cdef Py_ssize_t _swap_fill_locked(self, FrameBuf* into) noexcept nogil:
+        """Under mu: the filling group moves to *into, whose old buffer becomes the empty fill; returns
+        the group's appends (reset). The next group's waiters sleep on the other group word."""
+        cdef FrameBuf tmp = into[0]
+        cdef Py_ssize_t appends = self.appends
+        into[0] = self.fill
+        self.fill = tmp
+        fb_clear(&self.fill)
+        self.fill_gen += 1
+        self.appends = 0
+        return appends
+
+    cdef bint _rouse_locked(self) noexcept nogil:
+        """Under mu: mark a sleeping flusher as woken; True when it slept (the caller then wakes it
+        with lt_futex_wake after unlocking)."""
+        if self.fl_sleeping:
             self.fl_sleeping = False
             self.fl_word += 1
             return True
         return False
+
+    cdef lt_waiter* _end_solo(self, uint64_t last, Py_ssize_t n, int err, uint64_t* counter) noexcept nogil:
+        """End a solo write (a lone appender's record, an event loop's group) of the n records up to
+        `last`: publish them unless err (counting the write in *counter too), and wake the flusher when
+        it waits for this write (appends queued behind it, a close, a sync request or a batch sync
+        timer that starts now). Returns the waiters to settle."""
+        cdef lt_waiter* woken = NULL
+        cdef bint wake, was_synced = False
+        lt_lock(&self.mu)
+        self.solo = False
+        if err == 0:
+            was_synced = self.durable <= self.synced
+            self.groups += 1
+            self.records += n
+            counter[0] += 1
+            self._set_durable_locked(last, self.sync_always, lt_now())
+            woken = self._publish_locked(last)
+        wake = ((self.appends > 0 or self.state != Q_OPEN or self.kicked or err != 0
+                 or (self.batch_interval > 0 and was_synced and not self.sync_always))
+                and self._rouse_locked())
+        lt_unlock(&self.mu)
+        if wake:
+            lt_futex_wake(&self.fl_word, 1)
+        return woken
 
     cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0:
         """Take mu, check the queue is open and make room in `fill` for n frames of `total` bytes:
@@ -199,7 +242,6 @@ cdef class CommitQueue:
         cdef uint64_t lsn = self.next_lsn
         cdef uint64_t base = self.wend, c
         cdef int err = 0
-        cdef bint was_synced = False, wake
         cdef lt_waiter* woken = NULL
         self.next_lsn += 1
         self.solo = True
@@ -216,25 +258,7 @@ cdef class CommitQueue:
             self.idx[c + 1] = base + size  # idx[c] is the old end: where this frame starts
             lt_store64(self.icount, c + 1)
             self.wend = base + size
-        lt_lock(&self.mu)
-        self.solo = False
-        if err == 0:
-            was_synced = self.durable <= self.synced
-            self.groups += 1
-            self.records += 1
-            self.direct_writes += 1
-            self._set_durable_locked(lsn, False, lt_now())
-            woken = self._publish_locked(lsn)
-        # the flusher waits for this write when appends queued behind it, or a close, a sync request
-        # or a batch sync timer that now starts needs it
-        wake = self.fl_sleeping and (self.appends > 0 or self.state != Q_OPEN or self.kicked or err != 0
-                                     or (self.batch_interval > 0 and was_synced))
-        if wake:
-            self.fl_sleeping = False
-            self.fl_word += 1
-        lt_unlock(&self.mu)
-        if wake:
-            lt_futex_wake(&self.fl_word, 1)
+        woken = self._end_solo(lsn, 1, err, &self.direct_writes)
         if err == -1:
             self.fail(MemoryError())
             raise MemoryError()
@@ -366,7 +390,6 @@ cdef class CommitQueue:
         cdef int outcome = 0
         cdef bint napped = False, timed
         cdef Py_ssize_t appends
-        cdef FrameBuf tmp
         lt_lock(&self.mu)
         self.busy = False
         until = lt_now() + timeout
@@ -421,13 +444,7 @@ cdef class CommitQueue:
             self.fl_sleeping = self.fl_timed = False
         if outcome == 0:
             self.busy = True
-            tmp = self.out
-            self.out = self.fill
-            self.fill = tmp
-            fb_clear(&self.fill)
-            self.fill_gen += 1
-            appends = self.appends
-            self.appends = 0
+            appends = self._swap_fill_locked(&self.out)
             self.out_first = self.next_lsn - <uint64_t>self.out.n
             self.last_groups[0] = self.last_groups[1]
             self.last_groups[1] = appends
@@ -804,12 +821,11 @@ cdef class CommitQueue:
         pre-allocation mark or the index's end): the flusher is woken then. OSError (the queue
         fails) when the write or sync fails. The caller's thread blocks for the write and sync,
         with the GIL released."""
-        cdef uint64_t base, end, c, first, last
+        cdef uint64_t base, end, c, first
         cdef Py_ssize_t n, i
         cdef int err = 0
-        cdef bint wake, was_synced = False
+        cdef bint wake
         cdef lt_waiter* woken = NULL
-        cdef FrameBuf tmp
         lt_lock(&self.mu)
         if self.appends == 0:
             lt_unlock(&self.mu)
@@ -820,22 +836,14 @@ cdef class CommitQueue:
         if (self.state != Q_OPEN or self.busy or self.solo or self.idx == NULL or self.kicked
                 or lt_load64(self.icount) + <uint64_t>n + 1 > <uint64_t>self.icap
                 or end >= self.roll_at or end >= self.mark_at or self._sync_due(lt_now())):
-            wake = self.fl_sleeping
-            if wake:
-                self.fl_sleeping = False
-                self.fl_word += 1
+            wake = self._rouse_locked()
             lt_unlock(&self.mu)
             if wake:
                 lt_futex_wake(&self.fl_word, 1)
             return False
         # as a lone appender does: the flusher waits while solo; appends queue in the new fill
         self.solo = True
-        tmp = self.solo_buf
-        self.solo_buf = self.fill
-        self.fill = tmp
-        fb_clear(&self.fill)
-        self.fill_gen += 1
-        self.appends = 0
+        self._swap_fill_locked(&self.solo_buf)
         first = self.next_lsn - <uint64_t>n
         lt_unlock(&self.mu)
         with nogil:
@@ -848,26 +856,7 @@ cdef class CommitQueue:
                 lt_store64(self.icount, c + n)  # release: readers see the entries before the count
                 self.wend = end
         fb_trim(&self.solo_buf, KEEP_BYTES)  # while solo: a lone appender may use it after
-        last = first + <uint64_t>n - 1
-        lt_lock(&self.mu)
-        self.solo = False
-        if err == 0:
-            was_synced = self.durable <= self.synced
-            self.groups += 1
-            self.groups_here += 1
-            self.records += n
-            self._set_durable_locked(last, self.sync_always, lt_now())
-            woken = self._publish_locked(last)
-        # the flusher waits for this write when appends queued meanwhile, or a close, a sync request
-        # or a batch sync timer that now starts needs it
-        wake = self.fl_sleeping and (self.appends > 0 or self.state != Q_OPEN or self.kicked or err != 0
-                                     or (self.batch_interval > 0 and was_synced and not self.sync_always))
-        if wake:
-            self.fl_sleeping = False
-            self.fl_word += 1
-        lt_unlock(&self.mu)
-        if wake:
-            lt_futex_wake(&self.fl_word, 1)
+        woken = self._end_solo(first + <uint64_t>n - 1, n, err, &self.groups_here)
         if err:
             exc = OSError(err, os.strerror(err))
             self.fail(exc)
