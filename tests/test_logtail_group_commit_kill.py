@@ -43,6 +43,9 @@ CHILD = textwrap.dedent("""
             n += 1
             if n % 2 == 0:
                 tn.checkpoint_now()
+                with out:
+                    sys.stdout.write("mark\\n")   # a checkpoint under load: the kill waits for one
+                    sys.stdout.flush()
 
     for k in range({threads}):
         threading.Thread(target=committer, args=(k,), daemon=True).start()
@@ -53,7 +56,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.timeout(240)
 def test_sigkill_under_sixteen_committers(tmp_path):
-    first = run_and_kill(CHILD, tmp_path, 0, 1500)
+    first = run_and_kill(CHILD, tmp_path, 0, 1500, marks=1)
     second = run_and_kill(CHILD, tmp_path, 100_000, 800)     # ids of the second life never meet the first's
     tn = TransactionNode.open(tmp_path)
     cn = None
