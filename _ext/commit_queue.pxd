@@ -73,6 +73,7 @@ cdef class CommitQueue:
     cdef bint _enqueue_locked(self, lt_waiter* w) noexcept nogil
     cdef bint _count_append_locked(self) noexcept nogil
     cdef Py_ssize_t _swap_fill_locked(self, FrameBuf* into) noexcept nogil
+    cdef bint _idle_for_locked(self, Py_ssize_t n, uint64_t end) noexcept nogil
     cdef bint _rouse_locked(self) noexcept nogil
     cdef lt_waiter* _end_solo(self, uint64_t last, Py_ssize_t n, int err, uint64_t* counter) noexcept nogil
     cdef uint64_t _lock_reserve(self, size_t total, Py_ssize_t n) except? 0

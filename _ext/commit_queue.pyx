@@ -140,6 +140,16 @@ cdef class CommitQueue:
         self.appends = 0
         return appends
 
+    cdef bint _idle_for_locked(self, Py_ssize_t n, uint64_t end) noexcept nogil:
+        """Under mu: may a thread other than the flusher write n frames ending at segment offset
+        `end` itself (a lone appender, an event loop)? Only when the log is open and idle (the
+        flusher holds no group, no other solo write runs), the frames fit the bound index, and
+        the flusher's Python is not needed: no roll, no pre-allocation mark, no sync requested
+        or due."""
+        return (self.state == Q_OPEN and not self.busy and not self.solo and self.idx != NULL
+                and not self.kicked and lt_load64(self.icount) + <uint64_t>n + 1 <= <uint64_t>self.icap
+                and end < self.roll_at and end < self.mark_at and not self._sync_due(lt_now()))
+
     cdef bint _rouse_locked(self) noexcept nogil:
         """Under mu: mark a sleeping flusher as woken; True when it slept (the caller then wakes it
         with lt_futex_wake after unlocking)."""
@@ -217,11 +227,7 @@ cdef class CommitQueue:
         if self.state != Q_OPEN:
             lt_unlock(&self.mu)
             self._refuse()
-        if (self.direct and not self.busy and not self.solo and self.appends == 0 and self.idx != NULL
-                and lt_load64(self.icount) + 2 <= <uint64_t>self.icap
-                and self.wend + size < self.roll_at and self.wend + size < self.mark_at
-                # a sync requested or due: the flusher needs the log, so queue
-                and not self.kicked and not (self.batch_interval > 0 and self._sync_due(lt_now()))):
+        if self.direct and self.appends == 0 and self._idle_for_locked(1, self.wend + size):
             return self._append_solo(rtype, pre, plen, src, dlen, size)  # unlocks
         if fb_reserve(&self.fill, size, 1) < 0:
             lt_unlock(&self.mu)
@@ -833,9 +839,7 @@ cdef class CommitQueue:
         n = self.fill.n
         base = self.wend
         end = base + self.fill.len
-        if (self.state != Q_OPEN or self.busy or self.solo or self.idx == NULL or self.kicked
-                or lt_load64(self.icount) + <uint64_t>n + 1 > <uint64_t>self.icap
-                or end >= self.roll_at or end >= self.mark_at or self._sync_due(lt_now())):
+        if not self._idle_for_locked(n, end):
             wake = self._rouse_locked()
             lt_unlock(&self.mu)
             if wake:
