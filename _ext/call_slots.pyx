@@ -15,6 +15,11 @@ one caller waking the next costs one wake-up's latency per caller in series (33 
 where the group wake gives 55K.
 `fail(exc)` ends every call queued or in flight with `exc`. A sender on an event loop (the
 client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking in take().
+Attached to the connection's socket (attach(fd), for a poll() sender), the caller whose call
+completes a batch sends it as a CALLS frame itself, with the GIL released, and the loop writes
+its own frames through write() (_ext/socket_writer.pxd has the rule that keeps the bytes in order);
+after a deliver() the loop polls once and keeps a timer by the linger, so no returning caller
+needs to wake it.
 
     s = CallSlots(linger_s, linger_max_s, max_batch_bytes)
     s.call(method, request, timeout) -> reply bytes | a delivered error object | None (deadline) |
@@ -23,6 +28,8 @@ client's WireLoop) uses poll() and open_notify()'s eventfd instead of blocking i
     s.poll() -> frames blob | None (failed) | seconds to wait at most (-1.0: until the eventfd)
     s.open_notify() -> an eventfd written whenever a blocked take() would have been woken
     s.deliver(frames, errors) -> settled; s.fail(exc)
+    s.attach(fd); s.release(); s.write(frame) -> None | bytes for the transport; s.take_rest();
+    s.bind_methods(n); s.detach()
 
 Frames are those of engine/rpc/call_frames.py (little-endian):
     call frame:  [u64 id][u16 method][u32 length][request]
@@ -46,6 +53,8 @@ cdef object _malformed(str msg):
 cdef extern from *:
     """
     #include <unistd.h>
+    /* _cut_locked: a frame names a method the server does not know yet */
+    #define CS_NOT_BOUND ((size_t)-1)
     #include <stdint.h>
     #include <sys/eventfd.h>
 
@@ -61,13 +70,18 @@ cdef extern from *:
     static inline void cs_set_last(void* s, uint64_t epoch) { cs_last_slots = s; cs_last_epoch = epoch; }
 
     """
+    size_t NOT_BOUND "CS_NOT_BOUND"
     void cs_drain(int fd) nogil
     int cs_eventfd() nogil
     void* cs_get_last(uint64_t* epoch) nogil
     void cs_set_last(void* s, uint64_t epoch) nogil
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
-from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get32, get64, put16, put32, put64
+from logtide._ext.wire_format cimport (CALL_HEADER, FRAME_HEADER, K_CALLS, REPLY_HEADER, get16, get32, get64,
+                                      put16, put32, put64)
+from logtide._ext.crc32c cimport crc32c_update
+from logtide._ext.socket_writer cimport (SW_LOOP, SW_SENT, SocketWriter, sw_attach, sw_can_send_locked,
+                                         sw_destroy, sw_detach, sw_init, sw_send_locked)
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_futex_wake_all, lt_load, lt_lock, lt_mutex,
                                  lt_mutex_destroy, lt_mutex_init, lt_notify, lt_now, lt_store, lt_unlock)
 from logtide._ext.gil_gate cimport (lt_py_enter, lt_py_got, lt_py_leave, lt_py_queue_spin, lt_py_queued_now,
@@ -77,6 +91,8 @@ DEF S_REPLY = 1
 DEF S_FAILED = 2
 DEF RECHECK_S = 0.05      # a sleeping caller re-checks its deadline at least this often
 DEF KEEP_BYTES = 4 << 20  # a sent buffer larger than this is freed, not kept
+DEF MAX_METHOD = 0x10000   # no method index reaches it (u16)
+
 DEF WOKEN = 1             # a waiter's word once it is settled (0 while it waits)
 # a woken caller's spin for the GIL: at least this, at most SPIN_MAX (a caller's Python between
 # calls is 5-20 us, so a longer wait is for a caller that went on to other work)
@@ -147,6 +163,14 @@ cdef class CallSlots:
     cdef int notify_fd          # an eventfd also written to wake the sender (-1: none; see poll)
     cdef bint cbroken
     cdef object broken
+    cdef SocketWriter sw        # the socket, for callers that send their own batch (attach())
+    cdef bint direct            # attached (read under the mutex; the writer rechecks under its own)
+    cdef uint8_t* dout          # a direct sender's batch (the writer's mutex guards it)
+    cdef size_t dout_cap
+    cdef unsigned int methods_bound   # a direct batch names only methods below it (writer's mutex)
+    cdef bint timed             # the sender has a timer armed that polls by the linger (see poll)
+    cdef double delivered_at    # when replies last settled callers
+    cdef readonly uint64_t direct_batches
     cdef readonly double linger_s, linger_max_s
     cdef readonly size_t max_batch_bytes
     cdef readonly uint64_t batches, calls
@@ -159,12 +183,15 @@ cdef class CallSlots:
         self.max_batch_bytes = max(max_batch_bytes, <size_t>1)
         self.broken = None
         self.notify_fd = -1
+        sw_init(&self.sw)
 
     def __dealloc__(self):
         if self.notify_fd >= 0:
             close(self.notify_fd)
         free(self.pend)
         free(self.out)
+        free(self.dout)
+        sw_destroy(&self.sw)
         lt_mutex_destroy(&self.mu)
 
     @property
@@ -192,7 +219,7 @@ cdef class CallSlots:
         cdef void* p
         cdef uint8_t* f
         cdef uint64_t ep
-        cdef bint wake_sender, slept = False
+        cdef bint wake_sender, direct, slept = False
         cdef int seen
         cdef double now, end, left, bound
         if method > 0xFFFF or n > 0xFFFFFFFF:
@@ -233,12 +260,18 @@ cdef class CallSlots:
                 self.returning -= 1
             cs_set_last(NULL, 0)
         self.table[w.id] = <size_t>&w
-        wake_sender = self.snd_sleeping and (self.pend_n == 1 or self.returning == 0)
+        # attached, the caller that completes a batch sends it; the sender is woken only for a
+        # first call that no armed timer will see by the linger
+        direct = self.direct and self.returning == 0
+        wake_sender = self.snd_sleeping and not direct and (
+            self.returning == 0 or (self.pend_n == 1 and not self.timed))
         if wake_sender:
             self.snd_word += 1
         lt_unlock(&self.mu)
         end = now + timeout
         with nogil:
+            if direct and self._send_direct() and self.notify_fd >= 0:
+                lt_notify(self.notify_fd)
             if wake_sender:
                 lt_futex_wake(&self.snd_word, 1)
                 if self.notify_fd >= 0:
@@ -319,7 +352,7 @@ cdef class CallSlots:
                 lt_lock(&self.mu)
                 self.snd_sleeping = False
             if not broken and not empty:
-                cut = self._cut_locked()
+                cut = self._cut_locked(&self.out, &self.out_cap, MAX_METHOD)
             lt_unlock(&self.mu)
         if broken:
             return None
@@ -340,13 +373,23 @@ cdef class CallSlots:
                 self.epoch += 1
                 return 0
             return lend
+        if self.direct and self.returning:
+            # attached, a returning caller's call wakes no one: the sender's timer is what lets
+            # its batch go by the linger, and callers that stay away that long count as gone
+            lend = self.delivered_at + self.linger_s
+            if now >= lend:
+                self.returning = 0
+                self.epoch += 1
+                return -1
+            return lend
         return -1
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef size_t _cut_locked(self) noexcept nogil:
+    cdef size_t _cut_locked(self, uint8_t** out, size_t* out_cap, unsigned int bound) noexcept nogil:
         """Under the mutex: move whole pending frames, up to max_batch_bytes (at least one), into
-        `out`; returns their size (0 only when no memory)."""
+        out[0] (grown as needed); returns their size: 0 when no memory, NOT_BOUND (and nothing
+        moved) when one of them names a method index of `bound` or more."""
         cdef size_t cut = 0, flen
         cdef Py_ssize_t k = 0
         cdef void* p
@@ -354,15 +397,17 @@ cdef class CallSlots:
             flen = CALL_HEADER + get32(self.pend + cut + 10)
             if cut and cut + flen > self.max_batch_bytes:
                 break
+            if get16(self.pend + cut + 8) >= bound:
+                return NOT_BOUND
             cut += flen
             k += 1
-        if cut > self.out_cap:
-            p = realloc(self.out, cut)
+        if cut > out_cap[0]:
+            p = realloc(out[0], cut)
             if p == NULL:
                 return 0
-            self.out, self.out_cap = <uint8_t*>p, cut
+            out[0], out_cap[0] = <uint8_t*>p, cut
         if cut:
-            memcpy(self.out, self.pend, cut)
+            memcpy(out[0], self.pend, cut)
             memmove(self.pend, self.pend + cut, self.pend_len - cut)
             self.pend_len -= cut
             self.pend_n -= k
@@ -371,6 +416,37 @@ cdef class CallSlots:
             self.batches += 1
             self.calls += k
         return cut
+
+    cdef bint _send_direct(self) noexcept nogil:
+        """A caller that completed a batch sends it (every due batch) on the attached socket, with
+        the GIL released; True when the sender must do it instead: the loop owns the writes, a
+        batch names a method the server does not know yet, or the send would block."""
+        cdef size_t cut
+        cdef uint8_t hdr[FRAME_HEADER + 1]
+        cdef bint loop = False
+        lt_lock(&self.sw.mu)
+        while True:
+            if not sw_can_send_locked(&self.sw):
+                loop = True
+                break
+            lt_lock(&self.mu)
+            if self.cbroken or self.pend_n == 0 or self.returning != 0:
+                lt_unlock(&self.mu)
+                break                      # sent already, failed, or no longer due
+            cut = self._cut_locked(&self.dout, &self.dout_cap, self.methods_bound)
+            lt_unlock(&self.mu)
+            if cut == 0 or cut == NOT_BOUND:
+                loop = True
+                break
+            hdr[FRAME_HEADER] = K_CALLS
+            put32(hdr, <uint32_t>(cut + 1))
+            put32(hdr + 4, crc32c_update(crc32c_update(0, hdr + FRAME_HEADER, 1), self.dout, cut))
+            self.direct_batches += 1
+            if sw_send_locked(&self.sw, hdr, FRAME_HEADER + 1, self.dout, cut) != SW_SENT:
+                loop = True
+                break
+        lt_unlock(&self.sw.mu)
+        return loop
 
     cdef object _out_blob(self, size_t cut):
         if cut == 0:
@@ -414,11 +490,13 @@ cdef class CallSlots:
             else:
                 now = lt_now()
                 due = self._batch_due_locked(now)
+                self.timed = False
                 if due == 0:
                     send = True
-                    cut = self._cut_locked()
+                    cut = self._cut_locked(&self.out, &self.out_cap, MAX_METHOD)
                 else:
                     wait = max(0.0, due - now) if due > 0 else -1.0
+                    self.timed = due > 0
                     self.snd_sleeping = True
             lt_unlock(&self.mu)
         if broken:
@@ -480,6 +558,9 @@ cdef class CallSlots:
         """With the mutex held: count the settled callers as returning, unlock, and wake them with
         the GIL released (woken while this thread holds it, they would all sleep on it)."""
         self.returning += settled
+        self.delivered_at = lt_now()
+        if self.direct:
+            self.timed = True          # the loop that delivers polls next (the linger's timer)
         lt_unlock(&self.mu)
         with nogil:
             _wake_all(head, &self.group_word)
@@ -510,3 +591,72 @@ cdef class CallSlots:
         with nogil:
             lt_futex_wake(&self.snd_word, 1)
             _wake_all(head, &self.group_word)
+
+    # --- the attached socket (the event loop's side) ----------------------------------------------
+
+    def attach(self, int fd) -> None:
+        """From now on a caller that completes a batch sends it itself, on a dup of socket `fd`,
+        once the loop released the writes (release()); every write of the loop then goes through
+        write(), so the bytes on the socket stay in order."""
+        if sw_attach(&self.sw, fd) < 0:
+            raise OSError("call stream: dup() of the socket failed")
+        lt_lock(&self.mu)
+        self.direct = True
+        lt_unlock(&self.mu)
+
+    def detach(self) -> None:
+        """Stop sending on the socket (before the loop closes it); every batch is the sender's again."""
+        with nogil:
+            sw_detach(&self.sw)
+        lt_lock(&self.mu)
+        self.direct = False
+        lt_unlock(&self.mu)
+
+    def bind_methods(self, unsigned int n) -> None:
+        """Method indexes below n are known to the server (their METHODS frame is written)."""
+        with nogil:
+            lt_lock(&self.sw.mu)
+            self.methods_bound = n
+            lt_unlock(&self.sw.mu)
+
+    def write(self, bytes data):
+        """The loop writes `data`: None when it went on the socket (or the socket failed: the
+        reader sees the break), else the bytes that the loop's transport must write now (the rest
+        of a send that would have blocked comes first)."""
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+        cdef size_t n = PyBytes_GET_SIZE(data)
+        cdef int r = -1                    # -1: the loop owns the writes
+        with nogil:
+            lt_lock(&self.sw.mu)
+            if sw_can_send_locked(&self.sw):
+                r = sw_send_locked(&self.sw, p, n, NULL, 0)
+        try:
+            if r == SW_LOOP:               # the unsent part of data is the rest
+                return self._take_rest_locked()
+            if r >= 0:
+                return None
+            return self._take_rest_locked() + data if self.sw.rest_len else data
+        finally:
+            lt_unlock(&self.sw.mu)
+
+    def take_rest(self):
+        """The bytes a caller's send left for the loop to write first (None: none)."""
+        with nogil:
+            lt_lock(&self.sw.mu)
+        try:
+            return self._take_rest_locked() if self.sw.rest_len else None
+        finally:
+            lt_unlock(&self.sw.mu)
+
+    cdef bytes _take_rest_locked(self):
+        out = PyBytes_FromStringAndSize(<char*>self.sw.rest, self.sw.rest_len)
+        self.sw.rest_len = 0
+        return out
+
+    def release(self) -> None:
+        """The loop's transport wrote everything: callers may send again."""
+        with nogil:
+            lt_lock(&self.sw.mu)
+            if self.sw.fd >= 0 and self.sw.rest_len == 0:
+                self.sw.loop_owns = False
+            lt_unlock(&self.sw.mu)

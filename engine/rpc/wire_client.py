@@ -2,9 +2,10 @@
 
 One TCP connection per transport, on the process's WireLoop (engine/rpc/wire_loop.py). A unary
 call is packed into the connection's CallSlots (_ext/call_slots.pyx) and its caller sleeps there
-in C with the GIL released; the loop sends every queued call as one CALLS frame when the batch rule
-lets it go (the slots write an eventfd), and hands each REPLIES frame to the slots, which wake its
-callers one at a time, each when the one before gives up the GIL. Streams are OPEN/MSG/END frames
+in C with the GIL released; the caller that completes a batch under the batch rule sends every
+queued call as one CALLS frame on the socket itself (over TLS, or when it cannot, the slots write
+an eventfd and the loop sends it). The loop hands each REPLIES frame to the slots, which wake its
+callers at once; they pass the GIL on through the slots' gate. Streams are OPEN/MSG/END frames
 on a stream id, with per-stream credit in both directions. Every call has a deadline
 (DeadlineExceededError); a connection that breaks (reset, bad frame, GOAWAY, no answer to a
 keepalive ping) fails every call and stream on it with RpcStreamBroken, and the next call opens a
@@ -43,6 +44,8 @@ K_REPLIES, K_MSG, K_END, K_CREDIT, K_PING, K_PONG, K_GOAWAY = (
 LINGER_S = 0.001
 LINGER_MAX_S = 0.01
 MAX_BATCH_BYTES = 256 << 10
+# after a send that would have blocked, how often the loop looks whether its transport wrote it all
+RELEASE_RECHECK_S = 0.0005
 # messages a stream's receiver takes before the sender waits for credit (both directions)
 STREAM_WINDOW = 32
 # a frame may carry this much beside one message of max_message_size (headers, method table)
@@ -191,6 +194,8 @@ class _Conn(asyncio.Protocol):
         self.next_sid = 1
         self.outbox = FrameOutbox(lambda: self.wl.call_soon(self._flush))   # frames from other threads
         self.write_paused = False
+        self.direct = False                   # callers send their own batches (CallSlots.attach)
+        self.release_armed = False
         self.timer = None
         self.pump_timer: asyncio.TimerHandle | None = None   # the one armed linger wake-up
         self.pump_at = 0.0
@@ -221,6 +226,10 @@ class _Conn(asyncio.Protocol):
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
         self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch)
         loop.add_reader(self.slots.open_notify(), self._on_notify)
+        if not self.tls:      # TLS encrypts on the loop: the loop sends every batch
+            self.slots.attach(self.tr.get_extra_info("socket").fileno())
+            self.direct = True
+            self._release_soon()
         self.timer = loop.call_later(self.keepalive, self._tick)
         self._pump()    # from now on a call that the batch rule lets go writes the eventfd
 
@@ -257,7 +266,7 @@ class _Conn(asyncio.Protocol):
                 else:
                     s.on_end(None if f[2] == 0 else status_error(f[2], f[3], f[4], s.method.path))
             elif k == K_PING:
-                self.tr.write(wc.encode_ping(f[1], pong=True))
+                self._write(wc.encode_ping(f[1], pong=True))
             elif k == K_PONG:
                 pass
             elif k == K_GOAWAY:
@@ -292,7 +301,37 @@ class _Conn(asyncio.Protocol):
 
     def _on_notify(self) -> None:
         self.slots.drain_notify()
+        if self.direct:
+            rest = self.slots.take_rest()     # a caller's send that would have blocked: first out
+            if rest is not None and self.broken is None:
+                self.tr.write(rest)
+                self._release_soon()
         self._pump()
+
+    def _write(self, data: bytes) -> None:
+        """Write a frame from the loop (through the slots' writer while callers may send)."""
+        if self.direct:
+            data = self.slots.write(data)
+            if data is None:
+                return
+            self._release_soon()
+        self.tr.write(data)
+
+    def _release_soon(self) -> None:
+        if not self.release_armed:
+            self.release_armed = True
+            asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        """Let callers send again once the transport wrote all it holds."""
+        self.release_armed = False
+        if self.broken is not None or not self.direct:
+            return
+        if self.tr.get_write_buffer_size() == 0:
+            self.slots.release()
+        else:
+            self.release_armed = True
+            asyncio.get_running_loop().call_later(RELEASE_RECHECK_S, self._release)
 
     def _pump(self) -> None:
         """Send the calls the batch rule lets go now, else come back when it may (or at the eventfd)."""
@@ -302,11 +341,8 @@ class _Conn(asyncio.Protocol):
             r = self.slots.poll()
             if r.__class__ is not bytes:
                 break
-            n = len(self.paths)
-            if self.sent_methods < n:          # bind every method a queued call names, first
-                self.tr.write(wc.encode_methods(self.sent_methods, self.paths[self.sent_methods:n]))
-                self.sent_methods = n
-            self.tr.write(wc.encode_calls(r))
+            self._bind_methods()               # every method a queued call names, first
+            self._write(wc.encode_calls(r))
             if self.write_paused:
                 return
         if r is None or r < 0:
@@ -327,14 +363,22 @@ class _Conn(asyncio.Protocol):
         self.pump_timer = None
         self._pump()
 
+    def _bind_methods(self) -> None:
+        n = len(self.paths)
+        if self.sent_methods < n:
+            self._write(wc.encode_methods(self.sent_methods, self.paths[self.sent_methods:n]))
+            self.sent_methods = n
+            if self.slots is not None:
+                self.slots.bind_methods(n)
+
     def _flush(self) -> None:
         out = self.outbox.take()
         if self.broken is None and self.tr is not None:
-            n = len(self.paths)
-            if self.sent_methods < n:
-                self.tr.write(wc.encode_methods(self.sent_methods, self.paths[self.sent_methods:n]))
-                self.sent_methods = n
-            self.tr.writelines(out)
+            self._bind_methods()
+            if self.direct:
+                self._write(b"".join(out))
+            else:
+                self.tr.writelines(out)
 
     def _tick(self) -> None:
         """Keepalive: ping while calls or streams wait; no answer within keepalive_timeout breaks it."""
@@ -349,7 +393,7 @@ class _Conn(asyncio.Protocol):
         busy = self.streams or (self.slots is not None and self.slots.inflight)
         if busy and not self.ping_at and now - self.heard >= self.keepalive:
             self.ping_at = now
-            self.tr.write(wc.encode_ping(int(now * 1e6)))
+            self._write(wc.encode_ping(int(now * 1e6)))
             self.timer = loop.call_later(self.keepalive_timeout, self._tick)
             return
         self.timer = loop.call_later(self.keepalive, self._tick)
@@ -365,6 +409,8 @@ class _Conn(asyncio.Protocol):
             self.ready.exception()     # no one may wait on it any more: not an unretrieved error
         if self.slots is not None:
             self.slots.fail(self.broken)
+            self.direct = False
+            self.slots.detach()               # before the transport closes the socket
             try:
                 asyncio.get_running_loop().remove_reader(self.slots.open_notify())
             except Exception:  # noqa: BLE001 - the loop is closing
