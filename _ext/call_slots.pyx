@@ -154,6 +154,7 @@ cdef class CallSlots:
     cdef size_t out_cap
     cdef uint64_t next_id
     cdef dict table             # call id -> address of its waiter (GIL and mutex held)
+    cdef Py_ssize_t live_n      # len(table), for code without the GIL
     cdef int group_word         # every waiting caller sleeps on it; bumped to wake them
     cdef Py_ssize_t returning   # callers whose reply was handed over and that have not called again
     cdef uint64_t epoch         # bumped when the batch rule stops waiting for the returning callers
@@ -260,9 +261,11 @@ cdef class CallSlots:
                 self.returning -= 1
             cs_set_last(NULL, 0)
         self.table[w.id] = <size_t>&w
-        # attached, the caller that completes a batch sends it; the sender is woken only for a
-        # first call that no armed timer will see by the linger
-        direct = self.direct and self.returning == 0
+        self.live_n += 1
+        # attached, the caller that completes a batch sends it, unless calls of another batch are
+        # in flight (_send_direct); the sender is woken only for a first call that no armed timer
+        # will see by the linger
+        direct = self.direct and self.returning == 0 and self.live_n <= self.pend_n
         wake_sender = self.snd_sleeping and not direct and (
             self.returning == 0 or (self.pend_n == 1 and not self.timed))
         if wake_sender:
@@ -299,6 +302,7 @@ cdef class CallSlots:
             lt_lock(&self.mu)
             if w.state == S_WAITING:
                 self.table.pop(w.id, None)  # the deadline passed: forget the call (a late reply is dropped)
+                self.live_n -= 1
                 lt_unlock(&self.mu)
                 return None
             lt_unlock(&self.mu)
@@ -433,6 +437,14 @@ cdef class CallSlots:
             if self.cbroken or self.pend_n == 0 or self.returning != 0:
                 lt_unlock(&self.mu)
                 break                      # sent already, failed, or no longer due
+            if self.live_n > self.pend_n:
+                # Calls of another batch are in flight: the loop sends this one. Sent at once, the
+                # two batches' callers would stay two cohorts, each frame half full, for good; the
+                # loop, woken, often reads the other batch's replies first, and the batch rule
+                # then waits for their callers too, which merges them.
+                lt_unlock(&self.mu)
+                loop = True
+                break
             cut = self._cut_locked(&self.dout, &self.dout_cap, self.methods_bound)
             lt_unlock(&self.mu)
             if cut == 0 or cut == NOT_BOUND:
@@ -538,6 +550,7 @@ cdef class CallSlots:
                 n = get32(b + pos + 8)
                 addr = table.pop(cid, None)
                 if addr is not None:
+                    self.live_n -= 1
                     _settle(<cs_waiter*><size_t>addr,
                             PyBytes_FromStringAndSize(<const char*>b + pos + REPLY_HEADER, n), &head)
                     settled += 1
@@ -545,6 +558,7 @@ cdef class CallSlots:
             for cid_obj, e in err_ids:
                 addr = table.pop(cid_obj, None)
                 if addr is not None:
+                    self.live_n -= 1
                     _settle(<cs_waiter*><size_t>addr, e, &head)
                     settled += 1
         except BaseException:
@@ -583,6 +597,7 @@ cdef class CallSlots:
             w.next = head
             head = w
         self.table.clear()
+        self.live_n = 0
         self.pend_len = 0
         self.pend_n = 0
         self.returning = 0

@@ -220,7 +220,8 @@ def test_a_send_that_would_block_leaves_its_rest_for_the_loop_first():
 def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_batch_go():
     """Attached, replies leave the sender a timer (poll gives the linger's wait) instead of a wake
     by the first caller back; a call made while another caller stays away goes when the linger
-    ends; callers that stay away longer than the linger count as gone."""
+    ends; callers that stay away longer than the linger count as gone; a batch completed while
+    another batch's calls are in flight is the loop's to send."""
     a, b = _pair(1 << 20)
     slots = CallSlots(0.05, 1.0, 1 << 20)
     efd = slots.open_notify()
@@ -236,15 +237,20 @@ def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_
             go.wait(10)
         results[k + 10] = slots.call(0, b"b%d" % k, 10.0)
 
-    # the first batch: neither caller is returning, so each call goes by itself, sent by its caller
+    # the first batch: neither caller is returning, so the first call goes at once, sent by its
+    # caller; the second goes with it or, if the first is in flight by then, through the loop
     ths = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(2)]
     for th in ths:
         th.start()
     reader = wc.FrameReader(1 << 20, preface=False)
+    loop = Loop(a, slots)
     got = []
+    end = time.monotonic() + 10
     while len(got) < 2:
-        assert select.select([b], [], [], 10.0)[0]
-        got += [c for f in reader.feed(b.recv(65536)) for c in _calls_of(f)]
+        assert time.monotonic() < end
+        loop.turn(0.001)
+        if select.select([b], [], [], 0.001)[0]:
+            got += [c for f in reader.feed(b.recv(65536)) for c in _calls_of(f)]
     assert slots.direct_batches >= 1
     assert slots.poll() == -1.0
     slots.deliver(b"".join(pack_reply(cid, b"r") for cid, _, _ in got))
@@ -264,14 +270,17 @@ def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_
         time.sleep(r)
     assert time.monotonic() - t0 >= 0.04       # it waited for the linger
     assert [d for _, _, d in unpack_calls(r)] == [b"b0"]
-    go.set()                                    # caller 1 comes back late: it counts as gone,
-    end = time.monotonic() + 5                  # so its call goes at once, sent by itself
-    while len(got) < 3:
-        assert time.monotonic() < end
-        if select.select([b], [], [], 0.05)[0]:
-            got += [c for f in reader.feed(b.recv(65536)) for c in _calls_of(f)]
-    assert got[2][2] == b"b1"
-    cids = [c for c, _, _ in unpack_calls(r)] + [got[2][0]]
+    assert slots.poll() == -1.0                 # the loop polls until it has to wait
+    # caller 1 comes back late: it counts as gone, so its call is due at once; but b0's call is in
+    # flight, so the loop is woken to send it (which gives the two batches a chance to merge)
+    sent_before = slots.direct_batches
+    go.set()
+    assert select.select([efd], [], [], 5.0)[0] == [efd]
+    slots.drain_notify()
+    r2 = slots.poll()
+    assert [d for _, _, d in unpack_calls(r2)] == [b"b1"]
+    assert slots.direct_batches == sent_before
+    cids = [c for c, _, _ in unpack_calls(r)] + [c for c, _, _ in unpack_calls(r2)]
     slots.deliver(b"".join(pack_reply(cid, b"s") for cid in cids))
     for th in ths:
         th.join(10)
