@@ -377,9 +377,11 @@ cdef class CallSlots:
                 self.epoch += 1
                 return 0
             return lend
-        if self.direct and self.returning:
+        if self.direct and self.returning > 1:
             # attached, a returning caller's call wakes no one: the sender's timer is what lets
-            # its batch go by the linger, and callers that stay away that long count as gone
+            # its batch go by the linger, and callers that stay away that long count as gone. A
+            # lone returning caller needs no timer: its call completes the batch (a timer per call
+            # cost a one-thread client's loop a wake-up per call, 88 us of CPU per call against 69)
             lend = self.delivered_at + self.linger_s
             if now >= lend:
                 self.returning = 0

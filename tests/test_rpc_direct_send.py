@@ -291,6 +291,44 @@ def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_
     b.close()
 
 
+def test_a_lone_returning_caller_needs_no_timer_and_sends_its_next_call_itself():
+    """With one caller (a one-thread client), the replies leave the loop nothing to time: the
+    caller's next call completes the batch, and it sends that itself, without waking the loop."""
+    a, b = _pair(1 << 20)
+    slots = CallSlots(0.05, 1.0, 1 << 20)
+    efd = slots.open_notify()
+    slots.attach(a.fileno())
+    slots.release()
+    slots.bind_methods(1)
+    turn = threading.Event()
+    results = []
+
+    def caller():
+        for i in range(4):
+            turn.wait(10)
+            turn.clear()
+            results.append(slots.call(0, b"c%d" % i, 10.0))
+    th = threading.Thread(target=caller, daemon=True)
+    th.start()
+    reader = wc.FrameReader(1 << 20, preface=False)
+    for i in range(4):
+        turn.set()
+        got = []
+        while not got:
+            assert select.select([b], [], [], 10.0)[0], "the call was not sent"
+            got = [c for f in reader.feed(b.recv(65536)) for c in _calls_of(f)]
+        assert [d for _, _, d in got] == [b"c%d" % i]
+        assert slots.direct_batches == i + 1
+        slots.deliver(pack_reply(got[0][0], b"r%d" % i))
+        assert slots.poll() == -1.0               # one caller returning: no timer
+    th.join(10)
+    assert results == [b"r0", b"r1", b"r2", b"r3"]
+    assert select.select([efd], [], [], 0)[0] == []   # the loop was never woken
+    slots.detach()
+    a.close()
+    b.close()
+
+
 def test_detached_or_failed_the_loop_writes_everything():
     a, b = _pair(1 << 20)
     slots = CallSlots(0.001, 0.01, 1 << 20)
