@@ -17,6 +17,7 @@ from ports import free_ports
 from frozen import freeze
 
 LOGTIDE = os.path.join(os.path.dirname(sys.executable), "logtide")
+BIND_ATTEMPTS = 3  # free_ports cannot hold a port until the replica binds it
 TICK = "0.05"  # 0.3-0.6 s elections keep fault rounds short (the default tick is 0.1 s)
 
 
@@ -25,18 +26,48 @@ class MetaCluster:
         self.tmp = tmp_path
         self.clock_file = clock_file
         self.extra = list(extra)
-        self.ports = dict(zip(range(1, n + 1), free_ports(n)))
         self.procs = {}
         self.joined = set()     # replicas started with --join (added later as learners)
         self.links = {}         # (i, j) -> the TcpProxy replica i reaches replica j through
-        if proxied:
-            from tcp_proxy import TcpProxy
+        for attempt in range(BIND_ATTEMPTS):
+            self.ports = dict(zip(range(1, n + 1), free_ports(n)))
+            if proxied:
+                from tcp_proxy import TcpProxy
+                for i in self.ports:
+                    for j in self.ports:
+                        if i != j:
+                            self.links[(i, j)] = TcpProxy(self.addr(j))
             for i in self.ports:
-                for j in self.ports:
-                    if i != j:
-                        self.links[(i, j)] = TcpProxy(self.addr(j))
+                self.start(i)
+            if not self._port_taken() or attempt == BIND_ATTEMPTS - 1:
+                break
+            self._discard()     # another test's server took a port after free_ports chose it
+
+    def _port_taken(self, timeout=20.0):
+        """Until every replica listens: True when one exited because its port was taken."""
+        end = time.monotonic() + timeout
+        waiting = set(self.ports)
+        while waiting and time.monotonic() < end:
+            for i in list(waiting):
+                log = (self.tmp / f"meta{i}.log").read_bytes()
+                if b"listening on" in log:
+                    waiting.discard(i)
+                elif self.procs[i].poll() is not None:
+                    return b"address already in use" in log
+            time.sleep(0.02)
+        return False
+
+    def _discard(self):
+        """Throw away a group that never ran: its processes, proxies, logs and directories."""
+        import shutil
+        self.stop(signal.SIGKILL)
+        self.procs.clear()
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
         for i in self.ports:
-            self.start(i)
+            (self.tmp / f"meta{i}.log").unlink(missing_ok=True)
+            shutil.rmtree(self.tmp / f"m{i}", ignore_errors=True)
 
     def addr(self, i):
         return f"127.0.0.1:{self.ports[i]}"
