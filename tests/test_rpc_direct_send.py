@@ -33,6 +33,17 @@ def _pair(buf: int) -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+def _attached(slots: CallSlots, buf: int = 1 << 20):
+    """(client end, server end, slots, notify eventfd): slots attached to a fresh socket pair, the
+    writes released to callers, method 0 bound."""
+    a, b = _pair(buf)
+    efd = slots.open_notify()
+    slots.attach(a.fileno())
+    slots.release()
+    slots.bind_methods(1)
+    return a, b, slots, efd
+
+
 def _calls_of(frame) -> list[tuple[int, int, bytes]]:
     """(id, method, request) of a decoded CALLS frame."""
     return [(cid, m, req) for m, ids, reqs in frame[1] for cid, req in zip(ids, reqs)]
@@ -173,12 +184,7 @@ def test_a_send_that_would_block_leaves_its_rest_for_the_loop_first():
     """The peer does not read: a caller's batch larger than the socket's buffers goes out in part;
     the rest waits for the loop, which must write it before its own frame, and the peer then reads
     one whole CALLS frame and the loop's frame after it."""
-    a, b = _pair(4096)
-    slots = CallSlots(0.001, 0.01, 4 << 20)
-    efd = slots.open_notify()
-    slots.attach(a.fileno())
-    slots.release()
-    slots.bind_methods(1)
+    a, b, slots, efd = _attached(CallSlots(0.001, 0.01, 4 << 20), buf=4096)
     big = bytes(range(256)) * 4096             # 1 MiB: more than both buffers hold
     out: dict = {}
     th = threading.Thread(target=lambda: out.__setitem__(0, slots.call(0, big, 30.0)), daemon=True)
@@ -222,12 +228,7 @@ def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_
     by the first caller back; a call made while another caller stays away goes when the linger
     ends; callers that stay away longer than the linger count as gone; a batch completed while
     another batch's calls are in flight is the loop's to send."""
-    a, b = _pair(1 << 20)
-    slots = CallSlots(0.05, 1.0, 1 << 20)
-    efd = slots.open_notify()
-    slots.attach(a.fileno())
-    slots.release()
-    slots.bind_methods(1)
+    a, b, slots, efd = _attached(CallSlots(0.05, 1.0, 1 << 20))
     results: dict = {}
     go = threading.Event()
 
@@ -294,12 +295,7 @@ def test_attached_a_returning_caller_wakes_no_one_and_the_linger_still_lets_its_
 def test_a_lone_returning_caller_needs_no_timer_and_sends_its_next_call_itself():
     """With one caller (a one-thread client), the replies leave the loop nothing to time: the
     caller's next call completes the batch, and it sends that itself, without waking the loop."""
-    a, b = _pair(1 << 20)
-    slots = CallSlots(0.05, 1.0, 1 << 20)
-    efd = slots.open_notify()
-    slots.attach(a.fileno())
-    slots.release()
-    slots.bind_methods(1)
+    a, b, slots, efd = _attached(CallSlots(0.05, 1.0, 1 << 20))
     turn = threading.Event()
     results = []
 
