@@ -226,7 +226,9 @@ class _Conn(asyncio.Protocol):
         batch = max(1, min(MAX_BATCH_BYTES, self.peer_limit - 1))
         self.slots = CallSlots(LINGER_S, LINGER_MAX_S, batch)
         loop.add_reader(self.slots.open_notify(), self._on_notify)
-        if not self.tls:      # TLS encrypts on the loop: the loop sends every batch
+        # TLS encrypts on the loop: the loop sends every batch. A transport that is closing may
+        # have given its file number back already, so it is not attached either.
+        if not self.tls and self.broken is None and not self.tr.is_closing():
             self.slots.attach(self.tr.get_extra_info("socket").fileno())
             self.direct = True
             self._release_soon()
