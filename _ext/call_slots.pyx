@@ -78,8 +78,7 @@ cdef extern from *:
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
 from logtide._ext.wire_format cimport (CALL_HEADER, FRAME_HEADER, K_CALLS, REPLY_HEADER, get16, get32, get64,
-                                      put16, put32, put64)
-from logtide._ext.crc32c cimport crc32c_update
+                                      put16, put32, put64, wire_seal)
 from logtide._ext.socket_writer cimport (SW_LOOP, SW_SENT, SocketWriter, sw_attach, sw_can_send_locked,
                                          sw_destroy, sw_detach, sw_init, sw_send_locked)
 from logtide._ext.futex cimport (lt_futex_wait, lt_futex_wake, lt_futex_wake_all, lt_load, lt_lock, lt_mutex,
@@ -453,8 +452,7 @@ cdef class CallSlots:
                 loop = True
                 break
             hdr[FRAME_HEADER] = K_CALLS
-            put32(hdr, <uint32_t>(cut + 1))
-            put32(hdr + 4, crc32c_update(crc32c_update(0, hdr + FRAME_HEADER, 1), self.dout, cut))
+            wire_seal(hdr, self.dout, cut)
             self.direct_batches += 1
             if sw_send_locked(&self.sw, hdr, FRAME_HEADER + 1, self.dout, cut) != SW_SENT:
                 loop = True

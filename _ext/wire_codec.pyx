@@ -367,10 +367,9 @@ cdef bytes _alloc(Py_ssize_t body, uint8_t kind, uint8_t** o):
 
 cdef inline void _seal(bytes frame) noexcept:
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(frame)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(frame) - FRAME_HEADER
-    put32(p, <uint32_t>n)
+    cdef size_t n = <size_t>PyBytes_GET_SIZE(frame) - FRAME_HEADER - 1
     with nogil:
-        put32(p + 4, crc32c_update(0, p + FRAME_HEADER, n))
+        wire_seal(p, p + FRAME_HEADER + 1, n)
 
 
 def encode_frame(int kind, bytes body) -> bytes:

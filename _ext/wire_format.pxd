@@ -9,6 +9,8 @@
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from logtide._ext.crc32c cimport crc32c_update
+
 cdef enum:
     WIRE_MAGIC_SIZE = 8
     WIRE_PREFACE_SIZE = 12  # magic, u32 limit
@@ -69,3 +71,11 @@ cdef inline uint64_t get64(const uint8_t* p) noexcept nogil:
     cdef uint64_t v
     memcpy(&v, p, 8)
     return v
+
+
+cdef inline void wire_seal(uint8_t* head, const uint8_t* rest, size_t rest_n) noexcept nogil:
+    """Seal a frame: write its length and CRC-32C into head[0:8]. The body is head's kind byte
+    (head[FRAME_HEADER]) followed by rest[0:rest_n], which need not follow it in memory: a caller
+    may send the header and a body it keeps elsewhere in one sendmsg."""
+    put32(head, <uint32_t>(rest_n + 1))
+    put32(head + 4, crc32c_update(crc32c_update(0, head + FRAME_HEADER, 1), rest, rest_n))
