@@ -41,3 +41,22 @@ def test_a_held_port_is_never_handed_out():
     finally:
         for s in held:
             s.close()
+
+
+def test_ports_handed_to_one_process_are_not_handed_to_another():
+    """Two test workers starting replicas at once must not be told the same port: a port handed
+    out is claimed across processes for a while. 100 ports to a child, then 1,000 here: drawn at
+    random from 10,000 without the claims, about ten would collide."""
+    import subprocess
+    import sys
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "from logtide.engine.cluster.loopback_ports import free_ports; print(*free_ports(100))"],
+        capture_output=True, text=True, timeout=60, check=True)
+    theirs = set(map(int, child.stdout.split()))
+    assert len(theirs) == 100
+    ours = set()
+    for _ in range(10):
+        ours |= set(free_ports(100))
+    assert len(ours) == 1000
+    assert not ours & theirs
