@@ -37,32 +37,7 @@ cdef object _malformed(str msg):
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
 from logtide._ext.varint cimport get_varint, put_varint, varint_len
-from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER
-
-
-cdef inline uint64_t _get64(const uint8_t* p) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(7, -1, -1):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
-    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    cdef int i
-    for i in range(8):
-        p[i] = <uint8_t>(v >> (8 * i))
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>v
-    p[1] = <uint8_t>(v >> 8)
-    p[2] = <uint8_t>(v >> 16)
-    p[3] = <uint8_t>(v >> 24)
+from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get16, get32, get64, put32, put64
 
 
 def split_calls(bytes blob):
@@ -85,9 +60,9 @@ cdef list split_call_frames(const uint8_t* b, Py_ssize_t end):
     while pos < end:
         if end - pos < CALL_HEADER:
             raise _malformed(f"call frame at offset {pos}: {end - pos} bytes left, a header needs {CALL_HEADER}")
-        cid = _get64(b + pos)
-        m = b[pos + 8] | (b[pos + 9] << 8)
-        n = _get32(b + pos + 10)
+        cid = get64(b + pos)
+        m = get16(b + pos + 8)
+        n = get32(b + pos + 10)
         if n > end - pos - CALL_HEADER:
             raise _malformed(f"call frame {cid} at offset {pos}: length {n} runs "
                                   f"{n - (end - pos - CALL_HEADER)} bytes past the end of the batch")
@@ -130,8 +105,8 @@ def pack_replies(list ids, list responses):
     for k in range(count):
         r = <bytes>PyList_GET_ITEM(responses, k)
         n = PyBytes_GET_SIZE(r)
-        _put64(o + pos, <uint64_t>ids[k])
-        _put32(o + pos + 8, <uint32_t>n)
+        put64(o + pos, <uint64_t>ids[k])
+        put32(o + pos + 8, <uint32_t>n)
         memcpy(o + pos + REPLY_HEADER, PyBytes_AS_STRING(r), n)
         pos += REPLY_HEADER + n
     return out
@@ -156,13 +131,13 @@ def pack_counter_replies(list ids, uint64_t first):
     o = <uint8_t*>PyBytes_AS_STRING(out)
     for k in range(count):
         v = first + <uint64_t>k
-        _put64(o + pos, <uint64_t>ids[k])
+        put64(o + pos, <uint64_t>ids[k])
         if v == 0:
-            _put32(o + pos + 8, 0)
+            put32(o + pos + 8, 0)
             pos += REPLY_HEADER
             continue
         vl = varint_len(v)
-        _put32(o + pos + 8, <uint32_t>(1 + vl))
+        put32(o + pos + 8, <uint32_t>(1 + vl))
         pos += REPLY_HEADER
         o[pos] = 0x08                      # field 1, varint
         pos += 1
