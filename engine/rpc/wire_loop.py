@@ -55,9 +55,6 @@ class WireLoop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def in_loop(self) -> bool:
-        return threading.get_ident() == self.thread.ident
-
     def run(self, coro: Awaitable, what: str, timeout: float = LOOP_CALL_TIMEOUT_S) -> Any:
         """Run `coro` on the loop and return its result (DeadlineExceededError past `timeout`)."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
