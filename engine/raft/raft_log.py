@@ -144,17 +144,6 @@ class RaftLog:
             index -= 1
         return index, 0
 
-    def maybe_append(self, index: int, log_term: int, committed: int, ents: list[Entry]) -> int:
-        """Follower side of APP: -1 if our entry at index has another term, else the last new index."""
-        if not self.match_term(index, log_term):
-            return -1
-        last_new = index + len(ents)
-        ci = self.find_conflict(ents)
-        if ci:
-            self.append(ents[ci - index - 1:])
-        self.commit_to(min(committed, last_new))
-        return last_new
-
     def commit_to(self, c: int) -> None:
         if c > self.committed:
             if c > self.last_index():
@@ -169,9 +158,6 @@ class RaftLog:
         return False
 
     # --- persistence hand-off ----------------------------------------------------------------------
-
-    def unstable_entries(self) -> list[Entry]:
-        return list(self.unstable)
 
     def stable_to(self, last: int) -> None:
         """The unstable entries up to `last` are durable and in storage now."""

@@ -136,12 +136,6 @@ class HAKeeperSimulation(Simulation):
             hb = RoHeartbeat(sid, self.lsn, self.lsn, rng.randint(0, self.lsn + 1))
         return encode_command(hb)
 
-    # --- what a run showed ------------------------------------------------------------------------
-
-    def hakeeper_states(self):
-        """(applied index, HAKeeper state) of every replica that is up."""
-        return {i: (n.sm.index, n.sm.hk.lookup("state")) for i, n in self.nodes.items() if n.up}
-
 
 class HAKeeperSimResult(SimResult):
     def __init__(self, sim: HAKeeperSimulation, error: str | None) -> None:
