@@ -43,7 +43,7 @@ def test_a_held_port_is_never_handed_out():
             s.close()
 
 
-def test_ports_handed_to_one_process_are_not_handed_to_another():
+def test_ports_handed_to_one_process_are_not_handed_to_another(tmp_path):
     """Two test workers starting replicas at once must not be told the same port: a port handed
     out is claimed across processes for a while. 100 ports to a child, then 1,000 here: drawn at
     random from 10,000 without the claims, about ten would collide."""
@@ -52,7 +52,8 @@ def test_ports_handed_to_one_process_are_not_handed_to_another():
     child = subprocess.run(
         [sys.executable, "-c",
          "from logtide.engine.cluster.loopback_ports import free_ports; print(*free_ports(100))"],
-        capture_output=True, text=True, timeout=60, check=True)
+        capture_output=True, text=True, timeout=60, check=True,
+        cwd=tmp_path)    # not the source tree, whose logtide/ would shadow the installed package
     theirs = set(map(int, child.stdout.split()))
     assert len(theirs) == 100
     ours = set()
