@@ -48,10 +48,17 @@ def _claim(d: str | None, port: int) -> bool:
     try:
         if now - os.stat(path).st_mtime < CLAIM_SECONDS:
             return False
-        # a stale claim: take it over, unless another process took it over first
-        stale = f"{path}.{os.getpid()}.{_rng.randrange(1 << 30)}"
-        os.rename(path, stale)
-        os.unlink(stale)
+        # a stale claim: take it over, unless another process took it over first (what was moved
+        # aside is then its fresh claim, which goes back)
+        aside = f"{path}.{os.getpid()}.{_rng.randrange(1 << 30)}"
+        os.rename(path, aside)
+        if now - os.stat(aside).st_mtime < CLAIM_SECONDS:
+            try:
+                os.link(aside, path)
+            finally:
+                os.unlink(aside)
+            return False
+        os.unlink(aside)
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         return True
     except OSError:
