@@ -21,6 +21,11 @@ The client's side of the same two messages (the log service client's append path
                                                (the protobuf path then gives the exact errors)
     decode_counter(reply) -> field 1 (uint64) of a reply that holds only that field; -1 for any other
                              reply (the protobuf path parses it)
+
+and the replicated log service client's (an RLsn reply is read by decode_counter too):
+
+    encode_rappend(client, seq, type, prefix, payload) -> the RAppendRequest whose data is prefix +
+                                               payload, as protobuf serializes it; None as above
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -255,6 +260,51 @@ def encode_append(payload, replica_id, rtype):
     if typ:
         o[pos] = 0x18                                 # 3: type
         pos = put_varint(o, pos + 1, typ)
+    return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def encode_rappend(client, seq, rtype, bytes prefix not None, payload):
+    """The serialized RAppendRequest(client, seq, type=rtype, data=prefix + payload) of the replicated
+    log service, as protobuf writes it (fields in number order, zero scalars and empty data left
+    out), without building the data in Python first. None unless payload is bytes, client and seq
+    ints in [0, 2**64) and rtype an int in [0, 2**32) (bool is not an int here)."""
+    cdef Py_ssize_t n, total, pos = 0
+    cdef uint64_t c, s, typ
+    cdef Py_ssize_t plen = PyBytes_GET_SIZE(prefix)
+    cdef uint8_t* o
+    if type(payload) is not bytes or type(client) is not int or type(seq) is not int or type(rtype) is not int:
+        return None
+    if not (0 <= client < (1 << 64)) or not (0 <= seq < (1 << 64)) or not (0 <= rtype < (1 << 32)):
+        return None
+    c, s, typ = client, seq, rtype
+    n = plen + PyBytes_GET_SIZE(payload)
+    total = 0
+    if c:
+        total += 1 + varint_len(c)
+    if s:
+        total += 1 + varint_len(s)
+    if typ:
+        total += 1 + varint_len(typ)
+    if n:
+        total += 1 + varint_len(<uint64_t>n) + n
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t*>PyBytes_AS_STRING(out)
+    if c:
+        o[pos] = 0x08                                 # 1: client
+        pos = put_varint(o, pos + 1, c)
+    if s:
+        o[pos] = 0x10                                 # 2: seq
+        pos = put_varint(o, pos + 1, s)
+    if typ:
+        o[pos] = 0x18                                 # 3: type
+        pos = put_varint(o, pos + 1, typ)
+    if n:
+        o[pos] = 0x22                                 # 4: data, length-delimited
+        pos = put_varint(o, pos + 1, <uint64_t>n)
+        memcpy(o + pos, PyBytes_AS_STRING(prefix), plen)
+        memcpy(o + pos + plen, PyBytes_AS_STRING(payload), n - plen)
     return out
 
 

@@ -166,3 +166,37 @@ def test_decode_counter_agrees_with_protobuf_or_declines(reply):
     if v == -1:
         return                                      # declined: the client parses it with protobuf
     assert v == _proto_counter(reply)
+
+
+# --- the replicated client's side: encode_rappend against protobuf ------------------------------
+
+def _bad_u64():
+    return st.one_of(st.integers(-5, -1), st.integers(1 << 64, (1 << 64) + 5))
+
+
+@scaled(max_examples=300, deadline=None)
+@given(st.one_of(U64, _bad_u64()), st.one_of(U64, _bad_u64()),
+       st.one_of(st.integers(0, (1 << 32) - 1), st.integers(-3, -1), st.integers(1 << 32, (1 << 32) + 3)),
+       st.binary(max_size=20), st.binary(max_size=300))
+def test_encode_rappend_is_protobufs_bytes_or_declines(client, seq, rtype, prefix, payload):
+    from logtide._ext.frame_codec import encode_rappend
+    from logtide.engine.logservice import replicated_pb2 as rpb
+    data = encode_rappend(client, seq, rtype, prefix, payload)
+    if 0 <= client < 1 << 64 and 0 <= seq < 1 << 64 and 0 <= rtype < 1 << 32:
+        want = rpb.RAppendRequest(client=client, seq=seq, type=rtype, data=prefix + payload)
+        assert data == want.SerializeToString()
+        assert rpb.RAppendRequest.FromString(data) == want
+    else:
+        assert data is None                         # the caller's checks give the typed error
+
+
+def test_encode_rappend_declines_what_it_does_not_take():
+    from logtide._ext.frame_codec import encode_rappend
+    assert encode_rappend(1, 1, 1, b"", bytearray(b"x")) is None
+    assert encode_rappend(True, 1, 1, b"", b"x") is None
+    assert encode_rappend(1, 1, False, b"", b"x") is None
+    assert encode_rappend(1, 1.0, 1, b"", b"x") is None
+    with pytest.raises(TypeError):
+        encode_rappend(1, 1, 1, None, b"x")
+    with pytest.raises(TypeError):
+        encode_rappend(1, 1, 1, bytearray(), b"x")

@@ -18,6 +18,7 @@ from typing import Iterable
 
 import numpy as np
 
+from logtide._ext.frame_codec import decode_counter, encode_rappend
 from logtide.engine.logservice import replicated_pb2 as pb
 from logtide.arg_checks import int_arg, lsn_arg, reader_name, seconds_arg
 from logtide.engine.logservice.client import LogServiceClient, LogServiceConfig, RecordBatch
@@ -56,7 +57,8 @@ class ReplicatedLogServiceClient(LogServiceClient):
             raise InvalidArgument("connect_logservice needs at least one HOST:PORT")
         self.deadline = seconds_arg("deadline", deadline, allow_none=False)   # NaN: retried forever
         self.call_timeout = seconds_arg("call_timeout", call_timeout, allow_none=False)
-        if carrier == "wire":   # the unary calls of every thread batch on one connection per replica
+        self._wire = carrier == "wire"
+        if self._wire:          # the unary calls of every thread batch on one connection per replica
             self._clients = {a: connect_replica(REPLICATED_SERVICE, a, timeout=call_timeout) for a in self.addresses}
         elif carrier == "grpc":  # ... or the interop carrier, a plain gRPC call each
             self._clients = {a: RpcClient(REPLICATED_SERVICE, ReplicaTransport(a, timeout=call_timeout))
@@ -84,8 +86,10 @@ class ReplicatedLogServiceClient(LogServiceClient):
         return min(cands, key=lambda a: self._down.get(a, 0.0))
 
     def _call(self, name: str, req, deadline: float | None = None, unsure: list | None = None):
-        """`unsure` collects each failed attempt: the request may have been applied all the same
-        (a reply lost on the way, a leader that stepped down with the entry in flight)."""
+        """`req` is the request message, or (framed carrier only) its bytes, serialized here; the
+        reply comes back alike. `unsure` collects each failed attempt: the request may have been
+        applied all the same (a reply lost on the way, a leader that stepped down with the entry
+        in flight)."""
         if self._closed:
             raise LogServiceClosed("the log service client is closed")
         end = time.monotonic() + (deadline or self.deadline)
@@ -94,7 +98,10 @@ class ReplicatedLogServiceClient(LogServiceClient):
         while True:
             addr = self._leader
             try:
-                out = self._clients[addr].invoke(name, req)
+                if req.__class__ is bytes:
+                    out = self._clients[addr].transport.call_bytes(REPLICATED_SERVICE.methods[name].path, req)
+                else:
+                    out = self._clients[addr].invoke(name, req)
                 if self._down:
                     self._down.clear()  # an answer: earlier failures (restarts, a dead leader) are history
                 return out
@@ -135,15 +142,21 @@ class ReplicatedLogServiceClient(LogServiceClient):
     # --- the log service API ---------------------------------------------------------------------------
 
     def append(self, payload: bytes | LogRecord, replica_id: int = 0, type: int = USER_RECORD) -> int:
-        if isinstance(payload, LogRecord):
-            data, rtype = bytes(payload.data), payload.type
+        if payload.__class__ is bytes:
+            prefix, data, rtype = data_prefix(replica_id), payload, type
+        elif isinstance(payload, LogRecord):
+            prefix, data, rtype = b"", bytes(payload.data), payload.type
         else:
             if not isinstance(payload, (bytes, bytearray, memoryview)):
                 raise InvalidArgument(f"payload must be bytes-like, not {payload.__class__.__name__}")
-            data, rtype = data_prefix(replica_id) + bytes(payload), type
-        rtype = int_arg("record type", rtype, 0, 1 << 32)      # None was stored as type 0
+            prefix, data, rtype = data_prefix(replica_id), bytes(payload), type
+        rtype = int(int_arg("record type", rtype, 0, 1 << 32))  # None was stored as type 0; an IntEnum as its int
         client, seq = self._session()
-        return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=data)).lsn
+        if self._wire:    # serialized in C, as protobuf would (data = prefix + payload, copied once)
+            reply = self._call("Append", encode_rappend(client, seq, rtype, prefix, data))
+            lsn = decode_counter(reply)
+            return lsn if lsn >= 0 else pb.RLsn.FromString(reply).lsn
+        return self._call("Append", pb.RAppendRequest(client=client, seq=seq, type=rtype, data=prefix + data)).lsn
 
     def append_each(self, payloads: Iterable[bytes], replica_id: int = 0, type: int = USER_RECORD) -> list[int]:
         """Append several records with one call (one Raft proposal batch, one fsync per replica);
