@@ -41,7 +41,7 @@ cdef object _malformed(str msg):
     return MalformedFrames(msg)
 
 # the call and reply frames' layout is the framed carrier's (one format, one place)
-from logtide._ext.varint cimport get_varint, put_varint, varint_len
+from logtide._ext.varint cimport get_varint, put_uint_field, put_varint, uint_field_len, varint_len
 from logtide._ext.wire_format cimport CALL_HEADER, REPLY_HEADER, get16, get32, get64, put32, put64
 
 
@@ -243,23 +243,15 @@ def encode_append(payload, replica_id, rtype):
     rid = replica_id
     typ = rtype
     n = PyBytes_GET_SIZE(payload)
-    total = 1 + varint_len(<uint64_t>n) + n
-    if rid:
-        total += 1 + varint_len(rid)
-    if typ:
-        total += 1 + varint_len(typ)
+    total = 1 + varint_len(<uint64_t>n) + n + uint_field_len(rid) + uint_field_len(typ)
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     o[0] = 0x0A                                       # 1: payloads, length-delimited
     pos = put_varint(o, 1, <uint64_t>n)
     memcpy(o + pos, PyBytes_AS_STRING(payload), n)
     pos += n
-    if rid:
-        o[pos] = 0x10                                 # 2: replica_id
-        pos = put_varint(o, pos + 1, rid)
-    if typ:
-        o[pos] = 0x18                                 # 3: type
-        pos = put_varint(o, pos + 1, typ)
+    pos += put_uint_field(o + pos, 0x10, rid)         # 2: replica_id
+    put_uint_field(o + pos, 0x18, typ)                # 3: type
     return out
 
 
@@ -270,7 +262,7 @@ def encode_rappend(client, seq, rtype, bytes prefix not None, payload):
     log service, as protobuf writes it (fields in number order, zero scalars and empty data left
     out), without building the data in Python first. None unless payload is bytes, client and seq
     ints in [0, 2**64) and rtype an int in [0, 2**32) (bool is not an int here)."""
-    cdef Py_ssize_t n, total, pos = 0
+    cdef Py_ssize_t n, total, pos
     cdef uint64_t c, s, typ
     cdef Py_ssize_t plen = PyBytes_GET_SIZE(prefix)
     cdef uint8_t* o
@@ -280,26 +272,14 @@ def encode_rappend(client, seq, rtype, bytes prefix not None, payload):
         return None
     c, s, typ = client, seq, rtype
     n = plen + PyBytes_GET_SIZE(payload)
-    total = 0
-    if c:
-        total += 1 + varint_len(c)
-    if s:
-        total += 1 + varint_len(s)
-    if typ:
-        total += 1 + varint_len(typ)
+    total = uint_field_len(c) + uint_field_len(s) + uint_field_len(typ)
     if n:
         total += 1 + varint_len(<uint64_t>n) + n
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
-    if c:
-        o[pos] = 0x08                                 # 1: client
-        pos = put_varint(o, pos + 1, c)
-    if s:
-        o[pos] = 0x10                                 # 2: seq
-        pos = put_varint(o, pos + 1, s)
-    if typ:
-        o[pos] = 0x18                                 # 3: type
-        pos = put_varint(o, pos + 1, typ)
+    pos = put_uint_field(o, 0x08, c)                  # 1: client
+    pos += put_uint_field(o + pos, 0x10, s)           # 2: seq
+    pos += put_uint_field(o + pos, 0x18, typ)         # 3: type
     if n:
         o[pos] = 0x22                                 # 4: data, length-delimited
         pos = put_varint(o, pos + 1, <uint64_t>n)

@@ -14,7 +14,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
-from logtide._ext.varint cimport put_varint, varint_len
+from logtide._ext.varint cimport put_uint_field, put_varint, uint_field_len, varint_len
 from libc.string cimport memcpy
 
 from logtide._ext.crc32c cimport crc32c_update
@@ -42,18 +42,6 @@ DEF T_BATCH_MESSAGES = 0x1a
 DEF T_BATCH_SEQ = 0x20
 
 
-cdef inline Py_ssize_t _field_len(uint64_t v) noexcept nogil:
-    """Bytes of a varint field (tag + value); 0 when v is the default."""
-    return 1 + varint_len(v) if v else 0
-
-
-cdef inline Py_ssize_t _put_field(uint8_t* o, uint8_t tag, uint64_t v) noexcept nogil:
-    if not v:
-        return 0
-    o[0] = tag
-    return 1 + put_varint(o + 1, 0, v)
-
-
 cdef inline void _put_be64(uint8_t* p, uint64_t v) noexcept nogil:
     cdef int k
     for k in range(8):
@@ -75,22 +63,22 @@ def entry_field(uint64_t term, uint64_t index, uint32_t etype, bytes data) -> by
     _put_be64(key + 8, index)
     key[16] = <uint8_t>etype
     crc = crc32c_update(crc32c_update(0, key, 17), dp, <size_t>dn)
-    body = _field_len(term) + _field_len(index) + _field_len(etype) + _field_len(crc)
+    body = uint_field_len(term) + uint_field_len(index) + uint_field_len(etype) + uint_field_len(crc)
     if dn:
         body += 1 + varint_len(<uint64_t>dn) + dn
     out = PyBytes_FromStringAndSize(NULL, 1 + varint_len(<uint64_t>body) + body)
     o = <uint8_t*>PyBytes_AS_STRING(out)
     o[0] = T_MSG_ENTRIES
     pos = 1 + put_varint(o + 1, 0, <uint64_t>body)
-    pos += _put_field(o + pos, T_ENTRY_TERM, term)
-    pos += _put_field(o + pos, T_ENTRY_INDEX, index)
-    pos += _put_field(o + pos, T_ENTRY_TYPE, etype)
+    pos += put_uint_field(o + pos, T_ENTRY_TERM, term)
+    pos += put_uint_field(o + pos, T_ENTRY_INDEX, index)
+    pos += put_uint_field(o + pos, T_ENTRY_TYPE, etype)
     if dn:
         o[pos] = T_ENTRY_DATA
         pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>dn)
         memcpy(o + pos, dp, dn)
         pos += dn
-    pos += _put_field(o + pos, T_ENTRY_CRC, crc)
+    pos += put_uint_field(o + pos, T_ENTRY_CRC, crc)
     return out
 
 
@@ -103,8 +91,9 @@ def message_bytes(uint32_t mtype, uint64_t to, uint64_t frm, uint64_t term, uint
     cdef Py_ssize_t cn = PyBytes_GET_SIZE(context)
     cdef Py_ssize_t total, pos, fn
     cdef uint8_t* o
-    total = (_field_len(mtype) + _field_len(to) + _field_len(frm) + _field_len(term) + _field_len(log_term)
-             + _field_len(index) + _field_len(commit) + (2 if reject else 0) + _field_len(reject_hint))
+    total = (uint_field_len(mtype) + uint_field_len(to) + uint_field_len(frm) + uint_field_len(term)
+             + uint_field_len(log_term) + uint_field_len(index) + uint_field_len(commit) + (2 if reject else 0)
+             + uint_field_len(reject_hint))
     if cn:
         total += 1 + varint_len(<uint64_t>cn) + cn
     for k in range(n):
@@ -114,20 +103,20 @@ def message_bytes(uint32_t mtype, uint64_t to, uint64_t frm, uint64_t term, uint
         total += PyBytes_GET_SIZE(f)
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
-    pos = _put_field(o, T_MSG_TYPE, mtype)
-    pos += _put_field(o + pos, T_MSG_TO, to)
-    pos += _put_field(o + pos, T_MSG_FRM, frm)
-    pos += _put_field(o + pos, T_MSG_TERM, term)
-    pos += _put_field(o + pos, T_MSG_LOG_TERM, log_term)
-    pos += _put_field(o + pos, T_MSG_INDEX, index)
+    pos = put_uint_field(o, T_MSG_TYPE, mtype)
+    pos += put_uint_field(o + pos, T_MSG_TO, to)
+    pos += put_uint_field(o + pos, T_MSG_FRM, frm)
+    pos += put_uint_field(o + pos, T_MSG_TERM, term)
+    pos += put_uint_field(o + pos, T_MSG_LOG_TERM, log_term)
+    pos += put_uint_field(o + pos, T_MSG_INDEX, index)
     for k in range(n):   # protobuf writes fields in number order: entries (7) before commit (8)
         f = <object>PyList_GET_ITEM(entry_fields, k)
         fn = PyBytes_GET_SIZE(f)
         memcpy(o + pos, PyBytes_AS_STRING(f), fn)
         pos += fn
-    pos += _put_field(o + pos, T_MSG_COMMIT, commit)
-    pos += _put_field(o + pos, T_MSG_REJECT, 1 if reject else 0)
-    pos += _put_field(o + pos, T_MSG_REJECT_HINT, reject_hint)
+    pos += put_uint_field(o + pos, T_MSG_COMMIT, commit)
+    pos += put_uint_field(o + pos, T_MSG_REJECT, 1 if reject else 0)
+    pos += put_uint_field(o + pos, T_MSG_REJECT_HINT, reject_hint)
     if cn:
         o[pos] = T_MSG_CONTEXT
         pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>cn)
@@ -143,7 +132,7 @@ def batch_bytes(uint64_t cluster, uint64_t frm, list messages, uint64_t seq=0) -
     cdef Py_ssize_t k, n = PyList_GET_SIZE(messages)
     cdef Py_ssize_t total, pos, mn
     cdef uint8_t* o
-    total = _field_len(cluster) + _field_len(frm) + _field_len(seq)
+    total = uint_field_len(cluster) + uint_field_len(frm) + uint_field_len(seq)
     for k in range(n):
         m = <object>PyList_GET_ITEM(messages, k)
         if type(m) is not bytes:
@@ -152,8 +141,8 @@ def batch_bytes(uint64_t cluster, uint64_t frm, list messages, uint64_t seq=0) -
         total += 1 + varint_len(<uint64_t>mn) + mn
     out = PyBytes_FromStringAndSize(NULL, total)
     o = <uint8_t*>PyBytes_AS_STRING(out)
-    pos = _put_field(o, T_BATCH_CLUSTER, cluster)
-    pos += _put_field(o + pos, T_BATCH_FRM, frm)
+    pos = put_uint_field(o, T_BATCH_CLUSTER, cluster)
+    pos += put_uint_field(o + pos, T_BATCH_FRM, frm)
     for k in range(n):
         m = <object>PyList_GET_ITEM(messages, k)
         mn = PyBytes_GET_SIZE(m)
@@ -161,5 +150,5 @@ def batch_bytes(uint64_t cluster, uint64_t frm, list messages, uint64_t seq=0) -
         pos += 1 + put_varint(o + pos + 1, 0, <uint64_t>mn)
         memcpy(o + pos, PyBytes_AS_STRING(m), mn)
         pos += mn
-    pos += _put_field(o + pos, T_BATCH_SEQ, seq)
+    pos += put_uint_field(o + pos, T_BATCH_SEQ, seq)
     return out

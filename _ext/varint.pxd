@@ -1,5 +1,6 @@
 # Protobuf's base-128 varints (7 bits a byte, least significant group first, high bit = more),
-# shared by the modules that write or read protobuf fields in C (frame_codec.pyx, raft_wire_bytes.pyx).
+# shared by the modules that write or read protobuf fields in C (frame_codec.pyx, raft_wire_bytes.pyx),
+# and the varint fields they write.
 from libc.stdint cimport uint8_t, uint64_t
 
 cdef extern from *:
@@ -40,3 +41,16 @@ cdef inline Py_ssize_t get_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t e
         if shift > 63:
             return -1
     return -1
+
+
+cdef inline Py_ssize_t uint_field_len(uint64_t v) noexcept nogil:
+    """Bytes of a varint field with a one-byte tag: 0 when v is 0 (proto3 leaves a default out)."""
+    return 1 + varint_len(v) if v else 0
+
+
+cdef inline Py_ssize_t put_uint_field(uint8_t* o, uint8_t tag, uint64_t v) noexcept nogil:
+    """Write that field at o (nothing when v is 0); the bytes written."""
+    if not v:
+        return 0
+    o[0] = tag
+    return 1 + put_varint(o + 1, 0, v)
