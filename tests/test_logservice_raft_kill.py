@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from logtide.engine.logservice import connect_logservice
+from logtide.engine.logservice.log_format import USER_RECORD
 from logtide.engine.logservice.replicated_client import NoLeaderError
 from logtide.engine.raft.lincheck import INF, UNKNOWN, LogModel, Operation, check_operations
 from logtide.errors import LogtideError
@@ -781,6 +782,58 @@ def test_a_truncate_whose_answer_was_lost_succeeds_on_its_retry(cluster):
         assert c.get_truncated_lsn() == lsns[8]
     finally:
         c.close()
+        proxy.close()
+
+
+def test_framed_appends_whose_answer_was_lost_or_whose_leader_froze(cluster):
+    """The client's framed appends (their requests serialized in C): one whose answer a proxy holds
+    is retried through the other replicas and gets the LSN its record already has, stored once.
+    With the leader SIGSTOPped, a client that can reach only it ends each append in NoLeaderError
+    within its deadline; one that names every replica follows the new leader, and the thawed old
+    leader catches up."""
+    from tcp_proxy import TcpProxy
+    from frozen import thaw
+    from logtide.engine.logservice.replicated_client import ReplicatedLogServiceClient
+    lead = cluster.leader()
+    proxy = TcpProxy(cluster.addr(lead))
+    c = ReplicatedLogServiceClient([proxy.address] + [cluster.addr(i) for i in cluster.ports],
+                                   deadline=20.0, call_timeout=1.0)
+    only = every = None
+    try:
+        first = c.append(b"before", replica_id=7)           # through the proxy, answers flowing
+        proxy.mute_replies(True)
+        t0 = time.monotonic()
+        lost = c.append(b"lost-answer", replica_id=7)       # lands; its answer is held; retried
+        assert time.monotonic() - t0 >= 1.0, "the held answer was not waited for: nothing was retried"
+        assert lost > first
+        recs, _ = c.read(first, 1 << 20)
+        mine = [(r.lsn, r.payload) for r in recs if r.type == USER_RECORD and r.payload == b"lost-answer"]
+        assert mine == [(lost, b"lost-answer")], "a retried append was stored twice or elsewhere"
+        proxy.close()
+
+        lead = cluster.leader()
+        only = ReplicatedLogServiceClient([cluster.addr(lead)], deadline=3.0, call_timeout=0.5)
+        every = ReplicatedLogServiceClient([cluster.addr(i) for i in cluster.ports], deadline=20.0,
+                                           call_timeout=1.0)
+        only.append(b"warm")
+        every.append(b"warm")
+        freeze(cluster.procs[lead].pid)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(NoLeaderError):
+                only.append(b"to-a-frozen-leader")
+            assert time.monotonic() - t0 < 3.0 + 2.0, "an append outlived its deadline"
+            after = every.append(b"after-the-freeze")
+        finally:
+            thaw(cluster.procs[lead].pid)
+        end = time.monotonic() + 30
+        while cluster.status(lead)["applied"] < after:
+            assert time.monotonic() < end, "the thawed leader did not catch up"
+            time.sleep(0.05)
+    finally:
+        for x in (c, only, every):
+            if x is not None:
+                x.close()
         proxy.close()
 
 
