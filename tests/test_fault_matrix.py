@@ -277,7 +277,9 @@ def test_tn_and_cn(procs, tmp_path, fault):
         fresh.wait_for("t", ts, timeout=30)
         cn.wait_for("t", ts, timeout=30)
         assert _read(cn, ts) == _read(fresh, ts)
-        assert _read(cn, ts)[0] > 20
+        # not empty; not "> 20" as before the fault: a restarted TN's load draws the same ids again
+        # (its seed is fixed), deleting or updating rows of its first life, so fewer may be left
+        assert _read(cn, ts)[0] > 0
     finally:
         cn.close()
         if fresh is not None:
