@@ -28,7 +28,7 @@ from bench.conftest import scaled
 from bench.raft_cluster import LOGTIDE, RaftCluster, free_ports
 from bench.ratios import Ratio
 from bench.server_process import context_switches, cpu_seconds, user_kernel_seconds
-from bench.sustained import WARMUP_SECONDS, run_sustained, sustained_benchmark
+from bench.sustained import PROBE_SECONDS, WARMUP_SECONDS, run_sustained, sustained_benchmark
 
 RATIOS = [
     Ratio("log append: 3 Raft replicas vs the single-node service (framed carrier, fsync, 32 clients, 256 B, sustained)",
@@ -141,15 +141,21 @@ def etcd3():
 def test_etcd3_put(benchmark, etcd3, clients):
     import itertools
 
-    from bench.etcd_cluster import EtcdClient
+    from bench.etcd_cluster import close_connections, fastest_connections
     pb = etcd3.pb
     seq = itertools.count()
 
     def put(c, t):
         c.kv.Put(pb.PutRequest(key=b"log/%d/%d" % (t, next(seq)), value=PAYLOAD), timeout=30)
 
-    # separate gRPC clients spread over the members, as etcd clients balance (followers forward puts)
-    _sustained(benchmark, clients, lambda t: EtcdClient(etcd3.addresses[t % 3], pb), put)
+    # separate gRPC clients, in etcd's fastest set-up probed in this run: spread over the members
+    # (as etcd's clients balance; followers forward puts), all on one member (the leader's forwards
+    # none), or one shared channel
+    conns, info = fastest_connections(etcd3.addresses, pb, clients, put, PROBE_SECONDS)
+    try:
+        sustained_benchmark(benchmark, clients, lambda t: put(conns[t], t), **info)
+    finally:
+        close_connections(conns)
 
 
 @pytest.mark.benchmark(group="raft-failover")
